@@ -1,0 +1,404 @@
+"""The library surface: what the CLI calls and what users import. Returns values, never prints.
+
+    import convgit
+    repo = convgit.open_repo()                # discovered like git; default store otherwise
+    r = convgit.commit(repo, {"messages": [...]})
+    for m in convgit.log(repo, "HEAD"): ...
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import msgspec
+
+from . import codec, graph, revparse
+from .commit import CommitResult, commit_many as _commit_many, commit_payload
+from .errors import InvalidInput, NotFound, ObjectMissing, RefExists, SchemaValidationFailed
+from .ids import check_thread_name, is_oid, short
+from .ingest import Payload, TurnInfo, parse_payload
+from .ingest.chat import parse_chat
+from .objects import Blob, Message, ReasoningPart, TextPart, Turn
+from .repository import Repository
+
+# -- stores ---------------------------------------------------------------------------------
+
+
+def init(path: str | Path = ".convgit") -> Repository:
+    """Create a store (``path`` is the ``.convgit`` directory; a parent dir gets one inside)."""
+    p = Path(path)
+    if p.name != ".convgit" and not (p / "format").exists():
+        p = p / ".convgit"
+    return Repository.init(p)
+
+
+def open_repo(start: str | Path | None = None) -> Repository:
+    return Repository.discover(start)
+
+
+# -- commit ---------------------------------------------------------------------------------
+
+
+def to_payload(repo: Repository, data: Any, *, model: str | None = None) -> Payload:
+    """Bytes/str (JSON), a decoded dict/list, or a Payload → a validated Payload."""
+    if isinstance(data, Payload):
+        payload = data
+    elif isinstance(data, (bytes, str)):
+        payload = parse_payload(data, repo.config)
+    else:
+        payload = parse_chat(data)
+    if model is not None:
+        payload = msgspec.structs.replace(payload, turn=msgspec.structs.replace(payload.turn, model=model))
+    return payload
+
+
+def commit(
+    repo: Repository,
+    data: Any,
+    *,
+    thread: str | None = None,
+    on_conflict: str = "reject",
+    model: str | None = None,
+    now_ms: int | None = None,
+) -> CommitResult:
+    """Store one conversation (see DESIGN §5 for which thread moves)."""
+    return commit_payload(repo, to_payload(repo, data, model=model), thread=thread, on_conflict=on_conflict, now_ms=now_ms)
+
+
+def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None) -> list[CommitResult]:
+    """Bulk ingestion: same decisions as ``commit`` without ``thread``, far fewer flushes."""
+    return _commit_many(repo, [to_payload(repo, d) for d in items], now_ms=now_ms)
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    d = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc)
+    return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def message_text(repo: Repository, msg: Message) -> str:
+    """The visible text of a message (text parts; long ones read from their blobs)."""
+    out = []
+    for p in msg.parts:
+        if isinstance(p, TextPart):
+            out.append(_resolve_text(repo, p))
+    return "\n".join(out)
+
+
+def _resolve_text(repo: Repository, p: TextPart | ReasoningPart) -> str:
+    if p.blob:
+        obj = repo.objects.read(p.blob)
+        if isinstance(obj, Blob):
+            return obj.data.decode("utf-8", "replace")
+        return ""
+    return p.text
+
+
+def part_json(repo: Repository, p) -> dict:
+    d = msgspec.to_builtins(p)
+    if isinstance(p, (TextPart, ReasoningPart)) and p.blob:
+        d["text"] = _resolve_text(repo, p)
+    return d
+
+
+@dataclass
+class LogEntry:
+    id: str
+    parent: str | None
+    role: str
+    message: Message
+    text: str
+    depth: int
+    turn: dict | None
+
+    def to_json(self, repo: Repository) -> dict:
+        t = self.turn or {}
+        return {
+            "id": self.id,
+            "parent": self.parent,
+            "role": self.role,
+            "text": self.text,
+            "parts": [part_json(repo, p) for p in self.message.parts],
+            "meta": self.message.meta,
+            "depth": self.depth,
+            "turn": t.get("turn"),
+            "started_at": iso(t.get("started_at")),
+            "model": t.get("resolved_model") or t.get("model"),
+        }
+
+
+def _entries(repo: Repository, ids_msgs: list[tuple[str, Message]], depth_of_first: int | None = None) -> list[LogEntry]:
+    info = repo.index.turn_info([oid for oid, _ in ids_msgs])
+    out = []
+    for oid, msg in ids_msgs:
+        d = repo.index.depth(oid)
+        out.append(LogEntry(oid, msg.parent, msg.role, msg, message_text(repo, msg), d if d is not None else -1, info.get(oid)))
+    return out
+
+
+def log(
+    repo: Repository,
+    rev: str | None = None,
+    *,
+    count: int = 0,
+    all_threads: bool = False,
+    reverse: bool = False,
+) -> list[LogEntry]:
+    """Messages from the tip back to the root (newest first), like ``git log``.
+
+    ``count`` 0 means all. ``all_threads``: every message reachable from any thread, once,
+    thread by thread in name order.
+    """
+    if count < 0:
+        raise InvalidInput("-n must be 0 (all) or more")
+    pairs: list[tuple[str, Message]] = []
+    if all_threads:
+        seen: set[str] = set()
+        for name, tip in repo.refs.read_all().items():
+            for oid, msg in graph.iter_ancestry(repo.objects, tip, stop=seen):
+                seen.add(oid)
+                pairs.append((oid, msg))
+                if count and len(pairs) >= count:
+                    break
+            if count and len(pairs) >= count:
+                break
+    else:
+        tip = revparse.resolve(repo, rev or "HEAD")
+        for oid, msg in graph.iter_ancestry(repo.objects, tip):
+            pairs.append((oid, msg))
+            if count and len(pairs) >= count:
+                break
+    if reverse:
+        pairs.reverse()
+    return _entries(repo, pairs)
+
+
+def conversation(repo: Repository, rev: str | None = None) -> list[LogEntry]:
+    """The conversation up to ``rev`` in reading order (root first)."""
+    return log(repo, rev, reverse=True)
+
+
+def tree(repo: Repository) -> list[dict]:
+    """Every message reachable from a thread as a forest, in a stable order, with the thread
+    names whose tip each message is. Each row: id, parent, role, text, depth, tips."""
+    refs = repo.refs.read_all()
+    tips: dict[str, list[str]] = {}
+    for n, t in refs.items():
+        tips.setdefault(t, []).append(n)
+    children: dict[str | None, list[str]] = {}
+    msgs: dict[str, Message] = {}
+    for name, tip in refs.items():
+        for oid, msg in graph.iter_ancestry(repo.objects, tip, stop=set(msgs)):
+            msgs[oid] = msg
+            children.setdefault(msg.parent, []).append(oid)
+    first_seen = {oid: i for i, oid in enumerate(msgs)}
+    for k in children:
+        children[k].sort(key=lambda o: (min((n for n in _names_below(o, children, tips)), default=""), o))
+    rows: list[dict] = []
+    stack = [(oid, 0, True) for oid in reversed(children.get(None, []))]
+    while stack:
+        oid, depth, last = stack.pop()
+        msg = msgs[oid]
+        kids = children.get(oid, [])
+        rows.append({
+            "id": oid, "parent": msg.parent, "role": msg.role, "text": message_text(repo, msg),
+            "depth": depth, "tips": sorted(tips.get(oid, [])), "children": len(kids),
+        })
+        if len(kids) == 1:
+            stack.append((kids[0], depth, True))
+        else:
+            for i, k in reversed(list(enumerate(kids))):
+                stack.append((k, depth + 1, i == len(kids) - 1))
+    del first_seen
+    return rows
+
+
+def _names_below(oid: str, children: dict, tips: dict) -> Iterator[str]:
+    todo = [oid]
+    while todo:
+        o = todo.pop()
+        yield from tips.get(o, [])
+        todo.extend(children.get(o, []))
+
+
+# -- threads --------------------------------------------------------------------------------
+
+
+def threads(repo: Repository) -> list[dict]:
+    head = repo.refs.read_head()
+    out = []
+    for row in repo.index.thread_rows():
+        title = repo.index.message_text(row["title_id"]) if row["title_id"] else ""
+        title = title.strip().splitlines()[0][:80] if title.strip() else ""
+        out.append({
+            "name": row["name"],
+            "tip": row["tip"],
+            "messages": row["messages"],
+            "title": title,
+            "forked_from": (
+                {"thread": row["forked_from_thread"], "message": row["forked_from_message"]}
+                if row["forked_from_thread"] or row["forked_from_message"] else None
+            ),
+            "created_at": iso(row["created_ms"]),
+            "updated_at": iso(row["updated_ms"]),
+            "current": row["name"] == head,
+        })
+    return out
+
+
+@dataclass
+class ForkResult:
+    thread: str
+    tip: str
+    forked_from: dict
+    turn: str
+
+    def to_json(self) -> dict:
+        return {"status": "forked", "thread": self.thread, "tip": self.tip, "forked_from": self.forked_from, "turn": self.turn}
+
+
+def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | None = None) -> ForkResult:
+    """A new thread whose tip is ``rev``. Writes no message, only a ``fork`` turn."""
+    oid, src_thread = revparse.resolve_with_thread(repo, rev)
+    base, _ = revparse.split_rev(rev)
+    if src_thread is None:
+        try:
+            check_thread_name(base)
+            if repo.refs.read(base) is not None:
+                src_thread = base
+        except InvalidInput:
+            pass
+        if base in ("HEAD", "@"):
+            src_thread = repo.refs.read_head()
+    graph.read_message(repo.objects, oid)  # must be a message
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    if name is None:
+        stem = f"{src_thread}-" if src_thread else ""
+        for n in (6, 10, 16, 64):
+            name = f"{stem}fork-{oid[:n]}"
+            if repo.refs.read(name) is None:
+                break
+    check_thread_name(name)
+    turn = Turn(kind="fork", thread=name, input=oid, output=oid, started_at=now, forked_from=src_thread)
+    tid, data = codec.encode_and_hash(turn)
+    with repo.write_lock():
+        repo.objects.write_raw(tid, data)
+        repo.refs.update(
+            name, oid, expected=None, turn=tid, exists=repo.objects.contains, time_ms=now,
+            message=f"fork: from {src_thread or short(oid)} at {short(oid)}",
+        )
+    repo.index.refresh()
+    return ForkResult(name, oid, {"thread": src_thread, "message": oid}, tid)
+
+
+def rename_thread(repo: Repository, old: str, new: str) -> dict:
+    with repo.write_lock():
+        tip = repo.refs.rename(old, new)
+        if repo.refs.read_head() == old:
+            repo.refs.write_head(new)
+    repo.index.refresh()
+    return {"status": "renamed", "old": old, "new": new, "tip": tip}
+
+
+def delete_thread(repo: Repository, name: str) -> dict:
+    with repo.write_lock():
+        tip = repo.refs.update(name, None, message="delete")
+    repo.index.refresh()
+    return {"status": "deleted", "thread": name, "tip": tip}
+
+
+def switch(repo: Repository, name: str) -> dict:
+    check_thread_name(name)
+    if repo.refs.read(name) is None:
+        raise NotFound(f"thread {name!r} does not exist", thread=name)
+    repo.refs.write_head(name)
+    return {"status": "switched", "thread": name, "tip": repo.refs.read(name)}
+
+
+def update_ref(repo: Repository, name: str, new: str | None, old: str | None = None, *, create: bool = False) -> dict:
+    """Plumbing CAS: move ``name`` to ``new`` if it is at ``old`` (``create``: must not exist)."""
+    from .refs import ANY
+
+    if new is not None:
+        new = revparse.resolve(repo, new)
+        graph.read_message(repo.objects, new)
+    expected: object = ANY
+    if create:
+        expected = None
+    elif old is not None:
+        expected = revparse.resolve(repo, old) if not is_oid(old) else old
+    with repo.write_lock():
+        prev = repo.refs.update(name, new, expected=expected, exists=repo.objects.contains, message="update-ref")
+    repo.index.refresh()
+    return {"status": "updated", "thread": name, "old": prev, "new": new}
+
+
+# -- plumbing -------------------------------------------------------------------------------
+
+
+def rev_parse(repo: Repository, rev: str) -> str:
+    return revparse.resolve(repo, rev)
+
+
+def cat_object(repo: Repository, rev: str) -> tuple[str, bytes, Any]:
+    """(id, stored bytes, decoded object) for any object (message, turn or blob)."""
+    oid = revparse.resolve(repo, rev)
+    data = repo.objects.read_bytes(oid)
+    return oid, data, codec.decode(data, oid)
+
+
+def object_json(obj) -> Any:
+    return msgspec.to_builtins(obj)
+
+
+def hash_object(repo: Repository, data: bytes, *, type_: str = "blob", write: bool = False) -> str:
+    """The id ``data`` would have: raw bytes as a blob, or a JSON message/turn made canonical."""
+    if type_ == "blob":
+        obj: Any = Blob(data=data)
+    elif type_ in ("message", "turn"):
+        from .ingest import decode_json
+
+        doc = decode_json(data)
+        if not isinstance(doc, dict):
+            raise SchemaValidationFailed(f"a {type_} must be a JSON object")
+        doc = {**doc, "type": type_}
+        try:
+            obj = msgspec.convert(doc, Message if type_ == "message" else Turn)
+        except msgspec.ValidationError as e:
+            raise SchemaValidationFailed(f"not a valid {type_}: {e}") from e
+    else:
+        raise InvalidInput(f"unknown object type {type_!r} (blob, message, turn)")
+    try:
+        oid, enc = codec.encode_and_hash(obj)
+    except codec.EncodeError as e:
+        raise SchemaValidationFailed(str(e)) from e
+    if write:
+        if isinstance(obj, Message) and obj.parent is not None and not repo.objects.contains(obj.parent):
+            raise ObjectMissing(f"parent {obj.parent} is not stored", oid=obj.parent)
+        with repo.write_lock():
+            repo.objects.write_raw(oid, enc)
+    return oid
+
+
+def reindex(repo: Repository) -> dict:
+    return repo.index.rebuild()
+
+
+def show_refs(repo: Repository) -> dict[str, str]:
+    return repo.refs.read_all()
+
+
+__all__ = [
+    "CommitResult", "ForkResult", "LogEntry", "Payload", "RefExists", "Repository", "TurnInfo",
+    "cat_object", "commit", "commit_many", "conversation", "delete_thread", "fork", "hash_object",
+    "init", "log", "open_repo", "rename_thread", "reindex", "rev_parse", "show_refs", "switch",
+    "threads", "tree", "update_ref",
+]

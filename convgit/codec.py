@@ -1,0 +1,106 @@
+"""The ONE canonical encoder and the hashing contract.
+
+id = lowercase hex BLAKE3-256 of the exact stored bytes. The stored bytes are msgpack with
+sorted map keys (struct fields and nested dicts alike) and default-valued fields omitted.
+Changing anything here changes every id: it is versioned with the store format.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+from blake3 import blake3
+
+from .errors import ObjectCorrupt
+from .objects import Blob, Message, Object, Turn
+
+_encoder = msgspec.msgpack.Encoder(order="sorted")
+_decoder = msgspec.msgpack.Decoder(Object)
+_raw_decoder = msgspec.msgpack.Decoder()
+
+
+class EncodeError(ValueError):
+    """A value cannot be stored canonically (NaN/inf float, non-str map key, huge int)."""
+
+
+def encode(obj: Object) -> bytes:
+    """Canonical bytes of an object. Rejects values with no canonical form."""
+    _check_value(obj)
+    try:
+        return _encoder.encode(obj)
+    except (OverflowError, TypeError, msgspec.EncodeError, UnicodeEncodeError) as e:
+        raise EncodeError(str(e)) from e
+
+
+def hash_bytes(data: bytes) -> str:
+    return blake3(data).hexdigest()
+
+
+def encode_and_hash(obj: Object) -> tuple[str, bytes]:
+    data = encode(obj)
+    return hash_bytes(data), data
+
+
+def decode(data: bytes, oid: str | None = None) -> Object:
+    """Decode stored bytes. Raises ObjectCorrupt for anything that is not a known object."""
+    try:
+        return _decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
+        raise ObjectCorrupt(f"object {oid or '?'} does not decode: {e}", oid=oid) from e
+
+
+def decode_raw(data: bytes) -> Any:
+    """Plain msgpack decode (for ``cat-object -p`` of unknown future fields)."""
+    return _raw_decoder.decode(data)
+
+
+def is_canonical(data: bytes, obj: Object) -> bool:
+    """True if re-encoding the decoded object gives the same bytes (fsck's check)."""
+    try:
+        return encode(obj) == data
+    except EncodeError:
+        return False
+
+
+def type_name(obj: Object) -> str:
+    if isinstance(obj, Message):
+        return "message"
+    if isinstance(obj, Turn):
+        return "turn"
+    if isinstance(obj, Blob):
+        return "blob"
+    raise TypeError(type(obj))
+
+
+_MAX_DEPTH = 64
+
+
+def _check_value(v: Any, depth: int = 0) -> None:
+    """Reject what msgpack would encode ambiguously or not at all (before any write)."""
+    if depth > _MAX_DEPTH:
+        raise EncodeError(f"value nested deeper than {_MAX_DEPTH} levels")
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise EncodeError("NaN and infinite numbers cannot be stored")
+    elif isinstance(v, int) and not isinstance(v, bool):
+        if not (-(2**63) <= v < 2**64):
+            raise EncodeError(f"integer {v} is out of the 64-bit range")
+    elif isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise EncodeError("text is not valid Unicode (lone surrogate)") from e
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                raise EncodeError(f"map keys must be strings, got {type(k).__name__}")
+            _check_value(k, depth + 1)
+            _check_value(x, depth + 1)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _check_value(x, depth + 1)
+    elif isinstance(v, msgspec.Struct):
+        for f in v.__struct_fields__:
+            _check_value(getattr(v, f), depth + 1)

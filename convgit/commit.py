@@ -1,0 +1,459 @@
+"""``commit``: store a conversation, deduplicated, and decide which thread moves (DESIGN §5).
+
+Everything that can reject a payload happens before the first write. Messages are always
+deduplicated by id; the decision below only chooses the ref. Bulk ingestion (``commit_many``)
+plans every payload first, then makes all objects durable with one file-system sync, then
+moves every ref and syncs once more, so thousands of conversations cost two flushes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from . import codec
+from .config import crash_point
+from .errors import (
+    AmbiguousThread,
+    ConvgitError,
+    DuplicateConflict,
+    NotFound,
+    RefExists,
+    RefStale,
+    SchemaValidationFailed,
+)
+from .graph import iter_ancestry, longest_stored_prefix
+from .ids import check_thread_name, short
+from .ingest import Chain, Payload, build_chain
+from .objects import Turn
+from .refs import ANY
+
+ON_CONFLICT = ("reject", "fork")
+_MAX_RETRIES = 20
+
+
+@dataclass
+class CommitResult:
+    status: str  # created | appended | deduplicated | forked
+    thread: str | None
+    tip: str | None
+    deduplicated: bool
+    appended_messages: int
+    new_objects: int
+    new_messages: int = 0
+    turn: str | None = None
+    forked_from: dict | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "status": self.status,
+            "thread": self.thread,
+            "tip": self.tip,
+            "deduplicated": self.deduplicated,
+            "appended_messages": self.appended_messages,
+            "new_objects": self.new_objects,
+            "new_messages": self.new_messages,
+            "turn": self.turn,
+            "forked_from": self.forked_from,
+        }
+
+
+@dataclass
+class _Plan:
+    payload: Payload
+    chain: Chain
+    status: str
+    thread: str | None
+    expected: object  # ANY | None | oid
+    stored: int  # leading messages already stored
+    old_tip: str | None
+    forked_from: dict | None = None
+    turn: tuple[str, bytes] | None = None
+    move_ref: bool = True
+
+
+class _View:
+    """What the decision reads: refs, the tip→threads map, stored objects — plus, in a
+    batch, what earlier payloads of the same batch will have done."""
+
+    def __init__(self, repo) -> None:
+        self.repo = repo
+        self.pending_refs: dict[str, str] = {}
+        self.pending_objects: set[str] = set()
+        self.pending_upstream: dict[tuple[str, str], str] = {}
+
+    def read_ref(self, name: str) -> str | None:
+        if name in self.pending_refs:
+            return self.pending_refs[name]
+        return self.repo.refs.read(name)
+
+    def contains(self, oid: str) -> bool:
+        return oid in self.pending_objects or self.repo.objects.contains(oid)
+
+    def threads_at(self, tip: str) -> list[str]:
+        names = {n for n in self.repo.index.threads_at(tip) if n not in self.pending_refs}
+        names.update(n for n, t in self.pending_refs.items() if t == tip)
+        return sorted(names)
+
+    def thread_for_upstream(self, source: str, upstream: str) -> str | None:
+        key = (source, upstream)
+        if key in self.pending_upstream:
+            return self.pending_upstream[key]
+        return self.repo.index.thread_for_upstream(source, upstream)
+
+    def stored_prefix(self, ids: list[str]) -> int:
+        if not self.pending_objects:
+            return longest_stored_prefix(self.repo.objects, ids)
+        lo, hi = 0, len(ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.contains(ids[mid]):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def ancestry(self, tip: str) -> list[str]:
+        return [oid for oid, _ in iter_ancestry(self.repo.objects, tip)]
+
+
+# -- deciding -------------------------------------------------------------------------------
+
+
+def _decide(view: _View, payload: Payload, chain: Chain, thread: str | None, on_conflict: str, now_ms: int) -> _Plan:
+    ids = chain.ids
+    tip = chain.tip
+    k = view.stored_prefix(ids)
+    trusted = thread
+    src, up = payload.turn.source, payload.turn.upstream_thread_id
+    if trusted is None and src and up:
+        trusted = view.thread_for_upstream(src, up)
+        if trusted is None:
+            return _Plan(payload, chain, "created", _upstream_name(view, src, up, tip, now_ms), None, k, None)
+    if trusted is not None:
+        return _decide_trusted(view, payload, chain, trusted, on_conflict, k, now_ms)
+    if k == len(ids):
+        names = view.threads_at(tip)
+        if not names and (payload.turn.is_call() or payload.has_response):
+            # A call whose every message is old, ending mid-thread: the turn is still new and
+            # needs a thread to hang on.
+            return _Plan(payload, chain, "created", _auto_name(view, tip, now_ms), None, k, None,
+                         forked_from={"message": tip, "threads": []})
+        return _Plan(payload, chain, "deduplicated", names[0] if names else None, ANY, k, tip, move_ref=False)
+    prefix_tip = ids[k - 1] if k else None
+    if prefix_tip is not None:
+        names = view.threads_at(prefix_tip)
+        if len(names) == 1:
+            return _Plan(payload, chain, "appended", names[0], prefix_tip, k, prefix_tip)
+        forked = {"message": prefix_tip, "threads": names} if k else None
+    else:
+        forked = None
+    return _Plan(payload, chain, "created", _auto_name(view, tip, now_ms), None, k, None, forked_from=forked)
+
+
+def _decide_trusted(view, payload, chain, thread, on_conflict, k, now_ms) -> _Plan:
+    ids = chain.ids
+    tip = chain.tip
+    old = view.read_ref(thread)
+    if old is None:
+        return _Plan(payload, chain, "created", thread, None, k, None)
+    if old == tip:
+        return _Plan(payload, chain, "deduplicated", thread, old, k, old, move_ref=False)
+    pos = {oid: i for i, oid in enumerate(ids)}
+    if old in pos:
+        return _Plan(payload, chain, "appended", thread, old, k, old)
+    history = view.ancestry(old)  # tip .. root
+    if k == len(ids) and tip in set(history):
+        return _Plan(payload, chain, "deduplicated", thread, old, k, old, move_ref=False)
+    hist_set = set(history)
+    common = 0
+    while common < len(ids) and ids[common] in hist_set:
+        common += 1
+    if _same_messages_reordered(view, chain, history, common):
+        raise AmbiguousThread(
+            f"thread {thread!r} holds these messages in another order", thread=thread, tip=old
+        )
+    if on_conflict == "fork":
+        at = ids[common - 1] if common else None
+        name = _fork_name(view, thread, tip)
+        return _Plan(
+            payload, chain, "forked", name, None, k, None,
+            forked_from={"thread": thread, "message": at},
+        )
+    at = f"after message {short(ids[common - 1])}" if common else "at the first message"
+    raise DuplicateConflict(
+        f"thread {thread!r} has a different history: the payload diverges {at} "
+        f"(use --on-conflict fork to keep both)",
+        thread=thread, tip=old, diverged_after=ids[common - 1] if common else None,
+    )
+
+
+def _content_key(data: bytes) -> tuple:
+    """A message's content without its parent: equal keys = the same message elsewhere."""
+    m = codec.decode(data)
+    return (m.role, codec.encode(m.__class__(parent=None, role=m.role, parts=m.parts, meta=m.meta)))
+
+
+def _same_messages_reordered(view, chain: Chain, history: list[str], common: int) -> bool:
+    theirs_ids = list(reversed(history))
+    if len(theirs_ids) < len(chain.ids) or len(chain.ids) - common < 2:
+        return False
+    mine = Counter(_content_key(d) for d in chain.data[common:])
+    theirs = Counter(
+        _content_key(view.repo.objects.read_bytes(oid)) for oid in theirs_ids[common : len(chain.ids)]
+    )
+    return mine == theirs
+
+
+def _auto_name(view: _View, tip: str, now_ms: int) -> str:
+    """Unique, time-sortable: ``YYYYMMDD-HHMMSS-<tip prefix>``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now_ms / 1000))
+    for n in (6, 10, 16, 64):
+        name = f"{stamp}-{tip[:n]}"
+        if view.read_ref(name) is None:
+            return name
+    return f"{stamp}-{tip}-{now_ms}"
+
+
+def _fork_name(view: _View, thread: str, tip: str) -> str:
+    for n in (6, 10, 16, 64):
+        name = f"{thread}-fork-{tip[:n]}"
+        if view.read_ref(name) is None:
+            return check_thread_name(name)
+    raise RefExists(f"cannot find a free name to fork {thread!r}")
+
+
+def _upstream_name(view: _View, source: str, upstream: str, tip: str, now_ms: int) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in upstream).strip("-.")[:100]
+    ssafe = "".join(c if c.isalnum() or c in "-_" else "-" for c in source).strip("-")[:40]
+    cand = f"{ssafe}/{safe}" if ssafe and safe else ""
+    try:
+        check_thread_name(cand)
+        if view.read_ref(cand) is None:
+            return cand
+    except ConvgitError:
+        pass
+    return _auto_name(view, tip, now_ms)
+
+
+# -- the turn -------------------------------------------------------------------------------
+
+
+def _make_turn(plan: _Plan, now_ms: int) -> None:
+    p, chain = plan.payload, plan.chain
+    info = p.turn
+    is_call = info.is_call() or p.has_response
+    new_msgs = len(chain.ids) - plan.stored
+    if not is_call and (not plan.move_ref or plan.thread is None):
+        return
+    if is_call:
+        kind = "call"
+        n_in = len(p.messages)
+        inp = chain.ids[n_in - 1] if n_in else None
+    else:
+        kind = "fork" if plan.status == "forked" else "append"
+        inp = chain.ids[plan.stored - 1] if plan.stored else None
+        if plan.status == "forked":
+            inp = plan.forked_from["message"]
+        elif new_msgs == 0:
+            inp = chain.tip
+    turn = Turn(
+        kind=kind,
+        thread=plan.thread or "",
+        input=inp,
+        output=chain.tip,
+        model=info.model,
+        resolved_model=info.resolved_model,
+        options=info.options,
+        usage=info.usage,
+        started_at=info.started_at if info.started_at is not None else now_ms,
+        duration_ms=info.duration_ms,
+        error=info.error,
+        source=info.source,
+        upstream_thread_id=info.upstream_thread_id,
+        forked_from=(plan.forked_from or {}).get("thread"),
+        meta=info.meta,
+    )
+    try:
+        plan.turn = codec.encode_and_hash(turn)
+    except codec.EncodeError as e:
+        raise SchemaValidationFailed(f"turn metadata: {e}") from e
+
+
+def _reflog_message(plan: _Plan) -> str:
+    n = len(plan.chain.ids) - plan.stored
+    if plan.status == "created":
+        return f"commit (new thread): {n} new message(s)"
+    if plan.status == "forked":
+        return f"commit (fork of {plan.forked_from['thread']}): {n} new message(s)"
+    if plan.status == "appended":
+        return f"commit: {n} new message(s)"
+    return "commit: recorded call, nothing new"
+
+
+# -- entry points ---------------------------------------------------------------------------
+
+
+def prepare(repo, payload: Payload) -> Chain:
+    """Hash a payload (no I/O). Raises the input errors before anything is written."""
+    return build_chain(payload.all_messages, None, repo.config)
+
+
+def commit_payload(
+    repo,
+    payload: Payload,
+    *,
+    thread: str | None = None,
+    on_conflict: str = "reject",
+    now_ms: int | None = None,
+) -> CommitResult:
+    """Store one conversation and move (at most) one thread. See DESIGN §5."""
+    if thread is not None:
+        check_thread_name(thread)
+    if on_conflict not in ON_CONFLICT:
+        raise SchemaValidationFailed(f"--on-conflict must be one of {', '.join(ON_CONFLICT)}")
+    chain = prepare(repo, payload)
+    if not chain.ids:
+        raise SchemaValidationFailed("the conversation has no messages")
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    with repo.write_lock():
+        for _ in range(_MAX_RETRIES):
+            view = _View(repo)
+            plan = _decide(view, payload, chain, thread, on_conflict, now)
+            _make_turn(plan, now)
+            objs = chain.objects_from(plan.stored)
+            if plan.turn:
+                objs.append(plan.turn)
+            new = repo.objects.write_many(objs) if objs else 0
+            crash_point("commit_after_objects")
+            try:
+                if plan.move_ref or plan.turn:
+                    _move_ref(repo, plan, now)
+            except (RefStale, RefExists, NotFound):
+                repo.index.refresh()
+                continue  # someone else moved the thread: decide again
+            crash_point("commit_after_ref")
+            return _finish(repo, [plan], [new])[0]
+        raise RefStale("the thread kept moving under concurrent writers; try again")
+
+
+def _move_ref(repo, plan: _Plan, now_ms: int, *, fsync: bool | None = None) -> None:
+    if plan.thread is None:
+        return
+    turn = plan.turn[0] if plan.turn else None
+    new = plan.chain.tip if plan.move_ref else plan.old_tip
+    repo.refs.update(
+        plan.thread,
+        new,
+        expected=plan.expected,
+        message=_reflog_message(plan),
+        turn=turn,
+        exists=repo.objects.contains,
+        time_ms=now_ms,
+    )
+
+
+def _finish(repo, plans: Sequence[_Plan], news: Sequence[int]) -> list[CommitResult]:
+    results = []
+    for plan, new in zip(plans, news):
+        n_new = len(plan.chain.ids) - plan.stored
+        moved = plan.move_ref
+        appended = 0
+        if moved:
+            if plan.status == "appended" and isinstance(plan.expected, str):
+                appended = len(plan.chain.ids) - plan.chain.ids.index(plan.expected) - 1
+            else:
+                appended = len(plan.chain.ids)
+        results.append(
+            CommitResult(
+                status=plan.status,
+                thread=plan.thread,
+                tip=plan.chain.tip,
+                deduplicated=(plan.status == "deduplicated"),
+                appended_messages=appended,
+                new_objects=new,
+                new_messages=n_new,
+                turn=plan.turn[0] if plan.turn else None,
+                forked_from=plan.forked_from,
+            )
+        )
+    crash_point("commit_before_index")
+    try:
+        repo.index.record_commits(plans)
+    except Exception as e:  # the commit stands; the next command catches the index up
+        for r in results:
+            r.warnings.append(f"index not updated ({e}); it will catch up on the next command")
+    return results
+
+
+def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None) -> list[CommitResult]:
+    """Bulk ingestion with the same decisions as ``commit_payload`` (no trusted thread name;
+    ``source`` + ``upstream_thread_id`` in a payload still name its thread).
+
+    All objects are written, then made durable with one sync; then every ref moves, then
+    one more sync; then the index is updated in one transaction. Returns when all of it is
+    durable. A ref that moved under us meanwhile is retried through ``commit_payload``.
+    """
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    payloads = list(payloads)
+    chains = [prepare(repo, p) for p in payloads]
+    for i, c in enumerate(chains):
+        if not c.ids:
+            raise SchemaValidationFailed(f"conversation {i} has no messages")
+    fsync = repo.config.fsync
+    with repo.write_lock():
+        view = _View(repo)
+        plans: list[_Plan] = []
+        for p, c in zip(payloads, chains):
+            plan = _decide(view, p, c, None, "reject", now)
+            _make_turn(plan, now)
+            plans.append(plan)
+            view.pending_objects.update(c.ids[plan.stored:])
+            if plan.thread and plan.move_ref:
+                view.pending_refs[plan.thread] = c.tip
+            if plan.thread and p.turn.source and p.turn.upstream_thread_id:
+                view.pending_upstream[(p.turn.source, p.turn.upstream_thread_id)] = plan.thread
+        # Phase 1: objects (no per-file fsync), then one durable flush.
+        repo.objects.fsync = False
+        news = []
+        try:
+            for plan in plans:
+                objs = plan.chain.objects_from(plan.stored)
+                if plan.turn:
+                    objs.append(plan.turn)
+                news.append(repo.objects.write_many(objs) if objs else 0)
+        finally:
+            repo.objects.fsync = fsync
+        if fsync:
+            from . import fsio
+
+            fsio.sync_filesystem(repo.objects.path)
+        crash_point("commit_after_objects")
+        # Phase 2: refs (each CAS under its lock), then one durable flush: the commit point.
+        repo.refs.fsync = False
+        retry: list[int] = []
+        try:
+            for i, plan in enumerate(plans):
+                if plan.move_ref or plan.turn:
+                    try:
+                        _move_ref(repo, plan, now)
+                    except (RefStale, RefExists, NotFound):
+                        retry.append(i)
+        finally:
+            repo.refs.fsync = fsync
+        if fsync:
+            from . import fsio
+
+            fsio.sync_filesystem(repo.path)
+        crash_point("commit_after_ref")
+        ok = [i for i in range(len(plans)) if i not in set(retry)]
+        results: list[CommitResult | None] = [None] * len(plans)
+        for i, r in zip(ok, _finish(repo, [plans[i] for i in ok], [news[i] for i in ok])):
+            results[i] = r
+    for i in retry:
+        repo.index.refresh()
+        results[i] = commit_payload(repo, payloads[i], now_ms=now)
+    return results  # type: ignore[return-value]

@@ -1,0 +1,83 @@
+"""Settings: the store's config.toml and the environment. The only module that reads os.environ."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from .errors import InvalidInput
+
+DEFAULT_CONFIG_TOML = """\
+# convgit store settings. Every key is optional; these are the defaults.
+
+[limits]
+max_messages = 100000          # messages in one payload
+max_message_bytes = 16777216   # encoded bytes of one message (16 MiB)
+max_payload_bytes = 268435456  # bytes of one input document (256 MiB)
+
+[core]
+fsync = true                   # false only for throw-away stores (tests, benchmarks)
+lock_timeout = 30.0            # seconds to wait for a ref or store lock
+
+[gc]
+grace_seconds = 1209600        # two weeks
+reflog_expire_days = 90
+"""
+
+
+@dataclass(frozen=True)
+class Config:
+    max_messages: int = 100_000
+    max_message_bytes: int = 16 * 1024 * 1024
+    max_payload_bytes: int = 256 * 1024 * 1024
+    fsync: bool = True
+    lock_timeout: float = 30.0
+    grace_seconds: int = 14 * 24 * 3600
+    reflog_expire_days: int = 90
+
+
+_SECTIONS = {
+    "limits": ("max_messages", "max_message_bytes", "max_payload_bytes"),
+    "core": ("fsync", "lock_timeout"),
+    "gc": ("grace_seconds", "reflog_expire_days"),
+}
+
+
+def load_config(path: Path) -> Config:
+    """Read config.toml (missing file: defaults), then apply environment overrides."""
+    values: dict = {}
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise InvalidInput(f"{path}: not valid TOML: {e}") from e
+        for section, keys in _SECTIONS.items():
+            sec = data.get(section, {})
+            for k in keys:
+                if k in sec:
+                    values[k] = sec[k]
+    types = {f.name: f.type for f in fields(Config)}
+    for k, v in list(values.items()):
+        want = {"int": int, "float": (int, float), "bool": bool}[types[k]]
+        if not isinstance(v, want) or (types[k] == "int" and isinstance(v, bool)):
+            raise InvalidInput(f"{path}: {k} must be {types[k]}, got {v!r}")
+    env = os.environ
+    if env.get("CONVGIT_FSYNC") is not None:
+        values["fsync"] = env["CONVGIT_FSYNC"] not in ("0", "false", "no", "")
+    if env.get("CONVGIT_LOCK_TIMEOUT"):
+        values["lock_timeout"] = float(env["CONVGIT_LOCK_TIMEOUT"])
+    if env.get("CONVGIT_GC_GRACE"):
+        values["grace_seconds"] = int(env["CONVGIT_GC_GRACE"])
+    return Config(**values)
+
+
+def env_store_dir() -> str | None:
+    return os.environ.get("CONVGIT_DIR") or None
+
+
+def crash_point(name: str) -> None:
+    """Test hook: ``CONVGIT_CRASH_AT=<name>`` kills the process here, as a crash would."""
+    if os.environ.get("CONVGIT_CRASH_AT") == name:
+        os._exit(137)

@@ -1,0 +1,158 @@
+"""One error hierarchy. Every error has a stable ``code`` slug and a documented exit code.
+
+Library code raises these and never prints or exits; ``convgit.cli`` maps them to a message
+on stderr (or a JSON document under ``--json``) and ``exit_code``. The table is in docs/cli.md.
+"""
+
+from __future__ import annotations
+
+
+class ConvgitError(Exception):
+    """Root of every error convgit raises on purpose."""
+
+    code = "error"
+    exit_code = 1
+
+    def __init__(self, message: str, **details: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def to_json(self) -> dict:
+        out: dict = {"status": "error", "error_code": self.code, "error_message": self.message}
+        if self.details:
+            out["details"] = self.details
+        return out
+
+
+# -- input: 10-19 ---------------------------------------------------------------------------
+
+
+class InvalidInput(ConvgitError):
+    """The input could not be read at all (not JSON, bad UTF-8, unknown shape)."""
+
+    code = "invalid_input"
+    exit_code = 10
+
+
+class SchemaValidationFailed(InvalidInput):
+    """The input parsed but does not describe a valid conversation."""
+
+    code = "schema_validation_failed"
+    exit_code = 11
+
+
+class PayloadTooLarge(InvalidInput):
+    code = "payload_too_large"
+    exit_code = 12
+
+
+class InvalidRefName(InvalidInput):
+    code = "invalid_ref_name"
+    exit_code = 13
+
+
+class HashMismatch(InvalidInput):
+    """A payload carried its own id or parent id and it is not the one convgit computes."""
+
+    code = "hash_mismatch"
+    exit_code = 14
+
+
+class NotFound(ConvgitError):
+    """An unknown revision, thread or object named by the user."""
+
+    code = "not_found"
+    exit_code = 15
+
+
+class AmbiguousRevision(NotFound):
+    code = "ambiguous_revision"
+    exit_code = 16
+
+
+# -- threads and refs: 20-29 ----------------------------------------------------------------
+
+
+class DuplicateConflict(ConvgitError):
+    """A trusted thread already holds a different history (an earlier message differs)."""
+
+    code = "duplicate_conflict"
+    exit_code = 20
+
+
+class AmbiguousThread(ConvgitError):
+    """The payload holds the thread's messages in another order."""
+
+    code = "ambiguous_thread"
+    exit_code = 21
+
+
+class RefStale(ConvgitError):
+    """Compare-and-swap failed: the ref is not at the expected value."""
+
+    code = "ref_stale"
+    exit_code = 22
+
+
+class RefExists(ConvgitError):
+    code = "ref_exists"
+    exit_code = 23
+
+
+class Locked(ConvgitError):
+    """A lock could not be taken within the timeout."""
+
+    code = "locked"
+    exit_code = 24
+
+
+# -- integrity: 30-39 -----------------------------------------------------------------------
+
+
+class ObjectCorrupt(ConvgitError):
+    code = "object_corrupt"
+    exit_code = 30
+
+
+class ObjectMissing(ConvgitError):
+    code = "object_missing"
+    exit_code = 31
+
+
+class NotAStore(ConvgitError):
+    """Not a convgit store, or a store of a format version this release cannot read."""
+
+    code = "not_a_store"
+    exit_code = 32
+
+
+# -- I/O: 40 --------------------------------------------------------------------------------
+
+
+class StorageFailed(ConvgitError):
+    """The file system failed (EIO, ENOSPC, a failed fsync): the operation did not happen."""
+
+    code = "storage_failed"
+    exit_code = 40
+
+
+ALL_ERRORS: tuple[type[ConvgitError], ...] = (
+    ConvgitError,
+    InvalidInput,
+    SchemaValidationFailed,
+    PayloadTooLarge,
+    InvalidRefName,
+    HashMismatch,
+    NotFound,
+    AmbiguousRevision,
+    DuplicateConflict,
+    AmbiguousThread,
+    RefStale,
+    RefExists,
+    Locked,
+    ObjectCorrupt,
+    ObjectMissing,
+    NotAStore,
+    StorageFailed,
+)

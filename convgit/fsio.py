@@ -1,0 +1,249 @@
+"""Every file-system mutation convgit makes goes through this module.
+
+One place means the crash simulator and the fsync-failure tests can wrap it, and one place
+holds the durability rules: objects are written to a temp file in their final directory,
+fsynced, made read-only and linked into place (an existing file is success); refs are
+replaced by rename of a fsynced lock file followed by an fsync of their directory.
+An fsync error is fatal for the operation: it is raised as StorageFailed and never retried.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from .errors import Locked, StorageFailed
+
+TMP_PREFIX = "tmp_"
+
+
+def _storage_error(op: str, path: os.PathLike | str, e: OSError) -> StorageFailed:
+    return StorageFailed(f"{op} {path}: {e.strerror or e}", path=str(path), errno=e.errno)
+
+
+def fsync_fd(fd: int, path: os.PathLike | str = "?") -> None:
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        raise _storage_error("fsync", path, e) from e
+
+
+def fsync_dir(path: os.PathLike | str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        raise _storage_error("open directory", path, e) from e
+    try:
+        fsync_fd(fd, path)
+    finally:
+        os.close(fd)
+
+
+_libc = None
+
+
+def sync_filesystem(path: os.PathLike | str) -> None:
+    """Flush every dirty file and directory entry of the file system holding ``path``.
+
+    Used by bulk writers instead of one fsync per file: one syncfs(2) makes thousands of
+    objects durable at once. Linux reports writeback errors from syncfs since 5.8.
+    """
+    global _libc
+    if sys.platform.startswith("linux"):
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            if _libc.syncfs(fd) != 0:
+                err = ctypes.get_errno()
+                raise StorageFailed(f"syncfs {path}: {os.strerror(err)}", errno=err)
+        finally:
+            os.close(fd)
+    else:  # pragma: no cover - other platforms
+        os.sync()
+
+
+def makedirs(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _storage_error("mkdir", path, e) from e
+
+
+def write_object_file(final: Path, data: bytes, *, fsync: bool) -> bool:
+    """Write ``data`` to ``final`` once. Returns True if this call created the file.
+
+    An existing file counts as success and gets its mtime refreshed, so a concurrent gc's
+    grace period keeps it (git's freshen rule). The caller fsyncs the directory.
+    """
+    if freshen(final):
+        return False
+    d = final.parent
+    for attempt in (0, 1):
+        tmp = d / f"{TMP_PREFIX}{os.getpid()}_{time.monotonic_ns()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+            break
+        except FileNotFoundError:
+            # The fan-out directory is missing (new, or removed by gc): create and retry.
+            makedirs(d)
+        except OSError as e:
+            raise _storage_error("create", tmp, e) from e
+    else:  # pragma: no cover - makedirs raised instead
+        raise StorageFailed(f"cannot create a file in {d}")
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+        except OSError as e:
+            raise _storage_error("write", tmp, e) from e
+        if fsync:
+            fsync_fd(fd, tmp)
+    except BaseException:
+        os.close(fd)
+        _unlink_quiet(tmp)
+        raise
+    os.close(fd)
+    try:
+        os.link(tmp, final)
+        created = True
+    except FileExistsError:
+        created = False
+    except OSError as e:
+        if e.errno in (errno.EPERM, errno.ENOTSUP, errno.EXDEV):  # no hard links: rename
+            try:
+                os.rename(tmp, final)
+                return True
+            except OSError as e2:
+                _unlink_quiet(tmp)
+                raise _storage_error("rename", final, e2) from e2
+        _unlink_quiet(tmp)
+        raise _storage_error("link", final, e) from e
+    _unlink_quiet(tmp)
+    return created
+
+
+def freshen(path: Path) -> bool:
+    """Refresh an existing file's mtime. False if it does not exist or cannot be touched."""
+    try:
+        os.utime(path)
+        return True
+    except OSError:
+        return False
+
+
+def replace_file(path: Path, data: bytes, *, fsync: bool, tmp: Path | None = None) -> None:
+    """Atomically replace ``path`` with ``data`` (temp + fsync + rename + fsync dir)."""
+    tmp = tmp or path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            if fsync:
+                fsync_fd(f.fileno(), tmp)
+        os.rename(tmp, path)
+    except OSError as e:
+        _unlink_quiet(tmp)
+        raise _storage_error("replace", path, e) from e
+    except BaseException:
+        _unlink_quiet(tmp)
+        raise
+    if fsync:
+        fsync_dir(path.parent)
+
+
+def append_line(path: Path, line: str, *, fsync: bool) -> None:
+    try:
+        makedirs(path.parent)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+            if fsync:
+                fsync_fd(fd, path)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise _storage_error("append", path, e) from e
+
+
+def rename(src: Path, dst: Path) -> None:
+    try:
+        os.rename(src, dst)
+    except OSError as e:
+        raise _storage_error("rename", dst, e) from e
+
+
+def unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise _storage_error("unlink", path, e) from e
+
+
+def _unlink_quiet(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def write_new_file(path: Path, data: bytes) -> None:
+    """Create a small file that must not exist yet (store skeleton files)."""
+    try:
+        with open(path, "xb") as f:
+            f.write(data)
+    except OSError as e:
+        raise _storage_error("create", path, e) from e
+
+
+@contextmanager
+def flock(path: Path, *, shared: bool, timeout: float) -> Iterator[None]:
+    """Hold a kernel lock on ``path`` (created if missing, never deleted).
+
+    Kernel locks vanish with their process, so ``kill -9`` never leaves a stale lock.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise _storage_error("open lock", path, e) from e
+    try:
+        _acquire(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, timeout, path)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def try_flock(path: Path, *, shared: bool) -> int | None:
+    """Take a lock without waiting. Returns the fd holding it, or None if it is busy."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        return fd
+    except BlockingIOError:
+        os.close(fd)
+        return None
+
+
+def _acquire(fd: int, kind: int, timeout: float, path: Path) -> None:
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise Locked(f"{path} is locked by another process (waited {timeout:g}s)")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)

@@ -1,0 +1,52 @@
+"""Walking the message DAG: pure functions over an object store."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .errors import ObjectCorrupt
+from .objects import Message
+
+
+def read_message(objects, oid: str) -> Message:
+    obj = objects.read(oid)
+    if not isinstance(obj, Message):
+        raise ObjectCorrupt(f"{oid} is a {type(obj).__name__.lower()}, not a message", oid=oid)
+    return obj
+
+
+def iter_ancestry(objects, tip: str | None, stop: set[str] | None = None) -> Iterator[tuple[str, Message]]:
+    """(id, message) from ``tip`` back to the root (or until an id in ``stop``)."""
+    oid = tip
+    seen = 0
+    while oid is not None and (stop is None or oid not in stop):
+        msg = read_message(objects, oid)
+        yield oid, msg
+        oid = msg.parent
+        seen += 1
+        if seen > 50_000_000:  # pragma: no cover - a cycle is impossible with hashes
+            raise ObjectCorrupt("ancestry too long")
+
+
+def ancestry_ids(objects, tip: str | None) -> list[str]:
+    """Ids from the root to ``tip`` (reading order)."""
+    ids = [oid for oid, _ in iter_ancestry(objects, tip)]
+    ids.reverse()
+    return ids
+
+
+def longest_stored_prefix(objects, ids: list[str]) -> int:
+    """How many leading ids of a chain are already stored.
+
+    Stored messages are closed under "parent of" (a message is only written after its parent
+    and gc keeps ancestors of what it keeps), so membership is monotone along the chain and a
+    binary search needs only log2(n) existence checks.
+    """
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if objects.contains(ids[mid]):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

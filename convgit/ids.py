@@ -1,0 +1,82 @@
+"""Object ids and ref names: validated before any path is built from them."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InvalidRefName
+
+OID_LEN = 64
+SHORT_LEN = 12
+MIN_PREFIX = 4
+ZERO_OID = "0" * OID_LEN
+
+_OID_RE = re.compile(r"[0-9a-f]{64}\Z")
+_PREFIX_RE = re.compile(r"[0-9a-f]{4,64}\Z")
+MAX_REF_BYTES = 255
+
+
+def is_oid(s: object) -> bool:
+    return isinstance(s, str) and _OID_RE.match(s) is not None
+
+
+def is_oid_prefix(s: str) -> bool:
+    return _PREFIX_RE.match(s) is not None
+
+
+def short(oid: str | None) -> str:
+    return oid[:SHORT_LEN] if oid else ""
+
+
+def check_thread_name(name: object) -> str:
+    """Return ``name`` if it is a valid thread name, else raise InvalidRefName.
+
+    The rules are git's ``check-ref-format`` rules, plus a byte limit so that a name always
+    fits in a file name, and a ban on names that would collide with convgit's own syntax
+    (``~`` revisions, ``@{`` reflog selectors). A thread name that is also a hex prefix is
+    allowed; as in git, the thread wins when a revision is resolved.
+    """
+    if not isinstance(name, str):
+        raise InvalidRefName("thread name must be a string")
+    why = _why_bad(name)
+    if why:
+        raise InvalidRefName(f"invalid thread name {name!r}: {why}", name=name)
+    return name
+
+
+def _why_bad(name: str) -> str | None:
+    if not name:
+        return "empty"
+    try:
+        raw = name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "not valid UTF-8"
+    if len(raw) > MAX_REF_BYTES:
+        return f"longer than {MAX_REF_BYTES} bytes"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return "contains a control character"
+    for ch in " ~^:?*[\\":
+        if ch in name:
+            return f"contains {ch!r}"
+    if "@{" in name:
+        return "contains '@{'"
+    if name == "@":
+        return "is '@'"
+    if name == "HEAD":
+        return "'HEAD' is reserved"
+    if ".." in name:
+        return "contains '..'"
+    if name.startswith("/") or name.endswith("/"):
+        return "starts or ends with '/'"
+    if "//" in name:
+        return "contains '//'"
+    if name.startswith("-"):
+        return "starts with '-'"
+    if name.endswith("."):
+        return "ends with '.'"
+    for comp in name.split("/"):
+        if comp.startswith("."):
+            return "a component starts with '.'"
+        if comp.endswith(".lock"):
+            return "a component ends with '.lock'"
+    return None

@@ -1,0 +1,522 @@
+"""The derived SQLite index (``index.sqlite``): a cache, never the source of truth.
+
+It is rebuilt from objects + refs + reflogs whenever it is missing, unreadable or of another
+schema version, and caught up whenever a ref differs from the tip it recorded. There is one
+code path for all three — "catch these threads up" — so an incremental index and a rebuilt
+one hold the same rows. Text is stored once (in ``parts``), never twice.
+
+Concurrency: SQLite's rollback journal (not WAL: a rebuilt index is swapped in by rename, and
+a WAL file left beside the old inode would corrupt the new one); every write transaction and
+every swap run under the kernel lock ``index.lock``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Iterable
+
+from . import codec, fsio
+from .errors import ConvgitError, ObjectCorrupt, ObjectMissing
+from .objects import (
+    AttachmentPart,
+    Blob,
+    Message,
+    OpaquePart,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Turn,
+)
+from .refs import read_log_file
+
+SCHEMA_VERSION = 1
+INDEX_FILE = "index.sqlite"
+
+SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE threads (
+  name TEXT PRIMARY KEY,
+  tip TEXT NOT NULL,
+  created_ms INTEGER,
+  updated_ms INTEGER,
+  forked_from_thread TEXT,
+  forked_from_message TEXT,
+  reflog_size INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX threads_tip ON threads(tip);
+CREATE TABLE messages (
+  rowid INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  parent TEXT,
+  role TEXT NOT NULL,
+  depth INTEGER NOT NULL,
+  title_id TEXT,
+  turn_id TEXT,
+  n_parts INTEGER NOT NULL,
+  meta_json TEXT
+);
+CREATE INDEX messages_parent ON messages(parent);
+CREATE TABLE parts (
+  message_rowid INTEGER NOT NULL REFERENCES messages(rowid),
+  position INTEGER NOT NULL,
+  type TEXT NOT NULL,
+  text TEXT,
+  name TEXT,
+  tool_call_id TEXT,
+  blob TEXT,
+  mime_type TEXT,
+  data_json TEXT,
+  PRIMARY KEY (message_rowid, position)
+) WITHOUT ROWID;
+CREATE TABLE turns (
+  id TEXT PRIMARY KEY,
+  thread TEXT,
+  kind TEXT NOT NULL,
+  input TEXT,
+  output TEXT NOT NULL,
+  model TEXT,
+  resolved_model TEXT,
+  started_at INTEGER,
+  duration_ms INTEGER,
+  input_tokens INTEGER,
+  output_tokens INTEGER,
+  usage_json TEXT,
+  options_json TEXT,
+  source TEXT,
+  upstream_thread_id TEXT,
+  forked_from TEXT,
+  error TEXT,
+  meta_json TEXT
+);
+CREATE INDEX turns_upstream ON turns(source, upstream_thread_id);
+CREATE INDEX turns_thread ON turns(thread);
+CREATE VIEW message_text AS
+  SELECT m.id AS id, group_concat(p.text, char(10)) AS text
+  FROM messages m JOIN parts p ON p.message_rowid = m.rowid
+  WHERE p.type = 'text' GROUP BY m.id;
+CREATE VIEW message_tree AS
+WITH RECURSIVE tree(rid, id, depth, sort_key) AS (
+  SELECT rowid, id, 0, printf('%012d', rowid) FROM messages WHERE parent IS NULL
+  UNION ALL
+  SELECT m.rowid, m.id, t.depth + 1, t.sort_key || '/' || printf('%012d', m.rowid)
+  FROM messages m JOIN tree t ON m.parent = t.id
+)
+SELECT t.id AS id, m.parent AS parent, t.depth AS depth, m.role AS role,
+  printf('%.*c', t.depth * 2, ' ') || m.role || ': ' ||
+    substr(replace(coalesce((SELECT text FROM message_text x WHERE x.id = t.id), ''), char(10), ' '), 1, 80)
+    AS tree,
+  (SELECT group_concat(name, ', ') FROM threads WHERE tip = t.id) AS tip_of
+FROM tree t JOIN messages m ON m.rowid = t.rid
+ORDER BY t.sort_key;
+"""
+
+
+def _dump(v) -> str | None:
+    if v is None:
+        return None
+    return json.dumps(v, ensure_ascii=False, sort_keys=True, default=_json_default)
+
+
+def _json_default(v):
+    if isinstance(v, (bytes, bytearray)):
+        import base64
+
+        return base64.b64encode(v).decode()
+    raise TypeError(type(v))
+
+
+def part_text(p, blob_text=None) -> str | None:
+    """The searchable text of a part (long text resolved from its blob by the caller)."""
+    if isinstance(p, (TextPart, ReasoningPart)):
+        return blob_text if p.blob else p.text
+    if isinstance(p, ToolCallPart):
+        a = p.arguments
+        return a if isinstance(a, str) else _dump(a)
+    if isinstance(p, ToolResultPart):
+        o = p.output
+        if isinstance(o, str):
+            return o
+        if isinstance(o, list):
+            texts = [x.get("text") for x in o if isinstance(x, dict) and isinstance(x.get("text"), str)]
+            if texts:
+                return "\n".join(texts)
+        return _dump(o)
+    return None
+
+
+class Index:
+    def __init__(self, repo, *, path: Path | None = None, autorefresh: bool = True) -> None:
+        self.repo = repo
+        self.path = path or repo.path / INDEX_FILE
+        self.lock_path = repo.path / "index.lock"
+        self.rebuilt = False
+        self.db = self._open_valid()
+        if self.db is None:
+            self.rebuild()
+        elif autorefresh:
+            self.refresh()
+
+    # -- opening, validating, rebuilding ----------------------------------------------------
+
+    def _connect(self, path: Path) -> sqlite3.Connection:
+        db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=DELETE")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=30000")
+        return db
+
+    def _open_valid(self) -> sqlite3.Connection | None:
+        if not self.path.exists():
+            return None
+        try:
+            db = self._connect(self.path)
+            if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                db.close()
+                return None
+            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None or row[0] != str(SCHEMA_VERSION):
+                db.close()
+                return None
+            db.execute("SELECT count(*) FROM threads").fetchone()
+            return db
+        except sqlite3.DatabaseError:
+            return None
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None  # type: ignore[assignment]
+
+    def rebuild(self) -> dict:
+        """Build a fresh index in a temp file and swap it in atomically."""
+        t0 = time.perf_counter()
+        if getattr(self, "db", None) is not None:
+            self.db.close()
+        tmp = self.path.with_name(f"{fsio.TMP_PREFIX}{INDEX_FILE}.{os.getpid()}.{time.monotonic_ns()}")
+        try:
+            db = self._connect(tmp)
+            db.executescript(SCHEMA)
+            db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self.db = db
+            refs = self.repo.refs.read_all()
+            self._catch_up(refs, archived=True)
+            db.close()
+            with fsio.flock(self.lock_path, shared=False, timeout=60):
+                for suffix in ("-journal", "-wal", "-shm"):
+                    fsio.unlink(self.path.with_name(INDEX_FILE + suffix))
+                fsio.rename(tmp, self.path)
+        except BaseException:
+            fsio._unlink_quiet(tmp)
+            raise
+        self.db = self._connect(self.path)
+        self.rebuilt = True
+        n = self.db.execute("SELECT count(*) FROM messages").fetchone()[0]
+        return {"messages": n, "threads": len(refs), "seconds": round(time.perf_counter() - t0, 3)}
+
+    # -- catching up ------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Bring the index up to the refs on disk (a crash, a copy, another process)."""
+        refs = self.repo.refs.read_all()
+        known = {n: (t, size) for n, t, size in self.db.execute("SELECT name, tip, reflog_size FROM threads")}
+        if set(known) != set(refs) or any(
+            known[n][0] != tip or known[n][1] != self._log_size(n) for n, tip in refs.items()
+        ):
+            self._catch_up(refs)
+
+    def record_commits(self, plans) -> None:
+        """After a commit: index what the commit wrote, using the objects already in memory."""
+        cache: dict[str, object] = {}
+        names: set[str] = set()
+        for plan in plans:
+            for oid, msg in zip(plan.chain.ids, plan.chain.messages):
+                cache[oid] = msg
+            for blobs in plan.chain.blobs:
+                for oid, data in blobs:
+                    cache[oid] = codec.decode(data, oid)
+            if plan.turn:
+                cache[plan.turn[0]] = codec.decode(plan.turn[1], plan.turn[0])
+            if plan.thread:
+                names.add(plan.thread)
+        refs = {}
+        for n in names:
+            tip = self.repo.refs.read(n)
+            if tip is not None:
+                refs[n] = tip
+        self._catch_up(refs, only=names, cache=cache)
+
+    def _catch_up(self, refs: dict[str, str], *, only: set[str] | None = None, archived: bool = False,
+                  cache: dict | None = None) -> None:
+        cache = cache or {}
+        reader = _Reader(self.repo.objects, cache)
+        with fsio.flock(self.lock_path, shared=False, timeout=60):
+            db = self.db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                known = {r[0]: (r[1], r[2]) for r in db.execute("SELECT name, tip, reflog_size FROM threads")}
+                if only is None:
+                    for name in set(known) - set(refs):
+                        db.execute("DELETE FROM threads WHERE name=?", (name,))
+                        db.execute("UPDATE turns SET thread=NULL WHERE thread=?", (name,))
+                for name, tip in sorted(refs.items()):
+                    old = known.get(name)
+                    if old is not None and old[0] == tip and self._log_size(name) == old[1]:
+                        continue
+                    self._index_chain(reader, tip)
+                    self._index_thread(reader, name, tip, old[1] if old else 0)
+                if archived:
+                    for tname, path in self.repo.refs.iter_log_files():
+                        if tname is None:
+                            self._index_log(reader, None, path, 0)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def _log_size(self, name: str) -> int:
+        try:
+            return os.stat(self.repo.refs.log_path(name)).st_size
+        except FileNotFoundError:
+            return 0
+
+    def _index_chain(self, reader: "_Reader", tip: str) -> None:
+        """Insert every message from ``tip`` back to the first one already indexed."""
+        db = self.db
+        todo: list[tuple[str, Message]] = []
+        oid: str | None = tip
+        base_depth, base_title = -1, None
+        while oid is not None:
+            row = db.execute("SELECT depth, title_id FROM messages WHERE id=?", (oid,)).fetchone()
+            if row is not None:
+                base_depth, base_title = row
+                break
+            msg = reader.message(oid)
+            todo.append((oid, msg))
+            oid = msg.parent
+        depth, title = base_depth, base_title
+        for oid, msg in reversed(todo):
+            depth += 1
+            if title is None and msg.role == "user":
+                title = oid
+            cur = db.execute(
+                "INSERT INTO messages (id, parent, role, depth, title_id, n_parts, meta_json) VALUES (?,?,?,?,?,?,?)",
+                (oid, msg.parent, msg.role, depth, title, len(msg.parts), _dump(msg.meta)),
+            )
+            rid = cur.lastrowid
+            rows = []
+            for i, p in enumerate(msg.parts):
+                rows.append(_part_row(rid, i, p, reader))
+            db.executemany("INSERT INTO parts VALUES (?,?,?,?,?,?,?,?,?)", rows)
+
+    def _index_thread(self, reader: "_Reader", name: str, tip: str, log_offset: int) -> None:
+        db = self.db
+        path = self.repo.refs.log_path(name)
+        size = self._log_size(name)
+        if size < log_offset:  # rewritten (expired) reflog: read it all again
+            log_offset = 0
+        first_time = None
+        if log_offset == 0:
+            db.execute("DELETE FROM threads WHERE name=?", (name,))
+        entries = self._index_log(reader, name, path, log_offset)
+        row = db.execute("SELECT created_ms, forked_from_thread, forked_from_message FROM threads WHERE name=?", (name,)).fetchone()
+        created, f_thread, f_msg = row if row else (None, None, None)
+        updated = entries[-1].time_ms if entries else None
+        if row is None and entries:
+            first_time = entries[0].time_ms
+            created = first_time
+            t = entries[0].turn
+            if t:
+                turn = reader.turn(t)
+                if turn is not None:
+                    f_thread = turn.forked_from
+                    f_msg = turn.input if turn.kind == "fork" else None
+        if row is not None and updated is None:
+            updated = db.execute("SELECT updated_ms FROM threads WHERE name=?", (name,)).fetchone()[0]
+        db.execute(
+            "INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?)",
+            (name, tip, created, updated, f_thread, f_msg, size),
+        )
+
+    def _index_log(self, reader: "_Reader", thread: str | None, path: Path, offset: int):
+        entries = read_log_file(path, offset)
+        for e in entries:
+            if e.turn:
+                turn = reader.turn(e.turn)
+                if turn is not None:
+                    self._index_turn(reader, e.turn, turn, thread)
+        return entries
+
+    def _index_turn(self, reader: "_Reader", tid: str, t: Turn, thread: str | None) -> None:
+        db = self.db
+        u = t.usage or {}
+        inp_tok = u.get("input_tokens", u.get("prompt_tokens"))
+        out_tok = u.get("output_tokens", u.get("completion_tokens"))
+        db.execute(
+            "INSERT OR REPLACE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                tid, thread, t.kind, t.input, t.output, t.model, t.resolved_model, t.started_at,
+                t.duration_ms, inp_tok if isinstance(inp_tok, int) else None,
+                out_tok if isinstance(out_tok, int) else None, _dump(t.usage), _dump(t.options),
+                t.source, t.upstream_thread_id, t.forked_from, t.error, _dump(t.meta),
+            ),
+        )
+        # A message's turn is the earliest turn that produced it: (input, output].
+        key = (t.started_at if t.started_at is not None else 0, tid)
+        oid: str | None = t.output
+        steps = 0
+        while oid is not None and oid != t.input and steps < 1_000_000:
+            steps += 1
+            row = db.execute("SELECT turn_id, parent FROM messages WHERE id=?", (oid,)).fetchone()
+            if row is None:
+                msg = reader.message_or_none(oid)
+                if msg is None:
+                    break
+                oid = msg.parent
+                continue
+            cur, parent = row
+            if cur is None or cur == tid or self._turn_key(cur) > key:
+                db.execute("UPDATE messages SET turn_id=? WHERE id=?", (tid, oid))
+            oid = parent
+
+    def _turn_key(self, tid: str):
+        row = self.db.execute("SELECT started_at FROM turns WHERE id=?", (tid,)).fetchone()
+        if row is None:
+            return (float("inf"), tid)
+        return (row[0] if row[0] is not None else 0, tid)
+
+    # -- queries used by commit -------------------------------------------------------------
+
+    def threads_at(self, tip: str) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT name FROM threads WHERE tip=? ORDER BY name", (tip,))]
+
+    def thread_for_upstream(self, source: str, upstream: str) -> str | None:
+        row = self.db.execute(
+            "SELECT t.thread FROM turns t JOIN threads h ON h.name = t.thread "
+            "WHERE t.source=? AND t.upstream_thread_id=? ORDER BY t.started_at DESC, t.id LIMIT 1",
+            (source, upstream),
+        ).fetchone()
+        return row[0] if row else None
+
+    # -- queries used by porcelain ----------------------------------------------------------
+
+    def thread_rows(self) -> list[dict]:
+        cur = self.db.execute(
+            """SELECT h.name, h.tip, m.depth + 1, h.created_ms, h.updated_ms, h.forked_from_thread,
+                      h.forked_from_message, m.title_id
+               FROM threads h LEFT JOIN messages m ON m.id = h.tip ORDER BY h.name"""
+        )
+        out = []
+        for name, tip, count, created, updated, fthread, fmsg, title_id in cur:
+            out.append({
+                "name": name, "tip": tip, "messages": count, "created_ms": created, "updated_ms": updated,
+                "forked_from_thread": fthread, "forked_from_message": fmsg, "title_id": title_id,
+            })
+        return out
+
+    def message_text(self, oid: str) -> str:
+        rows = self.db.execute(
+            "SELECT p.text FROM parts p JOIN messages m ON m.rowid = p.message_rowid "
+            "WHERE m.id=? AND p.type='text' ORDER BY p.position", (oid,),
+        ).fetchall()
+        return "\n".join(r[0] for r in rows if r[0] is not None)
+
+    def turn_info(self, oids: Iterable[str]) -> dict[str, dict]:
+        """message id → its turn's time/model, for the given messages."""
+        out: dict[str, dict] = {}
+        ids = list(oids)
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            q = ",".join("?" * len(chunk))
+            for mid, tid, started, model, rmodel, kind in self.db.execute(
+                f"SELECT m.id, t.id, t.started_at, t.model, t.resolved_model, t.kind FROM messages m "
+                f"JOIN turns t ON t.id = m.turn_id WHERE m.id IN ({q})", chunk,
+            ):
+                out[mid] = {"turn": tid, "started_at": started, "model": model, "resolved_model": rmodel, "kind": kind}
+        return out
+
+    def depth(self, oid: str) -> int | None:
+        row = self.db.execute("SELECT depth FROM messages WHERE id=?", (oid,)).fetchone()
+        return row[0] if row else None
+
+    def dump(self) -> dict:
+        """A canonical dump of every derived row (tests compare an incremental index with a rebuild)."""
+        q = {
+            "threads": "SELECT name, tip, created_ms, updated_ms, forked_from_thread, forked_from_message FROM threads ORDER BY name",
+            "turns": "SELECT id, thread, kind, input, output, model, started_at FROM turns WHERE thread IS NOT NULL ORDER BY id",
+        }
+        out = {k: [list(r) for r in self.db.execute(v)] for k, v in q.items()}
+        reach = self.db.execute(
+            """WITH RECURSIVE r(id) AS (SELECT tip FROM threads UNION SELECT m.parent FROM messages m JOIN r ON m.id = r.id WHERE m.parent IS NOT NULL)
+               SELECT m.id, m.parent, m.role, m.depth, m.title_id, m.turn_id, m.n_parts FROM messages m JOIN r ON r.id = m.id ORDER BY m.id"""
+        )
+        out["messages"] = [list(r) for r in reach]
+        return out
+
+
+class _Reader:
+    """Objects for indexing: from the commit's in-memory cache, else from the store."""
+
+    def __init__(self, objects, cache: dict) -> None:
+        self.objects = objects
+        self.cache = cache
+
+    def get(self, oid: str):
+        obj = self.cache.get(oid)
+        if obj is None:
+            obj = self.objects.read(oid)
+        return obj
+
+    def message(self, oid: str) -> Message:
+        obj = self.get(oid)
+        if not isinstance(obj, Message):
+            raise ObjectCorrupt(f"{oid} is not a message", oid=oid)
+        return obj
+
+    def message_or_none(self, oid: str) -> Message | None:
+        try:
+            obj = self.get(oid)
+        except ConvgitError:
+            return None
+        return obj if isinstance(obj, Message) else None
+
+    def turn(self, oid: str) -> Turn | None:
+        try:
+            obj = self.get(oid)
+        except (ObjectMissing, ObjectCorrupt):
+            return None
+        return obj if isinstance(obj, Turn) else None
+
+    def blob_text(self, oid: str) -> str | None:
+        try:
+            obj = self.get(oid)
+        except (ObjectMissing, ObjectCorrupt):
+            return None
+        if isinstance(obj, Blob):
+            return obj.data.decode("utf-8", "replace")
+        return None
+
+
+def _part_row(rid: int, pos: int, p, reader: _Reader) -> tuple:
+    blob_text = reader.blob_text(p.blob) if isinstance(p, (TextPart, ReasoningPart)) and p.blob else None
+    text = part_text(p, blob_text)
+    name = tool_call_id = blob = mime = data = None
+    if isinstance(p, ToolCallPart):
+        name, tool_call_id = p.name, p.id
+    elif isinstance(p, ToolResultPart):
+        name, tool_call_id = p.name, p.tool_call_id
+    elif isinstance(p, AttachmentPart):
+        name, blob, mime = p.name, p.blob, p.mime_type
+        data = _dump({"url": p.url, "size": p.size}) if (p.url or p.size is not None) else None
+    elif isinstance(p, OpaquePart):
+        data = _dump(p.data)
+    elif isinstance(p, (TextPart, ReasoningPart)):
+        blob = p.blob
+    type_ = {TextPart: "text", ReasoningPart: "reasoning", ToolCallPart: "tool_call", ToolResultPart: "tool_result",
+             AttachmentPart: "attachment", OpaquePart: "opaque"}[type(p)]
+    return (rid, pos, type_, text, name, tool_call_id, blob, mime, data)

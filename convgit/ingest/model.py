@@ -1,0 +1,55 @@
+"""What every input format is turned into before anything is hashed or written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..objects import Part
+
+
+class Draft(msgspec.Struct, frozen=True):
+    """One normalised message, not yet hashed. ``claimed_id``/``claimed_parent`` are ids the
+    payload carried itself; they must match what convgit computes."""
+
+    role: str
+    parts: tuple[Part, ...]
+    meta: dict[str, Any] | None = None
+    claimed_id: str | None = None
+    claimed_parent: str | None = None
+
+
+class TurnInfo(msgspec.Struct, frozen=True):
+    """Turn metadata a payload may carry (a recorded model call, or import provenance)."""
+
+    model: str | None = None
+    resolved_model: str | None = None
+    options: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    started_at: int | None = None
+    duration_ms: int | None = None
+    error: str | None = None
+    source: str | None = None
+    upstream_thread_id: str | None = None
+    meta: dict[str, Any] | None = None
+
+    def is_call(self) -> bool:
+        """True if this records a real model call (which is recorded even when nothing is new)."""
+        return any(
+            v is not None
+            for v in (self.model, self.resolved_model, self.usage, self.started_at, self.duration_ms, self.error)
+        )
+
+
+class Payload(msgspec.Struct, frozen=True):
+    """One conversation: input messages, the model's response (may be empty), turn metadata."""
+
+    messages: tuple[Draft, ...]
+    response: tuple[Draft, ...] = ()
+    turn: TurnInfo = TurnInfo()
+    has_response: bool = False
+
+    @property
+    def all_messages(self) -> tuple[Draft, ...]:
+        return self.messages + self.response

@@ -1,0 +1,273 @@
+"""Threads as ref files, HEAD, compare-and-swap under lock, and the reflog.
+
+``refs/threads/<name>`` holds ``<tip>\\n``. An update takes a kernel lock on the persistent file
+``refs/threads/<name>.lock``, re-reads the tip under the lock, writes the new value to a temp
+file, fsyncs it, renames it over the ref and fsyncs the directory: that rename is the commit
+point. The reflog line (which names the turn object recorded with the move, if any) is
+appended and made durable *before* the rename, as git does, so a turn is never lost.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from . import fsio
+from .config import crash_point
+from .errors import InvalidRefName, NotFound, ObjectCorrupt, ObjectMissing, RefExists, RefStale
+from .ids import ZERO_OID, check_thread_name, is_oid, short
+
+ANY = object()  # "do not check the old value"
+THREADS = "refs/threads"
+
+
+@dataclass(frozen=True)
+class ReflogEntry:
+    old: str | None
+    new: str | None
+    time_ms: int
+    turn: str | None
+    message: str
+
+
+def format_reflog_line(old: str | None, new: str | None, time_ms: int, turn: str | None, msg: str) -> str:
+    msg = " ".join(msg.split())  # one line, always
+    return f"{old or ZERO_OID} {new or ZERO_OID} {time_ms} {turn or '-'}\t{msg}\n"
+
+
+def parse_reflog_line(line: str) -> ReflogEntry | None:
+    head, _, msg = line.rstrip("\n").partition("\t")
+    f = head.split(" ")
+    if len(f) != 4 or not is_oid(f[0]) or not is_oid(f[1]) or not f[2].isdigit():
+        return None
+    turn = f[3] if is_oid(f[3]) else None
+    return ReflogEntry(
+        None if f[0] == ZERO_OID else f[0],
+        None if f[1] == ZERO_OID else f[1],
+        int(f[2]),
+        turn,
+        msg,
+    )
+
+
+class RefStore:
+    def __init__(self, root: Path, *, fsync: bool = True, lock_timeout: float = 30.0) -> None:
+        self.root = root  # the .convgit directory
+        self.fsync = fsync
+        self.lock_timeout = lock_timeout
+        self.threads_dir = root / THREADS
+        self.logs_dir = root / "logs" / THREADS
+        self.deleted_logs_dir = root / "logs" / "deleted"
+
+    # -- paths ------------------------------------------------------------------------------
+
+    def ref_path(self, name: str) -> Path:
+        return self.threads_dir / check_thread_name(name)
+
+    def log_path(self, name: str) -> Path:
+        return self.logs_dir / check_thread_name(name)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def read(self, name: str) -> str | None:
+        """The tip of thread ``name``, or None if the thread does not exist."""
+        return self._read_path(self.ref_path(name), name)
+
+    def _read_path(self, path: Path, name: str) -> str | None:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(200)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        value = raw.decode("ascii", "replace").strip()
+        if not is_oid(value):
+            raise ObjectCorrupt(f"thread {name!r} is corrupt: its ref file holds {raw[:80]!r}", ref=name)
+        return value
+
+    def iter_names(self) -> Iterator[str]:
+        """Every thread name, sorted. Lock and temp files are skipped."""
+        out: list[str] = []
+        base = self.threads_dir
+        for dirpath, dirnames, filenames in os.walk(base):
+            rel = os.path.relpath(dirpath, base)
+            for fn in filenames:
+                if fn.endswith(".lock") or fn.startswith(fsio.TMP_PREFIX):
+                    continue
+                name = fn if rel == "." else f"{rel}/{fn}"
+                out.append(name.replace(os.sep, "/"))
+        return iter(sorted(out))
+
+    def read_all(self) -> dict[str, str]:
+        """name -> tip for every thread. A corrupt ref raises ObjectCorrupt."""
+        out = {}
+        for name in self.iter_names():
+            try:
+                check_thread_name(name)
+            except InvalidRefName:
+                raise ObjectCorrupt(f"ref file with an invalid thread name: {name!r}", ref=name)
+            tip = self._read_path(self.threads_dir / name, name)
+            if tip is not None:
+                out[name] = tip
+        return out
+
+    # -- HEAD -------------------------------------------------------------------------------
+
+    def read_head(self) -> str:
+        try:
+            raw = (self.root / "HEAD").read_text("utf-8").strip()
+        except FileNotFoundError:
+            return "main"
+        prefix = f"ref: {THREADS}/"
+        if not raw.startswith(prefix):
+            raise ObjectCorrupt(f"HEAD is corrupt: {raw[:80]!r}")
+        return raw[len(prefix):]
+
+    def write_head(self, name: str) -> None:
+        check_thread_name(name)
+        fsio.replace_file(self.root / "HEAD", f"ref: {THREADS}/{name}\n".encode(), fsync=self.fsync)
+
+    # -- updating ---------------------------------------------------------------------------
+
+    def update(
+        self,
+        name: str,
+        new: str | None,
+        *,
+        expected: object = ANY,
+        message: str = "",
+        turn: str | None = None,
+        exists: Callable[[str], bool] | None = None,
+        time_ms: int | None = None,
+    ) -> str | None:
+        """Compare-and-swap thread ``name`` from ``expected`` to ``new`` (None deletes).
+
+        ``expected``: ANY (no check), None (must not exist) or an id (must be the tip).
+        ``exists``: when given, ``new`` must name a stored object (a ref never dangles).
+        Returns the old tip. Raises RefExists / RefStale / NotFound / ObjectMissing.
+        """
+        path = self.ref_path(name)
+        if new is not None:
+            if not is_oid(new):
+                raise ObjectMissing(f"not an object id: {new!r}")
+            if exists is not None and not exists(new):
+                raise ObjectMissing(f"cannot point thread {name!r} at missing object {new}", oid=new)
+        self._check_df_conflict(path, name)
+        fsio.makedirs(path.parent)
+        with self._locked(path):
+            old = self._read_path(path, name)
+            if expected is not ANY and old != expected:
+                if expected is None:
+                    raise RefExists(f"thread {name!r} already exists (at {short(old)})", thread=name, tip=old)
+                if old is None:
+                    raise NotFound(f"thread {name!r} does not exist", thread=name)
+                raise RefStale(
+                    f"thread {name!r} is at {short(old)} but expected {short(expected)}",  # type: ignore[arg-type]
+                    thread=name, tip=old, expected=expected,
+                )
+            if new is None and old is None:
+                raise NotFound(f"thread {name!r} does not exist", thread=name)
+            if old == new:
+                if turn is not None:
+                    self._append_log(name, old, new, turn, message, time_ms)
+                return old
+            crash_point("ref_after_lock")
+            if new is None:
+                fsio.unlink(path)
+                if self.fsync:
+                    fsio.fsync_dir(path.parent)
+                self._archive_log(name)
+                return old
+            self._append_log(name, old, new, turn, message, time_ms)
+            tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+            fsio.replace_file(path, f"{new}\n".encode(), fsync=self.fsync, tmp=tmp)
+            crash_point("ref_after_rename")
+            return old
+
+    def rename(self, old_name: str, new_name: str, *, message: str = "") -> str:
+        """Rename a thread (ref and reflog). Fails if the new name exists."""
+        src, dst = self.ref_path(old_name), self.ref_path(new_name)
+        self._check_df_conflict(dst, new_name)
+        fsio.makedirs(dst.parent)
+        first, second = sorted([src, dst])
+        with self._locked(first), self._locked(second):
+            tip = self._read_path(src, old_name)
+            if tip is None:
+                raise NotFound(f"thread {old_name!r} does not exist", thread=old_name)
+            if self._read_path(dst, new_name) is not None:
+                raise RefExists(f"thread {new_name!r} already exists", thread=new_name)
+            self._append_log(old_name, tip, tip, None, message or f"rename: {old_name} -> {new_name}")
+            lsrc, ldst = self.log_path(old_name), self.log_path(new_name)
+            if ldst.exists():
+                self._archive_log(new_name)
+            if lsrc.exists():
+                fsio.makedirs(ldst.parent)
+                fsio.rename(lsrc, ldst)
+            tmp = dst.with_name(f"{fsio.TMP_PREFIX}{dst.name}.{os.getpid()}.{time.monotonic_ns()}")
+            fsio.replace_file(dst, f"{tip}\n".encode(), fsync=self.fsync, tmp=tmp)
+            fsio.unlink(src)
+            if self.fsync:
+                fsio.fsync_dir(src.parent)
+            return tip
+
+    def _check_df_conflict(self, path: Path, name: str) -> None:
+        """``a`` and ``a/b`` cannot both be threads (one would be a file and a directory)."""
+        if path.is_dir():
+            raise RefExists(f"thread {name!r} conflicts with threads named {name}/…", thread=name)
+        p = path.parent
+        while p != self.threads_dir and self.threads_dir in p.parents:
+            if p.is_file():
+                rel = p.relative_to(self.threads_dir).as_posix()
+                raise RefExists(f"thread {name!r} conflicts with thread {rel!r}", thread=name)
+            p = p.parent
+
+    # -- reflog -----------------------------------------------------------------------------
+
+    def _append_log(self, name, old, new, turn, message, time_ms=None) -> None:
+        t = time_ms if time_ms is not None else int(time.time() * 1000)
+        fsio.append_line(self.log_path(name), format_reflog_line(old, new, t, turn, message), fsync=self.fsync)
+
+    def _archive_log(self, name: str) -> None:
+        """A deleted thread's reflog is kept (it names the turns that recorded its history)."""
+        src = self.log_path(name)
+        if not src.exists():
+            return
+        dst = self.deleted_logs_dir / f"{name}.{int(time.time() * 1000)}"
+        fsio.makedirs(dst.parent)
+        fsio.rename(src, dst)
+
+    def read_log(self, name: str) -> list[ReflogEntry]:
+        return read_log_file(self.log_path(name))
+
+    def iter_log_files(self) -> Iterator[tuple[str | None, Path]]:
+        """(thread name or None for a deleted thread's archived log, path)."""
+        for base, live in ((self.logs_dir, True), (self.deleted_logs_dir, False)):
+            for dirpath, _, filenames in os.walk(base):
+                for fn in sorted(filenames):
+                    p = Path(dirpath) / fn
+                    if fn.endswith(".lock") or fn.startswith(fsio.TMP_PREFIX):
+                        continue
+                    name = str(p.relative_to(base)).replace(os.sep, "/") if live else None
+                    yield name, p
+
+    # -- locking ----------------------------------------------------------------------------
+
+    def _locked(self, ref_path: Path):
+        return fsio.flock(ref_path.with_name(ref_path.name + ".lock"), shared=False, timeout=self.lock_timeout)
+
+
+def read_log_file(path: Path, offset: int = 0) -> list[ReflogEntry]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        e = parse_reflog_line(line)
+        if e is not None:
+            out.append(e)
+    return out

@@ -1,0 +1,141 @@
+"""Open, create and discover stores; tie objects, refs, config and the index together."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from . import fsio
+from .config import DEFAULT_CONFIG_TOML, Config, env_store_dir, load_config
+from .errors import NotAStore
+from .object_store import ObjectStore
+from .refs import RefStore
+
+STORE_DIRNAME = ".convgit"
+FORMAT_MAGIC = "convgit-store"
+FORMAT_VERSION = 1
+FORMAT_LINE = f"{FORMAT_MAGIC} {FORMAT_VERSION}\n"
+
+
+class Repository:
+    """A store on disk. ``path`` is the ``.convgit`` directory itself."""
+
+    def __init__(self, path: Path, config: Config) -> None:
+        self.path = path
+        self.config = config
+        self.objects = ObjectStore(path / "objects", fsync=config.fsync)
+        self.refs = RefStore(path, fsync=config.fsync, lock_timeout=config.lock_timeout)
+        self._index = None
+
+    # -- creation and opening ---------------------------------------------------------------
+
+    @classmethod
+    def init(cls, path: Path | str, *, default_thread: str = "main") -> "Repository":
+        """Create a store at ``path`` (the ``.convgit`` directory). Idempotent."""
+        path = Path(path).absolute()
+        if (path / "format").exists():
+            return cls.open(path)
+        if path.exists() and any(path.iterdir()):
+            raise NotAStore(f"{path} exists and is not an empty directory or a convgit store")
+        for sub in ("objects", "refs/threads", "logs"):
+            fsio.makedirs(path / sub)
+        _write_if_missing(path / "config.toml", DEFAULT_CONFIG_TOML.encode())
+        _write_if_missing(path / "HEAD", f"ref: refs/threads/{default_thread}\n".encode())
+        # The format file last: a store is complete once it exists.
+        tmp = path / f"{fsio.TMP_PREFIX}format"
+        fsio.replace_file(path / "format", FORMAT_LINE.encode(), fsync=True, tmp=tmp)
+        return cls.open(path)
+
+    @classmethod
+    def open(cls, path: Path | str) -> "Repository":
+        path = Path(path).absolute()
+        check_format(path)
+        return cls(path, load_config(path / "config.toml"))
+
+    @classmethod
+    def discover(cls, start: Path | str | None = None, *, create_default: bool = True) -> "Repository":
+        """Find the store as git does: CONVGIT_DIR, then walk up from ``start`` for a
+        ``.convgit/``, then the per-user default store (created on first use)."""
+        env = env_store_dir()
+        if env:
+            p = Path(env).expanduser()
+            if not p.is_absolute() and start is not None:
+                p = Path(start) / p
+            if not (p / "format").exists() and (not p.exists() or not any(p.iterdir())):
+                return cls.init(p)
+            return cls.open(p)
+        here = Path(start or os.getcwd()).absolute()
+        for d in (here, *here.parents):
+            cand = d / STORE_DIRNAME
+            if cand.is_dir():
+                return cls.open(cand)
+        default = default_store_path()
+        if (default / "format").exists():
+            return cls.open(default)
+        if not create_default:
+            raise NotAStore("no convgit store here and no default store yet")
+        return cls.init(default)
+
+    # -- locks ------------------------------------------------------------------------------
+
+    @contextmanager
+    def write_lock(self) -> Iterator[None]:
+        """Writers share the store lock; gc takes it exclusively (so gc never races a writer)."""
+        with fsio.flock(self.path / "lock", shared=True, timeout=self.config.lock_timeout):
+            yield
+
+    @contextmanager
+    def exclusive_lock(self, timeout: float | None = None) -> Iterator[None]:
+        t = self.config.lock_timeout if timeout is None else timeout
+        with fsio.flock(self.path / "lock", shared=False, timeout=t):
+            yield
+
+    # -- the index --------------------------------------------------------------------------
+
+    @property
+    def index(self):
+        """The derived SQLite index, opened and brought up to date on first use."""
+        if self._index is None:
+            from .index import Index
+
+            self._index = Index(self)
+        return self._index
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+
+    def __enter__(self) -> "Repository":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def default_store_path() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("convgit", appauthor=False)) / STORE_DIRNAME
+
+
+def check_format(path: Path) -> None:
+    try:
+        raw = (path / "format").read_text("utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotAStore(f"{path} is not a convgit store (no format file)", path=str(path)) from None
+    parts = raw.split()
+    if len(parts) != 2 or parts[0] != FORMAT_MAGIC or not parts[1].isdigit():
+        raise NotAStore(f"{path}/format is not a convgit format file: {raw[:60]!r}", path=str(path))
+    if int(parts[1]) != FORMAT_VERSION:
+        raise NotAStore(
+            f"{path} is a format version {parts[1]} store; this convgit reads version {FORMAT_VERSION}",
+            path=str(path), version=int(parts[1]),
+        )
+
+
+def _write_if_missing(path: Path, data: bytes) -> None:
+    if not path.exists():
+        fsio.replace_file(path, data, fsync=True)

@@ -1,0 +1,68 @@
+"""Revisions → ids: full ids, unique prefixes (4+ hex), thread names, HEAD, NAME~N, NAME^."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InvalidRefName, NotFound
+from .graph import read_message
+from .ids import check_thread_name, is_oid, is_oid_prefix
+
+_SUFFIX = re.compile(r"(~\d*|\^+)+\Z")
+
+
+def split_rev(rev: str) -> tuple[str, int]:
+    """``"main~2"`` → ``("main", 2)``; ``"HEAD^^"`` → ``("HEAD", 2)``."""
+    m = _SUFFIX.search(rev)
+    if not m or m.start() == 0:
+        return rev, 0
+    base, suffix = rev[: m.start()], m.group(0)
+    n = 0
+    for tok in re.findall(r"~\d*|\^", suffix):
+        n += 1 if tok in ("~", "^") else int(tok[1:])
+    return base, n
+
+
+def resolve_base(repo, base: str) -> tuple[str, str | None]:
+    """(id, thread name or None) for a revision without ~N."""
+    if base in ("HEAD", "@"):
+        name = repo.refs.read_head()
+        tip = repo.refs.read(name)
+        if tip is None:
+            raise NotFound(f"HEAD names thread {name!r}, which has no messages yet", thread=name)
+        return tip, name
+    try:
+        check_thread_name(base)
+        tip = repo.refs.read(base)
+        if tip is not None:
+            return tip, base
+    except InvalidRefName:
+        pass
+    low = base.lower()
+    if is_oid(low):
+        if repo.objects.contains(low):
+            return low, None
+        raise NotFound(f"unknown revision {base!r}: no such object", rev=base)
+    if is_oid_prefix(low):
+        oid = repo.objects.resolve_prefix(low)
+        if oid is not None:
+            return oid, None
+    raise NotFound(f"unknown revision {base!r}: not a thread, id or unique id prefix", rev=base)
+
+
+def resolve(repo, rev: str) -> str:
+    """The message (or object) id a revision names."""
+    return resolve_with_thread(repo, rev)[0]
+
+
+def resolve_with_thread(repo, rev: str) -> tuple[str, str | None]:
+    if not isinstance(rev, str) or not rev:
+        raise NotFound("empty revision")
+    base, n = split_rev(rev)
+    oid, thread = resolve_base(repo, base)
+    for i in range(n):
+        msg = read_message(repo.objects, oid)
+        if msg.parent is None:
+            raise NotFound(f"{rev}: {base} has only {i + 1} message(s)", rev=rev)
+        oid = msg.parent
+    return oid, (thread if n == 0 else None)
