@@ -186,10 +186,15 @@ def conversation(repo: Repository, rev: str | None = None) -> list[LogEntry]:
     return log(repo, rev, reverse=True)
 
 
-def tree(repo: Repository) -> list[dict]:
-    """Every message reachable from a thread as a forest, in a stable order, with the thread
-    names whose tip each message is. Each row: id, parent, role, text, depth, tips."""
+def tree(repo: Repository, rev: str | None = None) -> list[dict]:
+    """Every message reachable from a thread as a forest in a stable order (with ``rev``: only
+    the tree holding that revision). Each row: id, parent, role, text, depth (how many forks
+    deep), branch (first message of a branch), last (no later sibling branch), tips (the
+    thread names whose tip it is)."""
     refs = repo.refs.read_all()
+    only_root = None
+    if rev is not None:
+        only_root = graph.ancestry_ids(repo.objects, revparse.resolve(repo, rev))[0]
     tips: dict[str, list[str]] = {}
     for n, t in refs.items():
         tips.setdefault(t, []).append(n)
@@ -199,25 +204,24 @@ def tree(repo: Repository) -> list[dict]:
         for oid, msg in graph.iter_ancestry(repo.objects, tip, stop=set(msgs)):
             msgs[oid] = msg
             children.setdefault(msg.parent, []).append(oid)
-    first_seen = {oid: i for i, oid in enumerate(msgs)}
     for k in children:
-        children[k].sort(key=lambda o: (min((n for n in _names_below(o, children, tips)), default=""), o))
+        children[k].sort(key=lambda o: (min(_names_below(o, children, tips), default="\uffff"), o))
+    roots = [r for r in children.get(None, []) if only_root is None or r == only_root]
     rows: list[dict] = []
-    stack = [(oid, 0, True) for oid in reversed(children.get(None, []))]
+    stack = [(oid, 0, False, True) for oid in reversed(roots)]
     while stack:
-        oid, depth, last = stack.pop()
+        oid, depth, branch, last = stack.pop()
         msg = msgs[oid]
         kids = children.get(oid, [])
         rows.append({
             "id": oid, "parent": msg.parent, "role": msg.role, "text": message_text(repo, msg),
-            "depth": depth, "tips": sorted(tips.get(oid, [])), "children": len(kids),
+            "depth": depth, "branch": branch, "last": last, "tips": sorted(tips.get(oid, [])),
         })
         if len(kids) == 1:
-            stack.append((kids[0], depth, True))
+            stack.append((kids[0], depth, False, True))
         else:
             for i, k in reversed(list(enumerate(kids))):
-                stack.append((k, depth + 1, i == len(kids) - 1))
-    del first_seen
+                stack.append((k, depth + 1, True, i == len(kids) - 1))
     return rows
 
 

@@ -98,6 +98,10 @@ class _View:
         names.update(n for n, t in self.pending_refs.items() if t == tip)
         return sorted(names)
 
+    def thread_containing(self, oid: str) -> str | None:
+        names = self.repo.index.threads_containing(oid)
+        return names[0] if names else None
+
     def thread_for_upstream(self, source: str, upstream: str) -> str | None:
         key = (source, upstream)
         if key in self.pending_upstream:
@@ -142,7 +146,8 @@ def _decide(view: _View, payload: Payload, chain: Chain, thread: str | None, on_
             # needs a thread to hang on.
             return _Plan(payload, chain, "created", _auto_name(view, tip, now_ms), None, k, None,
                          forked_from={"message": tip, "threads": []})
-        return _Plan(payload, chain, "deduplicated", names[0] if names else None, ANY, k, tip, move_ref=False)
+        name = names[0] if names else view.thread_containing(tip)
+        return _Plan(payload, chain, "deduplicated", name, ANY, k, tip, move_ref=False)
     prefix_tip = ids[k - 1] if k else None
     if prefix_tip is not None:
         names = view.threads_at(prefix_tip)
@@ -249,17 +254,20 @@ def _make_turn(plan: _Plan, now_ms: int) -> None:
     new_msgs = len(chain.ids) - plan.stored
     if not is_call and (not plan.move_ref or plan.thread is None):
         return
+    # The turn covers (input, output]: what this event brought. A call that brought nothing
+    # new still covers its response, so the response's model and time are known.
+    if new_msgs:
+        inp = chain.ids[plan.stored - 1] if plan.stored else None
+    elif is_call and p.response and p.messages:
+        inp = chain.ids[len(p.messages) - 1]
+    else:
+        inp = chain.tip
     if is_call:
         kind = "call"
-        n_in = len(p.messages)
-        inp = chain.ids[n_in - 1] if n_in else None
     else:
         kind = "fork" if plan.status == "forked" else "append"
-        inp = chain.ids[plan.stored - 1] if plan.stored else None
-        if plan.status == "forked":
-            inp = plan.forked_from["message"]
-        elif new_msgs == 0:
-            inp = chain.tip
+    if plan.status == "forked" and plan.forked_from.get("message") is not None:
+        inp = plan.forked_from["message"]
     turn = Turn(
         kind=kind,
         thread=plan.thread or "",

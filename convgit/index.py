@@ -395,6 +395,14 @@ class Index:
     def threads_at(self, tip: str) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT name FROM threads WHERE tip=? ORDER BY name", (tip,))]
 
+    def threads_containing(self, oid: str, limit: int = 1) -> list[str]:
+        """Threads whose history holds message ``oid`` (a descendant of it is their tip)."""
+        return [r[0] for r in self.db.execute(
+            """WITH RECURSIVE d(id) AS (SELECT ? UNION SELECT m.id FROM messages m JOIN d ON m.parent = d.id)
+               SELECT name FROM threads WHERE tip IN (SELECT id FROM d) ORDER BY name LIMIT ?""",
+            (oid, limit),
+        )]
+
     def thread_for_upstream(self, source: str, upstream: str) -> str | None:
         row = self.db.execute(
             "SELECT t.thread FROM turns t JOIN threads h ON h.name = t.thread "

@@ -1,0 +1,3 @@
+from .cli.entry import main
+
+main()

@@ -1,0 +1,1 @@
+"""The command line: parse → call convgit.api → render. The only package importing typer/rich."""

@@ -1,0 +1,173 @@
+"""log, show."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .. import api
+from ..ids import short
+from ..objects import AttachmentPart, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+from . import output
+from .app import app, get_repo
+
+JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
+
+
+def _when(iso: str | None) -> str:
+    return iso[:19].replace("T", " ") + " UTC" if iso else ""
+
+
+def _first_line(text: str, width: int = 72) -> str:
+    s = text.strip().splitlines()[0] if text.strip() else ""
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _summary(e: api.LogEntry) -> str:
+    if e.text.strip():
+        return _first_line(e.text)
+    for p in e.message.parts:
+        if isinstance(p, ToolCallPart):
+            return f"[tool call] {p.name}"
+        if isinstance(p, ToolResultPart):
+            return "[tool result]"
+        if isinstance(p, AttachmentPart):
+            return f"[attachment] {p.name or p.mime_type or p.url or ''}"
+        if isinstance(p, ReasoningPart):
+            return "[reasoning]"
+    return ""
+
+
+@app.command("log")
+def log_cmd(
+    rev: Optional[str] = typer.Argument(None, help="Where to start (default HEAD)."),
+    count: int = typer.Option(0, "-n", "--count", help="At most N messages (0 = all)."),
+    oneline: bool = typer.Option(False, "--oneline", help="One line per message."),
+    reverse: bool = typer.Option(False, "--reverse", help="Oldest first."),
+    all_: bool = typer.Option(False, "--all", help="Every message reachable from any thread, once."),
+    graph: bool = typer.Option(False, "--graph", help="Draw the fork tree (of every thread with --all)."),
+    json_: bool = JSON_OPT,
+) -> None:
+    """Messages from the tip back to the root, newest first (like git log)."""
+    output.set_json(json_)
+    repo = get_repo()
+    if graph and not json_:
+        _draw_tree(api.tree(repo, None if all_ else (rev or "HEAD")))
+        return
+    entries = api.log(repo, rev, count=count, all_threads=all_, reverse=reverse)
+    if json_:
+        output.emit_json_lines_array(e.to_json(repo) for e in entries)
+        return
+    tips: dict[str, list[str]] = {}
+    for n, t in repo.refs.read_all().items():
+        tips.setdefault(t, []).append(n)
+    for i, e in enumerate(entries):
+        names = tips.get(e.id, [])
+        deco = f" ({', '.join(names)})" if names else ""
+        model = (e.turn or {}).get("resolved_model") or (e.turn or {}).get("model")
+        if oneline:
+            output.styled([(short(e.id), "yellow"), (deco, "cyan"), (f" {e.role:<9} ", "bold"), (_summary(e), None)])
+            continue
+        if i:
+            output.line()
+        output.styled([("message ", "yellow"), (e.id, "yellow"), (deco, "cyan")])
+        output.line(f"Role:   {e.role}")
+        when = _when(api.iso((e.turn or {}).get("started_at")))
+        if when:
+            output.line(f"Date:   {when}")
+        if model:
+            output.line(f"Model:  {model}")
+        output.line()
+        body = e.text if e.text.strip() else _summary(e)
+        for ln in body.splitlines() or [""]:
+            output.line("    " + ln)
+
+
+def _draw_tree(rows: list[dict]) -> None:
+    open_levels: dict[int, bool] = {}
+    for r in rows:
+        d = r["depth"]
+        if d == 0 and r["parent"] is None and open_levels:
+            output.line()
+            open_levels = {}
+        pre = "".join("│ " if open_levels.get(lv) else "  " for lv in range(1, d))
+        if r["branch"]:
+            pre += "└─" if r["last"] else "├─"
+            open_levels[d] = not r["last"]
+        elif d:
+            pre += "│ " if open_levels.get(d) else "  "
+        deco = f"  ({', '.join(r['tips'])})" if r["tips"] else ""
+        text = _first_line(r["text"], 60) if r["text"].strip() else ""
+        output.styled([(pre, None), ("● ", "bold"), (short(r["id"]), "yellow"), (f" {r['role']}: ", "bold"), (text, None), (deco, "cyan")])
+
+
+@app.command("show")
+def show_cmd(
+    rev: Optional[str] = typer.Argument(None, help="A thread, message id or NAME~N (default HEAD)."),
+    reasoning: bool = typer.Option(False, "--reasoning", help="Unfold model reasoning."),
+    json_: bool = JSON_OPT,
+) -> None:
+    """The conversation up to REV in reading order, rendered for a person."""
+    output.set_json(json_)
+    repo = get_repo()
+    from ..revparse import resolve_with_thread
+
+    tip, thread = resolve_with_thread(repo, rev or "HEAD")
+    if rev is None:
+        thread = repo.refs.read_head()
+    entries = api.conversation(repo, tip)
+    if json_:
+        output.emit_json({"thread": thread, "tip": tip, "messages": [e.to_json(repo) for e in entries]})
+        return
+    if thread:
+        output.line(f"Thread {thread} · {len(entries)} message(s) · tip {short(tip)}", "bold")
+        output.line()
+    for e in entries:
+        _render_message(repo, e, reasoning)
+
+
+def _render_message(repo, e: api.LogEntry, unfold: bool) -> None:
+    t = e.turn or {}
+    bits = [e.role]
+    when = _when(api.iso(t.get("started_at")))
+    if when:
+        bits.append(when)
+    model = t.get("resolved_model") or t.get("model")
+    if model and e.role == "assistant":
+        bits.append(model)
+    bits.append(short(e.id))
+    head = "── " + " · ".join(bits) + " "
+    output.line(head + "─" * max(3, 72 - len(head)), {"user": "bold green", "assistant": "bold blue"}.get(e.role, "bold"))
+    for p in e.message.parts:
+        if isinstance(p, TextPart):
+            text = api._resolve_text(repo, p)
+            if output.color():
+                from rich.markdown import Markdown
+
+                output.console().print(Markdown(text))
+            else:
+                output.line(text)
+        elif isinstance(p, ReasoningPart):
+            text = api._resolve_text(repo, p)
+            if unfold:
+                output.line("[reasoning]", "dim")
+                for ln in text.splitlines():
+                    output.line("  " + ln, "dim")
+            else:
+                output.line(f"[reasoning: {len(text)} characters, --reasoning to show]", "dim")
+        elif isinstance(p, ToolCallPart):
+            args = p.arguments if isinstance(p.arguments, str) else output.json.dumps(p.arguments, ensure_ascii=False)
+            output.line(f"→ tool call {p.name}({args or ''})" + (f"  id={p.id}" if p.id else ""), "magenta")
+        elif isinstance(p, ToolResultPart):
+            o = p.output if isinstance(p.output, str) else output.json.dumps(p.output, ensure_ascii=False)
+            label = "← tool error" if p.is_error else "← tool result"
+            output.line(f"{label}" + (f" for {p.tool_call_id}" if p.tool_call_id else "") + ":", "magenta")
+            for ln in (o or "").splitlines():
+                output.line("  " + ln)
+        elif isinstance(p, AttachmentPart):
+            desc = p.name or p.url or (p.blob and short(p.blob)) or ""
+            output.line(f"[attachment {p.mime_type or ''} {desc} {p.size if p.size is not None else ''}]".replace("  ", " "), "dim")
+        elif isinstance(p, OpaquePart):
+            output.line(f"[{p.source or 'opaque'} part kept as is]", "dim")
+    output.line()

@@ -1,0 +1,83 @@
+"""threads (list, rename, delete), switch, fork."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .. import api
+from ..ids import short
+from . import output
+from .app import _Group, app, get_repo
+
+JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
+
+threads_app = typer.Typer(cls=_Group, help="List, rename and delete threads.", invoke_without_command=True,
+                          rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]})
+app.add_typer(threads_app, name="threads")
+
+
+@threads_app.callback()
+def threads_list(ctx: typer.Context, json_: bool = JSON_OPT) -> None:
+    """List threads: name, tip, message count, title, where each was forked from."""
+    if ctx.invoked_subcommand is not None:
+        return
+    output.set_json(json_)
+    rows = api.threads(get_repo())
+    if json_:
+        output.emit_json(rows)
+        return
+    if not rows:
+        output.info("no threads yet (convgit commit FILE to store a conversation)")
+        return
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        mark = "* " if r["current"] else "  "
+        fork = ""
+        if r["forked_from"]:
+            ff = r["forked_from"]
+            fork = f"  [forked from {ff['thread'] or ''}{'@' + short(ff['message']) if ff['message'] else ''}]"
+        output.styled([
+            (mark, "green"), (r["name"].ljust(width), "green" if r["current"] else "bold"),
+            (f"  {short(r['tip'])}", "yellow"), (f"  {r['messages']:>4} msg  ", None), (r["title"], None), (fork, "dim"),
+        ])
+
+
+@threads_app.command("rename")
+def threads_rename(old: str, new: str, json_: bool = JSON_OPT) -> None:
+    """Rename thread OLD to NEW (its reflog moves with it)."""
+    output.set_json(json_)
+    doc = api.rename_thread(get_repo(), old, new)
+    output.emit_json(doc) if json_ else output.line(f"Renamed {old} to {new}")
+
+
+@threads_app.command("delete")
+def threads_delete(name: str, json_: bool = JSON_OPT) -> None:
+    """Delete a thread's ref. Messages stay (other threads may share them); gc frees the rest."""
+    output.set_json(json_)
+    doc = api.delete_thread(get_repo(), name)
+    output.emit_json(doc) if json_ else output.line(f"Deleted thread {name} (was {short(doc['tip'])})")
+
+
+@app.command("switch")
+def switch_cmd(name: str, json_: bool = JSON_OPT) -> None:
+    """Make thread NAME the current one (HEAD)."""
+    output.set_json(json_)
+    doc = api.switch(get_repo(), name)
+    output.emit_json(doc) if json_ else output.line(f"Switched to thread {name}")
+
+
+@app.command("fork")
+def fork_cmd(
+    rev: str = typer.Argument(..., help="Where the new thread starts: a thread, id or NAME~N."),
+    name: Optional[str] = typer.Argument(None, help="Name of the new thread (default: <thread>-fork-<id>)."),
+    json_: bool = JSON_OPT,
+) -> None:
+    """A new thread whose tip is REV. Writes no message; records where it forked from."""
+    output.set_json(json_)
+    r = api.fork(get_repo(), rev, name)
+    if json_:
+        output.emit_json(r.to_json())
+    else:
+        output.line(f"Created thread {r.thread} at {short(r.tip)} (forked from {r.forked_from['thread'] or short(r.tip)})")

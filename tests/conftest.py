@@ -1,0 +1,56 @@
+"""Shared fixtures: every test runs with its own HOME / XDG dirs and no CONVGIT_* settings.
+
+Kept small and generic on purpose: the CLI tests reuse it; their helpers live elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import convgit
+
+# Deterministic property tests: the same examples on every run and every machine.
+# The autouse isolation fixture below is function-scoped; it only sets environment variables
+# that are the same for every example, so sharing it between examples is harmless.
+settings.register_profile(
+    "ci",
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "dev",
+    max_examples=500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path, monkeypatch):
+    """No test may touch the real user's store, config or environment.
+
+    HOME is ``tmp_path/home``; the default store (platformdirs) lands under ``tmp_path/data``.
+    """
+    base = tmp_path
+    for name in list(os.environ):
+        if name.startswith("CONVGIT_"):
+            monkeypatch.delenv(name)
+    for var, sub in (("HOME", "home"), ("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config")):
+        d = base / sub
+        d.mkdir()
+        monkeypatch.setenv(var, str(d))
+    return base
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A fresh store at ``tmp_path/s/.convgit`` (fsync on, as users get it)."""
+    r = convgit.init(tmp_path / "s")
+    yield r
+    r.close()
