@@ -141,13 +141,15 @@ def _decide(view: _View, payload: Payload, chain: Chain, thread: str | None, on_
         return _decide_trusted(view, payload, chain, trusted, on_conflict, k, now_ms)
     if k == len(ids):
         names = view.threads_at(tip)
-        if not names and (payload.turn.is_call() or payload.has_response):
+        if names:
+            return _Plan(payload, chain, "deduplicated", names[0], tip, k, tip, move_ref=False)
+        if payload.turn.is_call() or payload.has_response:
             # A call whose every message is old, ending mid-thread: the turn is still new and
             # needs a thread to hang on.
             return _Plan(payload, chain, "created", _auto_name(view, tip, now_ms), None, k, None,
                          forked_from={"message": tip, "threads": []})
-        name = names[0] if names else view.thread_containing(tip)
-        return _Plan(payload, chain, "deduplicated", name, ANY, k, tip, move_ref=False)
+        # Reported only: no ref moves and no turn is written.
+        return _Plan(payload, chain, "deduplicated", view.thread_containing(tip), ANY, k, tip, move_ref=False)
     prefix_tip = ids[k - 1] if k else None
     if prefix_tip is not None:
         names = view.threads_at(prefix_tip)
