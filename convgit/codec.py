@@ -78,29 +78,29 @@ _MAX_DEPTH = 64
 
 
 def _check_value(v: Any, depth: int = 0) -> None:
-    """Reject what msgpack would encode ambiguously or not at all (before any write)."""
+    """Reject what has no canonical form before any write: NaN/inf and absurd nesting.
+
+    (The msgpack encoder itself rejects lone surrogates, ints beyond 64 bits and non-string
+    map keys; those surface as EncodeError from ``encode``.)
+    """
     if depth > _MAX_DEPTH:
         raise EncodeError(f"value nested deeper than {_MAX_DEPTH} levels")
     if isinstance(v, float):
         if not math.isfinite(v):
             raise EncodeError("NaN and infinite numbers cannot be stored")
-    elif isinstance(v, int) and not isinstance(v, bool):
-        if not (-(2**63) <= v < 2**64):
-            raise EncodeError(f"integer {v} is out of the 64-bit range")
-    elif isinstance(v, str):
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise EncodeError("text is not valid Unicode (lone surrogate)") from e
     elif isinstance(v, dict):
-        for k, x in v.items():
-            if not isinstance(k, str):
-                raise EncodeError(f"map keys must be strings, got {type(k).__name__}")
-            _check_value(k, depth + 1)
-            _check_value(x, depth + 1)
+        for x in v.values():
+            if isinstance(x, _CONTAINERS):
+                _check_value(x, depth + 1)
     elif isinstance(v, (list, tuple)):
         for x in v:
-            _check_value(x, depth + 1)
+            if isinstance(x, _CONTAINERS):
+                _check_value(x, depth + 1)
     elif isinstance(v, msgspec.Struct):
         for f in v.__struct_fields__:
-            _check_value(getattr(v, f), depth + 1)
+            x = getattr(v, f)
+            if isinstance(x, _CONTAINERS):
+                _check_value(x, depth + 1)
+
+
+_CONTAINERS = (float, dict, list, tuple, msgspec.Struct)

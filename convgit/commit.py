@@ -329,6 +329,7 @@ def commit_payload(
     if not chain.ids:
         raise SchemaValidationFailed("the conversation has no messages")
     now = now_ms if now_ms is not None else int(time.time() * 1000)
+    repo.index  # open (and if needed rebuild) the index before anything is written
     with repo.write_lock():
         for _ in range(_MAX_RETRIES):
             view = _View(repo)
@@ -414,6 +415,7 @@ def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None)
         if not c.ids:
             raise SchemaValidationFailed(f"conversation {i} has no messages")
     fsync = repo.config.fsync
+    repo.index  # open (and if needed rebuild) the index before anything is written
     with repo.write_lock():
         view = _View(repo)
         plans: list[_Plan] = []
@@ -434,7 +436,8 @@ def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None)
                 objs = plan.chain.objects_from(plan.stored)
                 if plan.turn:
                     objs.append(plan.turn)
-                news.append(repo.objects.write_many(objs) if objs else 0)
+                missing = set(plan.chain.ids[plan.stored:])
+                news.append(repo.objects.write_many(objs, missing=missing) if objs else 0)
         finally:
             repo.objects.fsync = fsync
         if fsync:

@@ -77,27 +77,30 @@ def makedirs(path: Path) -> None:
         raise _storage_error("mkdir", path, e) from e
 
 
-def write_object_file(final: Path, data: bytes, *, fsync: bool) -> bool:
-    """Write ``data`` to ``final`` once. Returns True if this call created the file.
+def write_object_file(final: str, data: bytes, *, fsync: bool, probe: bool = True) -> bool:
+    """Write ``data`` to the path ``final`` once. Returns True if this call created the file.
 
     An existing file counts as success and gets its mtime refreshed, so a concurrent gc's
-    grace period keeps it (git's freshen rule). The caller fsyncs the directory.
+    grace period keeps it (git's freshen rule). The temp file is made in the final directory
+    and renamed into place (a same-content file renamed over another is harmless: objects
+    are named by their bytes). The caller fsyncs the directory. ``probe=False`` skips the
+    existence check for objects the caller just found missing.
     """
-    if freshen(final):
+    if probe and freshen(final):
         return False
-    d = final.parent
-    for attempt in (0, 1):
-        tmp = d / f"{TMP_PREFIX}{os.getpid()}_{time.monotonic_ns()}"
+    d = os.path.dirname(final)
+    tmp = f"{d}/{TMP_PREFIX}{os.getpid()}_{time.monotonic_ns()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    except FileNotFoundError:
+        # The fan-out directory is missing (new, or removed by gc): create it and retry.
+        makedirs(Path(d))
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-            break
-        except FileNotFoundError:
-            # The fan-out directory is missing (new, or removed by gc): create and retry.
-            makedirs(d)
         except OSError as e:
             raise _storage_error("create", tmp, e) from e
-    else:  # pragma: no cover - makedirs raised instead
-        raise StorageFailed(f"cannot create a file in {d}")
+    except OSError as e:
+        raise _storage_error("create", tmp, e) from e
     try:
         try:
             view = memoryview(data)
@@ -114,25 +117,14 @@ def write_object_file(final: Path, data: bytes, *, fsync: bool) -> bool:
         raise
     os.close(fd)
     try:
-        os.link(tmp, final)
-        created = True
-    except FileExistsError:
-        created = False
+        os.rename(tmp, final)
     except OSError as e:
-        if e.errno in (errno.EPERM, errno.ENOTSUP, errno.EXDEV):  # no hard links: rename
-            try:
-                os.rename(tmp, final)
-                return True
-            except OSError as e2:
-                _unlink_quiet(tmp)
-                raise _storage_error("rename", final, e2) from e2
         _unlink_quiet(tmp)
-        raise _storage_error("link", final, e) from e
-    _unlink_quiet(tmp)
-    return created
+        raise _storage_error("rename", final, e) from e
+    return True
 
 
-def freshen(path: Path) -> bool:
+def freshen(path: str | Path) -> bool:
     """Refresh an existing file's mtime. False if it does not exist or cannot be touched."""
     try:
         os.utime(path)

@@ -23,10 +23,11 @@ class ObjectStore:
 
     def __init__(self, path: Path, *, fsync: bool = True) -> None:
         self.path = path
+        self._root = str(path)
         self.fsync = fsync
 
-    def _file(self, oid: str) -> Path:
-        return self.path / oid[:2] / oid[2:]
+    def _file(self, oid: str) -> str:
+        return f"{self._root}/{oid[:2]}/{oid[2:]}"
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -97,24 +98,25 @@ class ObjectStore:
         oid, data = codec.encode_and_hash(obj)
         return oid, self.write_raw(oid, data)
 
-    def write_many(self, items: Iterable[tuple[str, bytes]]) -> int:
+    def write_many(self, items: Iterable[tuple[str, bytes]], *, missing: frozenset[str] | set[str] = frozenset()) -> int:
         """Write objects and make them durable before returning. Returns how many were new.
 
         Small batches fsync each file and its directory; large ones write without fsync and
         then flush the whole file system once (one syncfs instead of thousands of fsyncs).
+        ``missing``: ids the caller has just seen absent (their existence probe is skipped).
         """
         items = list(items)
         for oid, data in items:
             if codec.hash_bytes(data) != oid:
                 raise ObjectCorrupt(f"refusing to store bytes under the wrong id {oid}", oid=oid)
         per_file = self.fsync and len(items) <= _SYNCFS_THRESHOLD
-        dirs: set[Path] = set()
+        dirs: set[str] = set()
         new = 0
         for oid, data in items:
             f = self._file(oid)
-            if fsio.write_object_file(f, data, fsync=per_file):
+            if fsio.write_object_file(f, data, fsync=per_file, probe=oid not in missing):
                 new += 1
-                dirs.add(f.parent)
+                dirs.add(os.path.dirname(f))
         if self.fsync and new:
             if per_file:
                 for d in sorted(dirs):
