@@ -149,6 +149,25 @@ def part_text(p, blob_text=None) -> str | None:
     return None
 
 
+def _healing(fn):
+    """A query that meets a corrupt page rebuilds the index and runs once more.
+
+    (An index with a damaged page deep inside can pass every check on open; it is a cache,
+    so the cure is always the same.)
+    """
+
+    def wrapper(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except sqlite3.DatabaseError:
+            self.rebuild()
+            return fn(self, *args, **kwargs)
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
 class Index:
     def __init__(self, repo, *, path: Path | None = None, autorefresh: bool = True) -> None:
         self.repo = repo
@@ -168,6 +187,7 @@ class Index:
         db.execute("PRAGMA journal_mode=DELETE")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=30000")
+        db.execute("PRAGMA cache_size=-65536")
         return db
 
     def _open_valid(self) -> sqlite3.Connection | None:
@@ -221,6 +241,7 @@ class Index:
 
     # -- catching up ------------------------------------------------------------------------
 
+    @_healing
     def refresh(self) -> None:
         """Bring the index up to the refs on disk (a crash, a copy, another process)."""
         refs = self.repo.refs.read_all()
@@ -264,16 +285,26 @@ class Index:
                     for name in set(known) - set(refs):
                         db.execute("DELETE FROM threads WHERE name=?", (name,))
                         db.execute("UPDATE turns SET thread=NULL WHERE thread=?", (name,))
+                todo = []
                 for name, tip in sorted(refs.items()):
                     old = known.get(name)
                     if old is not None and old[0] == tip and self._log_size(name) == old[1]:
                         continue
+                    todo.append((name, tip, old[1] if old else 0))
+                # Pass 1: new messages become pending rows; pass 2 (reflogs and turns) sets
+                # their turn before they are inserted in bulk.
+                self._pending: dict[str, list] = {}
+                self._pending_parts: list[tuple] = []
+                self._next_rowid = (db.execute("SELECT max(rowid) FROM messages").fetchone()[0] or 0) + 1
+                for name, tip, _ in todo:
                     self._index_chain(reader, tip)
-                    self._index_thread(reader, name, tip, old[1] if old else 0)
+                for name, tip, offset in todo:
+                    self._index_thread(reader, name, tip, offset)
                 if archived:
                     for tname, path in self.repo.refs.iter_log_files():
                         if tname is None:
                             self._index_log(reader, None, path, 0)
+                self._flush()
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -286,12 +317,16 @@ class Index:
             return 0
 
     def _index_chain(self, reader: "_Reader", tip: str) -> None:
-        """Insert every message from ``tip`` back to the first one already indexed."""
+        """Queue every message from ``tip`` back to the first one already indexed."""
         db = self.db
         todo: list[tuple[str, Message]] = []
         oid: str | None = tip
         base_depth, base_title = -1, None
         while oid is not None:
+            row = self._pending.get(oid)
+            if row is not None:
+                base_depth, base_title = row[4], row[5]
+                break
             row = db.execute("SELECT depth, title_id FROM messages WHERE id=?", (oid,)).fetchone()
             if row is not None:
                 base_depth, base_title = row
@@ -304,15 +339,21 @@ class Index:
             depth += 1
             if title is None and msg.role == "user":
                 title = oid
-            cur = db.execute(
-                "INSERT INTO messages (id, parent, role, depth, title_id, n_parts, meta_json) VALUES (?,?,?,?,?,?,?)",
-                (oid, msg.parent, msg.role, depth, title, len(msg.parts), _dump(msg.meta)),
-            )
-            rid = cur.lastrowid
-            rows = []
+            rid = self._next_rowid
+            self._next_rowid += 1
+            self._pending[oid] = [rid, oid, msg.parent, msg.role, depth, title, None, len(msg.parts), _dump(msg.meta), None]
             for i, p in enumerate(msg.parts):
-                rows.append(_part_row(rid, i, p, reader))
-            db.executemany("INSERT INTO parts VALUES (?,?,?,?,?,?,?,?,?)", rows)
+                self._pending_parts.append(_part_row(rid, i, p, reader))
+
+    def _flush(self) -> None:
+        rows = [r[:9] for r in self._pending.values()]
+        self.db.executemany(
+            "INSERT INTO messages (rowid, id, parent, role, depth, title_id, turn_id, n_parts, meta_json) VALUES (?,?,?,?,?,?,?,?,?)",
+            rows,
+        )
+        self.db.executemany("INSERT INTO parts VALUES (?,?,?,?,?,?,?,?,?)", self._pending_parts)
+        self._pending = {}
+        self._pending_parts = []
 
     def _index_thread(self, reader: "_Reader", name: str, tip: str, log_offset: int) -> None:
         db = self.db
@@ -367,22 +408,27 @@ class Index:
             ),
         )
         # A message's turn is the earliest turn that produced it: (input, output].
-        key = (t.started_at if t.started_at is not None else 0, tid)
+        start = t.started_at if t.started_at is not None else 0
+        key = (start, tid)
         oid: str | None = t.output
         steps = 0
         while oid is not None and oid != t.input and steps < 1_000_000:
             steps += 1
-            row = db.execute("SELECT turn_id, parent FROM messages WHERE id=?", (oid,)).fetchone()
-            if row is None:
-                msg = reader.message_or_none(oid)
-                if msg is None:
-                    break
-                oid = msg.parent
-                continue
-            cur, parent = row
-            if cur is None or cur == tid or self._turn_key(cur) > key:
-                db.execute("UPDATE messages SET turn_id=? WHERE id=?", (tid, oid))
-            oid = parent
+            row = self._pending.get(oid)
+            if row is not None:  # queued in this transaction: decide in memory
+                if row[9] is None or key < row[9]:
+                    row[6], row[9] = tid, key
+            else:
+                db.execute(
+                    """UPDATE messages SET turn_id = :t WHERE id = :m AND (turn_id IS NULL OR turn_id = :t OR
+                       (SELECT coalesce(started_at, 0) > :s OR (coalesce(started_at, 0) = :s AND id > :t)
+                        FROM turns WHERE id = messages.turn_id) IS NOT 0)""",
+                    {"t": tid, "m": oid, "s": start},
+                )
+            msg = reader.message_or_none(oid)
+            if msg is None:
+                break
+            oid = msg.parent
 
     def _turn_key(self, tid: str):
         row = self.db.execute("SELECT started_at FROM turns WHERE id=?", (tid,)).fetchone()
@@ -392,9 +438,11 @@ class Index:
 
     # -- queries used by commit -------------------------------------------------------------
 
+    @_healing
     def threads_at(self, tip: str) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT name FROM threads WHERE tip=? ORDER BY name", (tip,))]
 
+    @_healing
     def threads_containing(self, oid: str, limit: int = 1) -> list[str]:
         """Threads whose history holds message ``oid`` (a descendant of it is their tip)."""
         return [r[0] for r in self.db.execute(
@@ -403,6 +451,7 @@ class Index:
             (oid, limit),
         )]
 
+    @_healing
     def thread_for_upstream(self, source: str, upstream: str) -> str | None:
         row = self.db.execute(
             "SELECT t.thread FROM turns t JOIN threads h ON h.name = t.thread "
@@ -413,6 +462,7 @@ class Index:
 
     # -- queries used by porcelain ----------------------------------------------------------
 
+    @_healing
     def thread_rows(self) -> list[dict]:
         cur = self.db.execute(
             """SELECT h.name, h.tip, m.depth + 1, h.created_ms, h.updated_ms, h.forked_from_thread,
@@ -427,6 +477,7 @@ class Index:
             })
         return out
 
+    @_healing
     def message_text(self, oid: str) -> str:
         rows = self.db.execute(
             "SELECT p.text FROM parts p JOIN messages m ON m.rowid = p.message_rowid "
@@ -434,6 +485,7 @@ class Index:
         ).fetchall()
         return "\n".join(r[0] for r in rows if r[0] is not None)
 
+    @_healing
     def turn_info(self, oids: Iterable[str]) -> dict[str, dict]:
         """message id → its turn's time/model, for the given messages."""
         out: dict[str, dict] = {}
@@ -448,10 +500,12 @@ class Index:
                 out[mid] = {"turn": tid, "started_at": started, "model": model, "resolved_model": rmodel, "kind": kind}
         return out
 
+    @_healing
     def depth(self, oid: str) -> int | None:
         row = self.db.execute("SELECT depth FROM messages WHERE id=?", (oid,)).fetchone()
         return row[0] if row else None
 
+    @_healing
     def dump(self) -> dict:
         """A canonical dump of every derived row (tests compare an incremental index with a rebuild)."""
         q = {
