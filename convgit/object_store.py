@@ -1,6 +1,10 @@
-"""Objects on disk: loose files ``objects/ab/cdef…`` named by the BLAKE3 of their bytes.
+"""Objects on disk: loose files ``objects/ab/cdef…`` and packs in ``objects/pack/``, behind
+one interface. Every read re-hashes the bytes, so a flipped bit is an ObjectCorrupt error,
+never wrong data.
 
-Every read re-hashes the bytes, so a flipped bit is an ObjectCorrupt error, never wrong data.
+Readers take no lock: gc may move an object from a loose file into a pack (or delete a pack
+after repacking it) while a reader looks for it, so a miss re-reads the pack list and looks
+once more before it is reported missing.
 """
 
 from __future__ import annotations
@@ -13,46 +17,117 @@ from . import codec, fsio
 from .errors import AmbiguousRevision, ObjectCorrupt, ObjectMissing, StorageFailed
 from .ids import is_oid
 from .objects import Object
+from .pack import Pack, write_pack
 
 # Below this many objects a batch is made durable file by file; above it, one syncfs(2).
 _SYNCFS_THRESHOLD = 16
 
 
 class ObjectStore:
-    """Loose objects behind one interface (packs join it in a later format addition)."""
-
     def __init__(self, path: Path, *, fsync: bool = True) -> None:
         self.path = path
         self._root = str(path)
+        self.pack_dir = path / "pack"
         self.fsync = fsync
+        self._packs: dict[str, Pack] | None = None
+        self._packs_sig: tuple | None = None
 
     def _file(self, oid: str) -> str:
         return f"{self._root}/{oid[:2]}/{oid[2:]}"
 
+    # -- packs ------------------------------------------------------------------------------
+
+    def packs(self, *, reload: bool = False) -> list[Pack]:
+        """The packs present (re-read when the pack directory changed or on ``reload``)."""
+        try:
+            st = os.stat(self.pack_dir)
+            sig = (st.st_mtime_ns, st.st_ino)
+        except FileNotFoundError:
+            sig = None
+        if self._packs is None or reload or sig != self._packs_sig:
+            old = self._packs or {}
+            names = []
+            if sig is not None:
+                names = sorted(n for n in os.listdir(self.pack_dir) if n.endswith(".idx") and n.startswith("pack-"))
+            new: dict[str, Pack] = {}
+            for n in names:
+                if n in old:
+                    new[n] = old.pop(n)
+                    continue
+                try:
+                    new[n] = Pack(self.pack_dir / n)
+                except FileNotFoundError:
+                    continue  # removed by gc meanwhile
+            for p in old.values():
+                p.close()
+            self._packs, self._packs_sig = new, sig
+        return list(self._packs.values())
+
+    def _pack_with(self, oid: str) -> Pack | None:
+        for p in self.packs():
+            if p.contains(oid):
+                return p
+        return None
+
+    def close(self) -> None:
+        for p in (self._packs or {}).values():
+            p.close()
+        self._packs = None
+
     # -- reading ----------------------------------------------------------------------------
 
     def contains(self, oid: str) -> bool:
+        if os.path.exists(self._file(oid)):
+            return True
+        if self._pack_with(oid) is not None:
+            return True
+        return os.path.exists(self._file(oid)) or any(p.contains(oid) for p in self.packs(reload=True))
+
+    def is_loose(self, oid: str) -> bool:
         return os.path.exists(self._file(oid))
 
     def read_bytes(self, oid: str) -> bytes:
         """The verified stored bytes of ``oid``."""
         if not is_oid(oid):
             raise ObjectMissing(f"not an object id: {oid!r}", oid=oid)
-        try:
-            with open(self._file(oid), "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            raise ObjectMissing(f"object {oid} is missing", oid=oid) from None
-        except OSError as e:
-            raise StorageFailed(f"cannot read object {oid}: {e.strerror}", oid=oid) from e
+        data = self._read_loose(oid)
+        if data is None:
+            data = self._read_packed(oid, reload=False)
+            if data is None:  # gc may have just packed or repacked it: look once more
+                data = self._read_loose(oid)
+                if data is None:
+                    data = self._read_packed(oid, reload=True)
+                    if data is None:
+                        raise ObjectMissing(f"object {oid} is missing", oid=oid)
+                    return data
+            else:
+                return data  # packs verify what they return
         if codec.hash_bytes(data) != oid:
             raise ObjectCorrupt(f"object {oid} is corrupt: its bytes hash to another id", oid=oid)
         return data
 
+    def _read_packed(self, oid: str, *, reload: bool) -> bytes | None:
+        for p in self.packs(reload=reload):
+            if p.contains(oid):
+                try:
+                    return p.read(oid)
+                except (OSError, ValueError):
+                    return None  # the pack went away under us
+        return None
+
+    def _read_loose(self, oid: str) -> bytes | None:
+        try:
+            with open(self._file(oid), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StorageFailed(f"cannot read object {oid}: {e.strerror}", oid=oid) from e
+
     def read(self, oid: str) -> Object:
         return codec.decode(self.read_bytes(oid), oid)
 
-    def iter_oids(self) -> Iterator[str]:
+    def iter_loose(self) -> Iterator[str]:
         try:
             fan = sorted(os.listdir(self.path))
         except FileNotFoundError:
@@ -69,15 +144,31 @@ class ObjectStore:
                 if is_oid(oid):
                     yield oid
 
+    def iter_oids(self) -> Iterator[str]:
+        """Every stored id once (loose first, then packed)."""
+        seen: set[str] = set()
+        for oid in self.iter_loose():
+            seen.add(oid)
+            yield oid
+        for p in self.packs(reload=True):
+            for oid in p.ids():
+                if oid not in seen:
+                    seen.add(oid)
+                    yield oid
+
     def find_prefix(self, prefix: str) -> list[str]:
         """Every stored id starting with ``prefix`` (at least 2 hex chars)."""
+        found: set[str] = set()
         d = self.path / prefix[:2]
         try:
             names = os.listdir(d)
         except (FileNotFoundError, NotADirectoryError):
-            return []
+            names = []
         rest = prefix[2:]
-        return sorted(prefix[:2] + n for n in names if n.startswith(rest) and is_oid(prefix[:2] + n))
+        found.update(prefix[:2] + n for n in names if n.startswith(rest) and is_oid(prefix[:2] + n))
+        for p in self.packs(reload=True):
+            found.update(p.find_prefix(prefix))
+        return sorted(found)
 
     def resolve_prefix(self, prefix: str) -> str | None:
         found = self.find_prefix(prefix)
@@ -98,8 +189,16 @@ class ObjectStore:
         oid, data = codec.encode_and_hash(obj)
         return oid, self.write_raw(oid, data)
 
+    def _freshen_packed(self, oid: str) -> bool:
+        """An object already in a pack: refresh the pack's mtime (gc's grace) and say so."""
+        p = self._pack_with(oid)
+        if p is None:
+            return False
+        fsio.freshen(p.pack_path)
+        return True
+
     def write_many(self, items: Iterable[tuple[str, bytes]], *, missing: frozenset[str] | set[str] = frozenset()) -> int:
-        """Write objects and make them durable before returning. Returns how many were new.
+        """Write objects as loose files, durable before returning. Returns how many were new.
 
         Small batches fsync each file and its directory; large ones write without fsync and
         then flush the whole file system once (one syncfs instead of thousands of fsyncs).
@@ -112,7 +211,10 @@ class ObjectStore:
         per_file = self.fsync and len(items) <= _SYNCFS_THRESHOLD
         dirs: set[str] = set()
         new = 0
+        has_packs = bool(self.packs())
         for oid, data in items:
+            if oid not in missing and has_packs and not os.path.exists(self._file(oid)) and self._freshen_packed(oid):
+                continue
             f = self._file(oid)
             if fsio.write_object_file(f, data, fsync=per_file, probe=oid not in missing):
                 new += 1
@@ -125,3 +227,22 @@ class ObjectStore:
             else:
                 fsio.sync_filesystem(self.path)
         return new
+
+    def write_packed(self, items: Iterable[tuple[str, bytes]], *, missing: frozenset[str] | set[str] = frozenset()) -> set[str]:
+        """Write objects into one new pack (bulk import). Objects already stored are freshened
+        instead. Durable on return. Returns the ids newly written."""
+        data: dict[str, bytes] = {}
+        for oid, b in items:
+            if oid in data:
+                continue
+            if oid not in missing and (self._freshen_loose(oid) or self._freshen_packed(oid)):
+                continue
+            data[oid] = b
+        if not data:
+            return set()
+        write_pack(self.pack_dir, list(data), data.__getitem__, fsync=self.fsync)
+        self.packs(reload=True)
+        return set(data)
+
+    def _freshen_loose(self, oid: str) -> bool:
+        return fsio.freshen(self._file(oid))

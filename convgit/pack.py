@@ -1,0 +1,283 @@
+"""Packfiles: many objects in one compressed file, with an index for O(log n) lookup by id.
+
+``objects/pack/pack-<checksum>.pack``::
+
+    b"CGPACK\\x00\\x01"   magic + format version 1
+    u32 count
+    count × entry:      u8 encoding (0 raw, 1 zstd) · u32 stored length · stored bytes
+    32 bytes            BLAKE3 of everything above (the pack's checksum and name)
+
+``objects/pack/pack-<checksum>.idx``::
+
+    b"CGIDX\\x00\\x00\\x01"  magic + version 1
+    u32 count
+    256 × u32           fan-out: how many ids start with a byte <= i
+    count × 32 bytes    ids, raw, sorted
+    count × u64         offset of each id's entry in the pack
+    count × u32         each object's size in bytes (uncompressed)
+    32 bytes            the pack's checksum
+    32 bytes            BLAKE3 of everything above in the idx
+
+All integers big-endian. Both files are written to temp names, fsynced and renamed (the pack
+first: an idx only ever names a complete pack). Every object read from a pack is re-hashed.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import time
+from bisect import bisect_left
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from blake3 import blake3
+
+from . import fsio
+from .errors import ObjectCorrupt, StorageFailed
+
+PACK_MAGIC = b"CGPACK\x00\x01"
+IDX_MAGIC = b"CGIDX\x00\x00\x01"
+RAW, ZSTD = 0, 1
+_ENTRY = struct.Struct(">BI")
+_HDR = 12  # magic + count
+_ZLEVEL = 3
+
+
+def _zstd():
+    import zstandard
+
+    return zstandard
+
+
+class Pack:
+    """One pack and its index, memory-mapped for reading."""
+
+    def __init__(self, idx_path: Path) -> None:
+        self.idx_path = idx_path
+        self.pack_path = idx_path.with_suffix(".pack")
+        self.name = idx_path.stem
+        with open(idx_path, "rb") as f:
+            self._idx = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(f.fileno()).st_size else b""
+        idx = self._idx
+        if len(idx) < _HDR + 1024 + 64 or idx[:8] != IDX_MAGIC:
+            raise ObjectCorrupt(f"{idx_path.name}: not a pack index")
+        (self.count,) = struct.unpack_from(">I", idx, 8)
+        n = self.count
+        self._fan = struct.unpack_from(">256I", idx, _HDR)
+        self._ids_at = _HDR + 1024
+        self._off_at = self._ids_at + 32 * n
+        self._size_at = self._off_at + 8 * n
+        end = self._size_at + 4 * n
+        if len(idx) != end + 64 or self._fan[255] != n:
+            raise ObjectCorrupt(f"{idx_path.name}: pack index has the wrong size")
+        self.checksum = bytes(idx[end : end + 32])
+        self._pack_f = None
+        self._pack = None
+
+    # -- lookup -----------------------------------------------------------------------------
+
+    def _id(self, i: int) -> bytes:
+        a = self._ids_at + 32 * i
+        return self._idx[a : a + 32]
+
+    def _find(self, raw: bytes) -> int:
+        b = raw[0]
+        lo = self._fan[b - 1] if b else 0
+        hi = self._fan[b]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            v = self._id(mid)
+            if v < raw:
+                lo = mid + 1
+            elif v > raw:
+                hi = mid
+            else:
+                return mid
+        return -1
+
+    def contains(self, oid: str) -> bool:
+        return self._find(bytes.fromhex(oid)) >= 0
+
+    def ids(self) -> Iterator[str]:
+        for i in range(self.count):
+            yield self._id(i).hex()
+
+    def find_prefix(self, prefix: str) -> list[str]:
+        """Ids starting with a hex prefix (even or odd length)."""
+        lo_hex = prefix + "0" * (64 - len(prefix))
+        lo_raw = bytes.fromhex(lo_hex)
+        b = lo_raw[0]
+        lo = self._fan[b - 1] if b else 0
+        hi = self._fan[b]
+        keys = _IdView(self, lo, hi)
+        i = lo + bisect_left(keys, lo_raw)
+        out = []
+        while i < hi:
+            h = self._id(i).hex()
+            if not h.startswith(prefix):
+                break
+            out.append(h)
+            i += 1
+        return out
+
+    def read(self, oid: str) -> bytes | None:
+        i = self._find(bytes.fromhex(oid))
+        if i < 0:
+            return None
+        (off,) = struct.unpack_from(">Q", self._idx, self._off_at + 8 * i)
+        (size,) = struct.unpack_from(">I", self._idx, self._size_at + 4 * i)
+        pack = self._open_pack()
+        if off + _ENTRY.size > len(pack):
+            raise ObjectCorrupt(f"object {oid}: entry beyond the end of {self.pack_path.name}", oid=oid)
+        enc, n = _ENTRY.unpack_from(pack, off)
+        start = off + _ENTRY.size
+        if start + n > len(pack):
+            raise ObjectCorrupt(f"object {oid}: truncated in {self.pack_path.name}", oid=oid)
+        stored = pack[start : start + n]
+        if enc == RAW:
+            data = bytes(stored)
+        elif enc == ZSTD:
+            try:
+                data = _zstd().ZstdDecompressor().decompress(stored, max_output_size=size)
+            except Exception as e:
+                raise ObjectCorrupt(f"object {oid}: does not decompress in {self.pack_path.name}: {e}", oid=oid) from e
+        else:
+            raise ObjectCorrupt(f"object {oid}: unknown encoding {enc} in {self.pack_path.name}", oid=oid)
+        if blake3(data).hexdigest() != oid:
+            raise ObjectCorrupt(f"object {oid} is corrupt in {self.pack_path.name}: its bytes hash to another id", oid=oid)
+        return data
+
+    def _open_pack(self):
+        if self._pack is None:
+            try:
+                self._pack_f = open(self.pack_path, "rb")
+            except FileNotFoundError:
+                raise ObjectCorrupt(f"{self.pack_path.name} is missing (its index is present)") from None
+            size = os.fstat(self._pack_f.fileno()).st_size
+            self._pack = mmap.mmap(self._pack_f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        return self._pack
+
+    def close(self) -> None:
+        for m in (self._pack, self._idx):
+            if isinstance(m, mmap.mmap):
+                try:
+                    m.close()
+                except BufferError:  # pragma: no cover - a view still alive
+                    pass
+        if self._pack_f is not None:
+            self._pack_f.close()
+        self._pack = self._pack_f = None
+
+    # -- verification (fsck) ----------------------------------------------------------------
+
+    def verify(self) -> list[str]:
+        """Problems with this pack: checksums, entry bounds, every object's hash."""
+        problems = []
+        idx = self._idx
+        if blake3(idx[:-32]).digest() != idx[-32:]:
+            problems.append(f"{self.idx_path.name}: index checksum mismatch")
+        pack = self._open_pack()
+        if len(pack) < _HDR + 32 or pack[:8] != PACK_MAGIC:
+            return problems + [f"{self.pack_path.name}: not a pack"]
+        if blake3(pack[:-32]).digest() != pack[-32:]:
+            problems.append(f"{self.pack_path.name}: pack checksum mismatch")
+        if pack[-32:] != self.checksum:
+            problems.append(f"{self.idx_path.name}: names another pack")
+        (count,) = struct.unpack_from(">I", pack, 8)
+        if count != self.count:
+            problems.append(f"{self.pack_path.name}: {count} objects but the index lists {self.count}")
+        prev = b""
+        for i in range(self.count):
+            raw = self._id(i)
+            if raw <= prev:
+                problems.append(f"{self.idx_path.name}: ids not sorted at {i}")
+            prev = raw
+            try:
+                self.read(raw.hex())
+            except ObjectCorrupt as e:
+                problems.append(e.message)
+        return problems
+
+
+class _IdView:
+    """A sequence view of a pack's sorted ids for bisect."""
+
+    def __init__(self, pack: Pack, lo: int, hi: int) -> None:
+        self.pack, self.lo, self.hi = pack, lo, hi
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def __getitem__(self, i: int) -> bytes:
+        return self.pack._id(self.lo + i)
+
+
+def write_pack(pack_dir: Path, oids: Iterable[str], get: Callable[[str], bytes], *, fsync: bool = True,
+               compress: bool = True) -> Path | None:
+    """Write one pack (+ idx) holding the objects ``oids`` (duplicates stored once), whose
+    bytes ``get(oid)`` returns; they are fetched one at a time, so a pack of any size
+    streams. Returns the idx path, or None when there is nothing to write. Durable on return
+    when ``fsync``: pack and idx are fsynced before their renames, the directory after.
+    """
+    order = list(dict.fromkeys(oids))
+    if not order:
+        return None
+    fsio.makedirs(pack_dir)
+    seen: dict[bytes, tuple[int, int]] = {}
+    cctx = _zstd().ZstdCompressor(level=_ZLEVEL) if compress else None
+    tmp_pack = pack_dir / f"{fsio.TMP_PREFIX}pack_{os.getpid()}_{time.monotonic_ns()}"
+    header = PACK_MAGIC + struct.pack(">I", len(order))
+    h = blake3(header)
+    try:
+        with open(tmp_pack, "wb", buffering=1 << 20) as f:
+            f.write(header)
+            off = _HDR
+            for oid in order:
+                data = get(oid)
+                if blake3(data).hexdigest() != oid:
+                    raise ObjectCorrupt(f"refusing to pack bytes under the wrong id {oid}", oid=oid)
+                enc, stored = RAW, data
+                if cctx is not None and len(data) > 64:
+                    z = cctx.compress(data)
+                    if len(z) < len(data):
+                        enc, stored = ZSTD, z
+                entry = _ENTRY.pack(enc, len(stored)) + stored
+                f.write(entry)
+                h.update(entry)
+                seen[bytes.fromhex(oid)] = (off, len(data))
+                off += len(entry)
+            checksum = h.digest()
+            f.write(checksum)
+            f.flush()
+            if fsync:
+                fsio.fsync_fd(f.fileno(), tmp_pack)
+    except OSError as e:
+        fsio._unlink_quiet(tmp_pack)
+        raise StorageFailed(f"cannot write a pack in {pack_dir}: {e.strerror}") from e
+    except BaseException:
+        fsio._unlink_quiet(tmp_pack)
+        raise
+    name = f"pack-{checksum.hex()}"
+    final_pack = pack_dir / f"{name}.pack"
+    fsio.rename(tmp_pack, final_pack)
+    ids = sorted(seen)
+    fan = [0] * 256
+    for raw in ids:
+        fan[raw[0]] += 1
+    acc = 0
+    for i in range(256):
+        acc += fan[i]
+        fan[i] = acc
+    parts = [IDX_MAGIC, struct.pack(">I", len(ids)), struct.pack(">256I", *fan), b"".join(ids)]
+    parts.append(b"".join(struct.pack(">Q", seen[r][0]) for r in ids))
+    parts.append(b"".join(struct.pack(">I", seen[r][1]) for r in ids))
+    parts.append(checksum)
+    idx = b"".join(parts)
+    idx += blake3(idx).digest()
+    final_idx = pack_dir / f"{name}.idx"
+    fsio.replace_file(final_idx, idx, fsync=fsync)  # fsyncs the directory (both renames)
+    return final_idx
+
+
