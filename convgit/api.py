@@ -50,6 +50,16 @@ def to_payload(repo: Repository, data: Any, *, model: str | None = None) -> Payl
     elif isinstance(data, (bytes, str)):
         payload = parse_payload(data, repo.config)
     else:
+        try:
+            size = len(msgspec.json.encode(data))
+        except (UnicodeEncodeError, TypeError, OverflowError, ValueError, msgspec.EncodeError):
+            size = 0  # not JSON-encodable: validation below names the exact problem
+        if size > repo.config.max_payload_bytes:
+            from .errors import PayloadTooLarge
+
+            raise PayloadTooLarge(
+                f"input is {size} bytes as JSON; the limit is {repo.config.max_payload_bytes} (limits.max_payload_bytes)"
+            )
         payload = parse_chat(data)
     if model is not None:
         payload = msgspec.structs.replace(payload, turn=msgspec.structs.replace(payload.turn, model=model))

@@ -20,6 +20,7 @@ from .errors import (
     ConvgitError,
     DuplicateConflict,
     NotFound,
+    PayloadTooLarge,
     RefExists,
     RefStale,
     SchemaValidationFailed,
@@ -31,6 +32,7 @@ from .objects import Turn
 from .refs import ANY
 
 ON_CONFLICT = ("reject", "fork")
+PACK_THRESHOLD = 256  # a bulk commit with at least this many objects writes one pack
 _MAX_RETRIES = 20
 
 
@@ -84,6 +86,7 @@ class _View:
         self.pending_refs: dict[str, str] = {}
         self.pending_objects: set[str] = set()
         self.pending_upstream: dict[tuple[str, str], str] = {}
+        self.pending_history: dict[str, set[str]] = {}  # thread -> every id up to its pending tip
 
     def read_ref(self, name: str) -> str | None:
         if name in self.pending_refs:
@@ -99,8 +102,12 @@ class _View:
         return sorted(names)
 
     def thread_containing(self, oid: str) -> str | None:
-        names = self.repo.index.threads_containing(oid)
-        return names[0] if names else None
+        names = [
+            n for n in self.repo.index.threads_containing(oid, limit=len(self.pending_refs) + 1)
+            if n not in self.pending_refs
+        ]
+        names += [n for n, ids in self.pending_history.items() if oid in ids]
+        return min(names) if names else None
 
     def thread_for_upstream(self, source: str, upstream: str) -> str | None:
         key = (source, upstream)
@@ -240,6 +247,7 @@ def _upstream_name(view: _View, source: str, upstream: str, tip: str, now_ms: in
     try:
         check_thread_name(cand)
         if view.read_ref(cand) is None:
+            view.repo.refs.check_free(cand)  # a thread named like the source: use another name
             return cand
     except ConvgitError:
         pass
@@ -309,6 +317,11 @@ def _reflog_message(plan: _Plan) -> str:
 
 def prepare(repo, payload: Payload) -> Chain:
     """Hash a payload (no I/O). Raises the input errors before anything is written."""
+    n = len(payload.all_messages)
+    if n > repo.config.max_messages:  # parse_payload checks JSON input; this covers the rest
+        raise PayloadTooLarge(
+            f"{n} messages in one payload; the limit is {repo.config.max_messages} (limits.max_messages)"
+        )
     return build_chain(payload.all_messages, None, repo.config)
 
 
@@ -334,6 +347,9 @@ def commit_payload(
         for _ in range(_MAX_RETRIES):
             view = _View(repo)
             plan = _decide(view, payload, chain, thread, on_conflict, now)
+            if plan.thread and plan.expected is None:
+                # ``a/b`` beside a thread ``a``: refuse before writing (a retry would not help)
+                repo.refs.check_free(plan.thread)
             _make_turn(plan, now)
             objs = chain.objects_from(plan.stored)
             if plan.turn:
@@ -421,29 +437,44 @@ def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None)
         plans: list[_Plan] = []
         for p, c in zip(payloads, chains):
             plan = _decide(view, p, c, None, "reject", now)
+            if plan.thread and plan.expected is None and plan.thread not in view.pending_refs:
+                repo.refs.check_free(plan.thread)
             _make_turn(plan, now)
             plans.append(plan)
             view.pending_objects.update(c.ids[plan.stored:])
             if plan.thread and plan.move_ref:
                 view.pending_refs[plan.thread] = c.tip
+                view.pending_history[plan.thread] = set(c.ids)  # a chain always starts at its root
             if plan.thread and p.turn.source and p.turn.upstream_thread_id:
                 view.pending_upstream[(p.turn.source, p.turn.upstream_thread_id)] = plan.thread
-        # Phase 1: objects (no per-file fsync), then one durable flush.
-        repo.objects.fsync = False
-        news = []
-        try:
-            for plan in plans:
-                objs = plan.chain.objects_from(plan.stored)
-                if plan.turn:
-                    objs.append(plan.turn)
-                missing = set(plan.chain.ids[plan.stored:])
-                news.append(repo.objects.write_many(objs, missing=missing) if objs else 0)
-        finally:
-            repo.objects.fsync = fsync
-        if fsync:
-            from . import fsio
+        # Phase 1: every object, made durable at once: one pack for a large batch, else
+        # loose files and one file-system flush.
+        per_plan = []
+        missing: set[str] = set()
+        for plan in plans:
+            objs = plan.chain.objects_from(plan.stored)
+            if plan.turn:
+                objs.append(plan.turn)
+            per_plan.append(objs)
+            missing.update(plan.chain.ids[plan.stored:])
+        total = sum(len(o) for o in per_plan)
+        if total >= PACK_THRESHOLD:
+            written = repo.objects.write_packed((x for objs in per_plan for x in objs), missing=missing)
+            news = []
+            for objs in per_plan:
+                mine = {oid for oid, _ in objs} & written
+                written -= mine
+                news.append(len(mine))
+        else:
+            repo.objects.fsync = False
+            try:
+                news = [repo.objects.write_many(objs, missing=missing) if objs else 0 for objs in per_plan]
+            finally:
+                repo.objects.fsync = fsync
+            if fsync:
+                from . import fsio
 
-            fsio.sync_filesystem(repo.objects.path)
+                fsio.sync_filesystem(repo.objects.path)
         crash_point("commit_after_objects")
         # Phase 2: refs (each CAS under its lock), then one durable flush: the commit point.
         repo.refs.fsync = False

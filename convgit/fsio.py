@@ -200,19 +200,35 @@ def write_new_file(path: Path, data: bytes) -> None:
 
 
 @contextmanager
-def flock(path: Path, *, shared: bool, timeout: float) -> Iterator[None]:
-    """Hold a kernel lock on ``path`` (created if missing, never deleted).
+def flock(path: Path, *, shared: bool, timeout: float, remove: bool = False) -> Iterator[None]:
+    """Hold a kernel lock on ``path`` (created if missing).
 
     Kernel locks vanish with their process, so ``kill -9`` never leaves a stale lock.
+    ``remove`` (exclusive locks only): the holder unlinks the lock file before releasing it,
+    so no lock file outlives an operation; every locker re-checks after acquiring that the
+    path still names the inode it locked, so an unlinked lock is never trusted.
     """
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise _storage_error("open lock", path, e) from e
     try:
-        _acquire(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, timeout, path)
+        while True:
+            _acquire(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, timeout, path)
+            # A lock file may be unlinked by its holder (a deleted thread's lock): a lock
+            # taken on an unlinked inode protects nothing, so take it again on the new file.
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         yield
     finally:
+        if remove and not shared:
+            _unlink_quiet(path)
         os.close(fd)  # closing releases the lock
 
 

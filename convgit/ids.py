@@ -14,6 +14,13 @@ ZERO_OID = "0" * OID_LEN
 _OID_RE = re.compile(r"[0-9a-f]{64}\Z")
 _PREFIX_RE = re.compile(r"[0-9a-f]{4,64}\Z")
 MAX_REF_BYTES = 255
+# One path component of a thread name becomes a file name, and so does that name plus a
+# suffix (``<name>.lock``, the temp file ``tmp_<name>.<pid>.<ns>``, an archived reflog
+# ``<name>.<ms>``): keep it well inside NAME_MAX (255 bytes).
+MAX_COMPONENT_BYTES = 200
+# Files whose name starts with this are temp files (fsio.TMP_PREFIX): skipped when refs are
+# listed and removed by gc, so no thread name component may start with it.
+RESERVED_PREFIX = "tmp_"
 
 
 def is_oid(s: object) -> bool:
@@ -77,6 +84,10 @@ def _why_bad(name: str) -> str | None:
     for comp in name.split("/"):
         if comp.startswith("."):
             return "a component starts with '.'"
+        if comp.startswith(RESERVED_PREFIX):
+            return f"a component starts with {RESERVED_PREFIX!r} (reserved for temporary files)"
+        if len(comp.encode("utf-8")) > MAX_COMPONENT_BYTES:
+            return f"a component is longer than {MAX_COMPONENT_BYTES} bytes"
         if comp.endswith(".lock"):
             return "a component ends with '.lock'"
     return None

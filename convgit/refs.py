@@ -175,10 +175,13 @@ class RefStore:
                 return old
             crash_point("ref_after_lock")
             if new is None:
+                self._append_log(name, old, None, None, message or "delete", time_ms)
                 fsio.unlink(path)
                 if self.fsync:
                     fsio.fsync_dir(path.parent)
                 self._archive_log(name)
+                # Directories left empty go, so ``a/b`` leaves room for ``a``.
+                self._prune_empty_dirs(path.parent)
                 return old
             self._append_log(name, old, new, turn, message, time_ms)
             tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
@@ -212,9 +215,32 @@ class RefStore:
                 fsio.fsync_dir(src.parent)
             return tip
 
+    def check_free(self, name: str) -> None:
+        """Raise RefExists if a thread ``name`` cannot be created because a thread ``name/…``
+        exists or one of its parent directories is a thread (checked before any write)."""
+        self._check_df_conflict(self.ref_path(name), name)
+
+    def _prune_empty_dirs(self, d: Path) -> None:
+        for base in (self.threads_dir, self.logs_dir):
+            p = base / d.relative_to(self.threads_dir) if base is self.logs_dir else d
+            while p != base and base in p.parents:
+                try:
+                    os.rmdir(p)
+                except OSError:
+                    break
+                p = p.parent
+
     def _check_df_conflict(self, path: Path, name: str) -> None:
         """``a`` and ``a/b`` cannot both be threads (one would be a file and a directory)."""
         if path.is_dir():
+            if not any(
+                not (f.endswith(".lock") or f.startswith((fsio.TMP_PREFIX, ".")))
+                for _, _, files in os.walk(path) for f in files
+            ):
+                import shutil
+
+                shutil.rmtree(path, ignore_errors=True)  # only leftovers of deleted threads
+                return
             raise RefExists(f"thread {name!r} conflicts with threads named {name}/…", thread=name)
         p = path.parent
         while p != self.threads_dir and self.threads_dir in p.parents:
@@ -255,7 +281,7 @@ class RefStore:
     # -- locking ----------------------------------------------------------------------------
 
     def _locked(self, ref_path: Path):
-        return fsio.flock(ref_path.with_name(ref_path.name + ".lock"), shared=False, timeout=self.lock_timeout)
+        return fsio.flock(ref_path.with_name(ref_path.name + ".lock"), shared=False, timeout=self.lock_timeout, remove=True)
 
 
 def read_log_file(path: Path, offset: int = 0) -> list[ReflogEntry]:

@@ -37,7 +37,9 @@ class Repository:
         path = Path(path).absolute()
         if (path / "format").exists():
             return cls.open(path)
-        if path.exists() and any(path.iterdir()):
+        # An empty directory, or one an interrupted init left (skeleton only), may be initialised.
+        skeleton = {"objects", "refs", "logs", "config.toml", "HEAD", f"{fsio.TMP_PREFIX}format"}
+        if path.exists() and not {p.name for p in path.iterdir()} <= skeleton:
             raise NotAStore(f"{path} exists and is not an empty directory or a convgit store")
         for sub in ("objects", "refs/threads", "logs"):
             fsio.makedirs(path / sub)

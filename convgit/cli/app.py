@@ -19,6 +19,11 @@ class _Group(TyperGroup):
     """The one place that maps convgit errors to a message and an exit code."""
 
     def invoke(self, ctx):
+        if ctx.parent is None:
+            # Errors raised before the command parses its own --json (a bad -C DIR) must
+            # still come out as JSON; each command then sets the flag exactly.
+            rest = [*getattr(ctx, "_protected_args", ()), *ctx.args]
+            output.set_json("--json" in rest)
         try:
             return super().invoke(ctx)
         except ConvgitError as e:

@@ -20,7 +20,7 @@ JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
 
 @app.command("init")
 def init_cmd(
-    directory: Optional[Path] = typer.Argument(None, help="Where to create .convgit/ (default: here)."),
+    directory: Optional[Path] = typer.Argument(None, metavar="DIR", help="Where to create .convgit/ (default: here)."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Create an empty store in DIR/.convgit (idempotent)."""
@@ -53,10 +53,10 @@ def read_input(file: Optional[str]) -> bytes:
 
 @app.command("commit")
 def commit_cmd(
-    files: Optional[list[str]] = typer.Argument(None, metavar="[FILE|-]...", help="JSON conversations, committed in order (default: stdin)."),
-    thread: Optional[str] = typer.Option(None, "--thread", "-t", help="Trusted thread: create or extend exactly this thread."),
-    on_conflict: str = typer.Option("reject", "--on-conflict", help="When --thread holds a different history: reject or fork."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Record the call as made with this model."),
+    files: Optional[list[str]] = typer.Argument(None, metavar="FILE|-", help="JSON conversations, committed in order (default: stdin)."),
+    thread: Optional[str] = typer.Option(None, "--thread", "-t", metavar="NAME", help="Trusted thread: create or extend exactly this thread."),
+    on_conflict: str = typer.Option("reject", "--on-conflict", metavar="reject|fork", help="When --thread holds a different history: reject or fork."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", metavar="MODEL", help="Record the call as made with this model."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Store a conversation; only messages not already stored are written.

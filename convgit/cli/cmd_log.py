@@ -27,6 +27,7 @@ def _first_line(text: str, width: int = 72) -> str:
 def _summary(e: api.LogEntry) -> str:
     if e.text.strip():
         return _first_line(e.text)
+    # What the message does beats the reasoning that led to it (reasoning usually comes first).
     for p in e.message.parts:
         if isinstance(p, ToolCallPart):
             return f"[tool call] {p.name}"
@@ -34,15 +35,15 @@ def _summary(e: api.LogEntry) -> str:
             return "[tool result]"
         if isinstance(p, AttachmentPart):
             return f"[attachment] {p.name or p.mime_type or p.url or ''}"
-        if isinstance(p, ReasoningPart):
-            return "[reasoning]"
+    if any(isinstance(p, ReasoningPart) for p in e.message.parts):
+        return "[reasoning]"
     return ""
 
 
 @app.command("log")
 def log_cmd(
-    rev: Optional[str] = typer.Argument(None, help="Where to start (default HEAD)."),
-    count: int = typer.Option(0, "-n", "--count", help="At most N messages (0 = all)."),
+    rev: Optional[str] = typer.Argument(None, metavar="REV", help="Where to start (default HEAD)."),
+    count: int = typer.Option(0, "-n", "--count", metavar="N", help="At most N messages (0 = all)."),
     oneline: bool = typer.Option(False, "--oneline", help="One line per message."),
     reverse: bool = typer.Option(False, "--reverse", help="Oldest first."),
     all_: bool = typer.Option(False, "--all", help="Every message reachable from any thread, once."),
@@ -104,7 +105,7 @@ def _draw_tree(rows: list[dict]) -> None:
 
 @app.command("show")
 def show_cmd(
-    rev: Optional[str] = typer.Argument(None, help="A thread, message id or NAME~N (default HEAD)."),
+    rev: Optional[str] = typer.Argument(None, metavar="REV", help="A thread, message id or NAME~N (default HEAD)."),
     reasoning: bool = typer.Option(False, "--reasoning", help="Unfold model reasoning."),
     json_: bool = JSON_OPT,
 ) -> None:

@@ -17,7 +17,7 @@ JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
 
 
 @app.command("rev-parse")
-def rev_parse_cmd(revs: list[str] = typer.Argument(..., help="Thread, HEAD, NAME~N, id or unique prefix (4+ hex)."),
+def rev_parse_cmd(revs: list[str] = typer.Argument(..., metavar="REV", help="Thread, HEAD, NAME~N, id or unique prefix (4+ hex)."),
                   json_: bool = JSON_OPT) -> None:
     """Print the full id each revision names."""
     output.set_json(json_)
@@ -32,7 +32,7 @@ def rev_parse_cmd(revs: list[str] = typer.Argument(..., help="Thread, HEAD, NAME
 
 @app.command("cat-object")
 def cat_object_cmd(
-    rev: str = typer.Argument(...),
+    rev: str = typer.Argument(..., metavar="REV", help="An object id, unique prefix (4+ hex) or revision."),
     type_: bool = typer.Option(False, "-t", help="Print the object's type."),
     size: bool = typer.Option(False, "-s", help="Print its size in bytes."),
     pretty: bool = typer.Option(False, "-p", help="Print its content as JSON."),
@@ -61,9 +61,9 @@ def cat_object_cmd(
 
 @app.command("hash-object")
 def hash_object_cmd(
-    file: Optional[str] = typer.Argument(None, metavar="FILE|-"),
+    file: Optional[str] = typer.Argument(None, metavar="FILE|-", help="The input (- or omitted: stdin)."),
     write: bool = typer.Option(False, "-w", help="Also store the object."),
-    type_: str = typer.Option("blob", "-t", "--type", help="blob (raw bytes), or message / turn (JSON as cat-object -p prints)."),
+    type_: str = typer.Option("blob", "-t", "--type", metavar="TYPE", help="blob (raw bytes), or message / turn (JSON as cat-object -p prints)."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Compute the id FILE would have as an object (and store it with -w)."""
@@ -76,10 +76,10 @@ def hash_object_cmd(
 
 @app.command("update-ref")
 def update_ref_cmd(
-    name: str,
-    new: Optional[str] = typer.Argument(None, help="New tip (omit with -d)."),
-    old: Optional[str] = typer.Argument(None, help="Expected current tip (compare-and-swap)."),
-    delete: bool = typer.Option(False, "-d", help="Delete the thread (OLD via --old)."),
+    name: str = typer.Argument(..., metavar="NAME", help="The thread."),
+    new: Optional[str] = typer.Argument(None, metavar="NEW", help="New tip (with -d: the expected current tip)."),
+    old: Optional[str] = typer.Argument(None, metavar="OLD", help="Expected current tip (compare-and-swap)."),
+    delete: bool = typer.Option(False, "-d", help="Delete the thread: update-ref -d NAME [OLD]."),
     create: bool = typer.Option(False, "--create", help="Fail if the thread exists."),
     json_: bool = JSON_OPT,
 ) -> None:

@@ -45,7 +45,11 @@ def threads_list(ctx: typer.Context, json_: bool = JSON_OPT) -> None:
 
 
 @threads_app.command("rename")
-def threads_rename(old: str, new: str, json_: bool = JSON_OPT) -> None:
+def threads_rename(
+    old: str = typer.Argument(..., metavar="OLD", help="The thread to rename."),
+    new: str = typer.Argument(..., metavar="NEW", help="Its new name."),
+    json_: bool = JSON_OPT,
+) -> None:
     """Rename thread OLD to NEW (its reflog moves with it)."""
     output.set_json(json_)
     doc = api.rename_thread(get_repo(), old, new)
@@ -53,7 +57,7 @@ def threads_rename(old: str, new: str, json_: bool = JSON_OPT) -> None:
 
 
 @threads_app.command("delete")
-def threads_delete(name: str, json_: bool = JSON_OPT) -> None:
+def threads_delete(name: str = typer.Argument(..., metavar="NAME", help="The thread to delete."), json_: bool = JSON_OPT) -> None:
     """Delete a thread's ref. Messages stay (other threads may share them); gc frees the rest."""
     output.set_json(json_)
     doc = api.delete_thread(get_repo(), name)
@@ -61,7 +65,7 @@ def threads_delete(name: str, json_: bool = JSON_OPT) -> None:
 
 
 @app.command("switch")
-def switch_cmd(name: str, json_: bool = JSON_OPT) -> None:
+def switch_cmd(name: str = typer.Argument(..., metavar="NAME", help="An existing thread."), json_: bool = JSON_OPT) -> None:
     """Make thread NAME the current one (HEAD)."""
     output.set_json(json_)
     doc = api.switch(get_repo(), name)
@@ -70,8 +74,8 @@ def switch_cmd(name: str, json_: bool = JSON_OPT) -> None:
 
 @app.command("fork")
 def fork_cmd(
-    rev: str = typer.Argument(..., help="Where the new thread starts: a thread, id or NAME~N."),
-    name: Optional[str] = typer.Argument(None, help="Name of the new thread (default: <thread>-fork-<id>)."),
+    rev: str = typer.Argument(..., metavar="REV", help="Where the new thread starts: a thread, id or NAME~N."),
+    name: Optional[str] = typer.Argument(None, metavar="NAME", help="Name of the new thread (default: <thread>-fork-<id>)."),
     json_: bool = JSON_OPT,
 ) -> None:
     """A new thread whose tip is REV. Writes no message; records where it forked from."""

@@ -125,14 +125,19 @@ def message_draft(m: Any, where: str) -> Draft:
         r = m.get(key)
         if isinstance(r, str) and r:
             parts.append(ReasoningPart(text=r, meta=None if key == "reasoning" else {"source_type": key}))
+        elif r is not None and not _empty_value(r):
+            parts.append(ReasoningPart(text="", meta={"source_type": key, "value": r}))
     content = m["parts"] if "parts" in m else m.get("content")
     body = content_to_parts(content, where)
     if role == "tool" and body and all(isinstance(p, TextPart) for p in body):
         out: Any = content if isinstance(content, (str, list)) else body[0].text
         body = [ToolResultPart(tool_call_id=_opt_str(m, "tool_call_id"), name=_opt_str(m, "name"), output=out)]
     parts.extend(body)
-    if isinstance(m.get("refusal"), str) and m["refusal"]:
-        parts.append(TextPart(text=m["refusal"], meta={"kind": "refusal"}))
+    refusal = m.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        parts.append(TextPart(text=refusal, meta={"kind": "refusal"}))
+    elif refusal is not None and not _empty_value(refusal):
+        parts.append(TextPart(text="", meta={"kind": "refusal", "value": refusal}))
     calls = m.get("tool_calls")
     if calls is not None:
         if not isinstance(calls, list):
@@ -148,7 +153,13 @@ def message_draft(m: Any, where: str) -> Draft:
     meta = m.get("meta")
     if meta is not None and not isinstance(meta, dict):
         raise SchemaValidationFailed(f"{where}: meta must be an object")
-    extra = {k: v for k, v in m.items() if k not in _MESSAGE_KEYS and not (k == "name" and role == "tool")}
+    # Keys with no information (null, [], {}: what SDKs add to every message, e.g. OpenAI's
+    # "annotations": [] and "audio": null) are dropped, so a re-sent message keeps its id.
+    extra = {
+        k: v for k, v in m.items()
+        if k not in _MESSAGE_KEYS and not _empty_value(v)
+        and not (k == "name" and role == "tool" and any(isinstance(p, ToolResultPart) and p.name == v for p in parts))
+    }
     if role == "tool" and "tool_call_id" in m and not any(isinstance(p, ToolResultPart) for p in parts):
         extra["tool_call_id"] = m["tool_call_id"]
     if extra:
@@ -164,6 +175,10 @@ def message_draft(m: Any, where: str) -> Draft:
         claimed_id=claimed if is_oid(claimed) else None,
         claimed_parent=claimed_parent,
     )
+
+
+def _empty_value(v: Any) -> bool:
+    return v is None or v == [] or v == {}
 
 
 def _blank(p) -> bool:

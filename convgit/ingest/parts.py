@@ -7,6 +7,7 @@ import binascii
 from typing import Any
 
 from ..errors import SchemaValidationFailed
+from ..ids import is_oid
 from ..objects import (
     ROLES,
     AttachmentPart,
@@ -85,27 +86,27 @@ def part_from_dict(d: dict, where: str) -> Part:
         text = d.get("text", "")
         if not isinstance(text, str):
             raise SchemaValidationFailed(f"{where}: text must be a string, got {_tname(text)}")
-        meta = _extra(d, {"type", "text"})
+        meta = _native_meta(d, {"type", "text", "blob"}, where)
         if t != "text":
             meta = {**(meta or {}), "source_type": t}
-        return TextPart(text=text, meta=meta)
+        return TextPart(text=text, blob=_blob_ref(d, text, where), meta=meta)
     if t in ("reasoning", "thinking", "redacted_thinking"):
         text = d.get("text", d.get("thinking", ""))
         if not isinstance(text, str):
             raise SchemaValidationFailed(f"{where}: reasoning text must be a string")
-        meta = _extra(d, {"type", "text", "thinking"} if t != "redacted_thinking" else {"type"})
+        meta = _native_meta(d, {"type", "text", "thinking", "blob"} if t != "redacted_thinking" else {"type"}, where)
         if t != "reasoning":
             meta = {**(meta or {}), "source_type": t}
         if t == "redacted_thinking":
-            text = ""
-        return ReasoningPart(text=text, meta=meta)
+            return ReasoningPart(text="", meta=meta)
+        return ReasoningPart(text=text, blob=_blob_ref(d, text, where), meta=meta)
     if t in ("tool_call", "tool_use", "function_call"):
         name = d.get("name")
         if not isinstance(name, str) or not name:
             raise SchemaValidationFailed(f"{where}: a tool call needs a name")
         args = d.get("arguments", d.get("input"))
         cid = _str_or_none(d, "id", where) or _str_or_none(d, "call_id", where)
-        meta = _extra(d, {"type", "name", "arguments", "input", "id", "call_id"})
+        meta = _native_meta(d, {"type", "name", "arguments", "input", "id", "call_id"}, where)
         if t != "tool_call":
             meta = {**(meta or {}), "source_type": t}
         return ToolCallPart(name=name, id=cid, arguments=args, meta=meta)
@@ -146,11 +147,36 @@ def part_from_dict(d: dict, where: str) -> Part:
     return OpaquePart(data=d, source="part")
 
 
+def _native_meta(d: dict, known: set[str], where: str) -> dict | None:
+    """Extra keys of a part kept as its meta. A native ``meta`` object (as ``log --json``
+    prints it) is the meta itself, so a logged part commits back to the same id."""
+    extra = _extra(d, known | {"meta"})
+    meta = d.get("meta")
+    if meta is None:
+        return extra
+    if not isinstance(meta, dict):
+        raise SchemaValidationFailed(f"{where}: meta must be an object")
+    return {**meta, **(extra or {})} or None
+
+
+def _blob_ref(d: dict, text: str, where: str) -> str | None:
+    """A stored part's ``blob`` reference. Ignored when the text is given too (``log --json``
+    prints both; the text is blobbed again to the same id)."""
+    blob = d.get("blob")
+    if blob is None or text:
+        return None
+    if not is_oid(blob):
+        raise SchemaValidationFailed(f"{where}: blob must be a 64-hex object id")
+    return blob
+
+
 def _attachment(d: dict, where: str) -> AttachmentPart:
     mime = _str_or_none(d, "mime_type", where)
     name = _str_or_none(d, "name", where)
     url = _str_or_none(d, "url", where)
     blob = _str_or_none(d, "blob", where)
+    if blob is not None and not is_oid(blob):
+        raise SchemaValidationFailed(f"{where}: blob must be a 64-hex object id")
     meta = d.get("meta")
     if meta is not None and not isinstance(meta, dict):
         raise SchemaValidationFailed(f"{where}: meta must be an object")
