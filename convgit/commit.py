@@ -154,7 +154,7 @@ def _decide(view: _View, payload: Payload, chain: Chain, thread: str | None, on_
             # A call whose every message is old, ending mid-thread: the turn is still new and
             # needs a thread to hang on.
             return _Plan(payload, chain, "created", _auto_name(view, tip, now_ms), None, k, None,
-                         forked_from={"message": tip, "threads": []})
+                         forked_from={"thread": view.thread_containing(tip), "message": tip, "threads": []})
         # Reported only: no ref moves and no turn is written.
         return _Plan(payload, chain, "deduplicated", view.thread_containing(tip), ANY, k, tip, move_ref=False)
     prefix_tip = ids[k - 1] if k else None
@@ -162,7 +162,10 @@ def _decide(view: _View, payload: Payload, chain: Chain, thread: str | None, on_
         names = view.threads_at(prefix_tip)
         if len(names) == 1:
             return _Plan(payload, chain, "appended", names[0], prefix_tip, k, prefix_tip)
-        forked = {"message": prefix_tip, "threads": names} if k else None
+        forked = None
+        if k:
+            holder = names[0] if names else view.thread_containing(prefix_tip)
+            forked = {"thread": holder, "message": prefix_tip, "threads": names}
     else:
         forked = None
     return _Plan(payload, chain, "created", _auto_name(view, tip, now_ms), None, k, None, forked_from=forked)
@@ -264,12 +267,12 @@ def _make_turn(plan: _Plan, now_ms: int) -> None:
     new_msgs = len(chain.ids) - plan.stored
     if not is_call and (not plan.move_ref or plan.thread is None):
         return
-    # The turn covers (input, output]: what this event brought. A call that brought nothing
-    # new still covers its response, so the response's model and time are known.
-    if new_msgs:
-        inp = chain.ids[plan.stored - 1] if plan.stored else None
-    elif is_call and p.response and p.messages:
+    # input: for a call with a response, the request's last message (stable, so recording
+    # the same call again writes the same turn); otherwise where the new messages start.
+    if is_call and p.response and p.messages:
         inp = chain.ids[len(p.messages) - 1]
+    elif new_msgs:
+        inp = chain.ids[plan.stored - 1] if plan.stored else None
     else:
         inp = chain.tip
     if is_call:
@@ -293,12 +296,21 @@ def _make_turn(plan: _Plan, now_ms: int) -> None:
         source=info.source,
         upstream_thread_id=info.upstream_thread_id,
         forked_from=(plan.forked_from or {}).get("thread"),
+        forked_at=(plan.forked_from or {}).get("message") if plan.status in ("created", "forked") else None,
         meta=info.meta,
     )
     try:
         plan.turn = codec.encode_and_hash(turn)
     except codec.EncodeError as e:
         raise SchemaValidationFailed(f"turn metadata: {e}") from e
+
+
+def _drop_recorded_turn(repo, plan: _Plan, pending: set[str] | None = None) -> None:
+    """The same call recorded again (same turn id) with nothing new: nothing to write."""
+    if plan.turn and not plan.move_ref:
+        tid = plan.turn[0]
+        if (pending is not None and tid in pending) or repo.objects.contains(tid):
+            plan.turn = None
 
 
 def _reflog_message(plan: _Plan) -> str:
@@ -351,6 +363,7 @@ def commit_payload(
                 # ``a/b`` beside a thread ``a``: refuse before writing (a retry would not help)
                 repo.refs.check_free(plan.thread)
             _make_turn(plan, now)
+            _drop_recorded_turn(repo, plan)
             objs = chain.objects_from(plan.stored)
             if plan.turn:
                 objs.append(plan.turn)
@@ -435,11 +448,15 @@ def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None)
     with repo.write_lock():
         view = _View(repo)
         plans: list[_Plan] = []
+        pending_turns: set[str] = set()
         for p, c in zip(payloads, chains):
             plan = _decide(view, p, c, None, "reject", now)
             if plan.thread and plan.expected is None and plan.thread not in view.pending_refs:
                 repo.refs.check_free(plan.thread)
             _make_turn(plan, now)
+            _drop_recorded_turn(repo, plan, pending_turns)
+            if plan.turn:
+                pending_turns.add(plan.turn[0])
             plans.append(plan)
             view.pending_objects.update(c.ids[plan.stored:])
             if plan.thread and plan.move_ref:

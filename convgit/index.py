@@ -220,7 +220,7 @@ class Index:
         tmp = self.path.with_name(f"{fsio.TMP_PREFIX}{INDEX_FILE}.{os.getpid()}.{time.monotonic_ns()}")
         try:
             db = self._connect(tmp)
-            db.executescript(SCHEMA)
+            db.executescript("BEGIN;" + SCHEMA + "COMMIT;")  # one transaction: one sync, not one per table
             db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self.db = db
@@ -296,9 +296,17 @@ class Index:
                 self._pending: dict[str, list] = {}
                 self._pending_parts: list[tuple] = []
                 self._next_rowid = (db.execute("SELECT max(rowid) FROM messages").fetchone()[0] or 0) + 1
-                for name, tip, _ in todo:
-                    self._index_chain(reader, tip)
+                readable = []
                 for name, tip, offset in todo:
+                    try:
+                        self._index_chain(reader, tip)  # queues nothing unless the walk succeeds
+                    except (ObjectCorrupt, ObjectMissing):
+                        # A damaged history (fsck names it) must not make every other thread
+                        # unreadable: leave this one out; the next refresh tries it again.
+                        db.execute("DELETE FROM threads WHERE name=?", (name,))
+                        continue
+                    readable.append((name, tip, offset))
+                for name, tip, offset in readable:
                     self._index_thread(reader, name, tip, offset)
                 if archived:
                     for tname, path in self.repo.refs.iter_log_files():
@@ -376,7 +384,7 @@ class Index:
                 turn = reader.turn(t)
                 if turn is not None:
                     f_thread = turn.forked_from
-                    f_msg = turn.input if turn.kind == "fork" else None
+                    f_msg = turn.forked_at or (turn.input if turn.kind == "fork" else None)
         if row is not None and updated is None:
             updated = db.execute("SELECT updated_ms FROM threads WHERE name=?", (name,)).fetchone()[0]
         db.execute(
@@ -390,10 +398,13 @@ class Index:
             if e.turn:
                 turn = reader.turn(e.turn)
                 if turn is not None:
-                    self._index_turn(reader, e.turn, turn, thread)
+                    # What the event brought: everything its ref move added (for a call, the
+                    # new request messages too), else just (input, output].
+                    moved = e.old != e.new and turn.kind != "fork"
+                    self._index_turn(reader, e.turn, turn, thread, stop=e.old if moved else turn.input)
         return entries
 
-    def _index_turn(self, reader: "_Reader", tid: str, t: Turn, thread: str | None) -> None:
+    def _index_turn(self, reader: "_Reader", tid: str, t: Turn, thread: str | None, *, stop: str | None) -> None:
         db = self.db
         u = t.usage or {}
         inp_tok = u.get("input_tokens", u.get("prompt_tokens"))
@@ -412,7 +423,7 @@ class Index:
         key = (start, tid)
         oid: str | None = t.output
         steps = 0
-        while oid is not None and oid != t.input and steps < 1_000_000:
+        while oid is not None and oid != stop and steps < 1_000_000:
             steps += 1
             row = self._pending.get(oid)
             if row is not None:  # queued in this transaction: decide in memory

@@ -120,6 +120,7 @@ class Turn(_Obj, tag="turn"):
     upstream_thread_id: str | None = None
     forked_from: str | None = None  # thread name the event forked from
     meta: dict[str, Any] | None = None
+    forked_at: str | None = None  # the message a new thread branched off at
 
 
 Object = Union[Message, Blob, Turn]

@@ -213,6 +213,7 @@ class RefStore:
             fsio.unlink(src)
             if self.fsync:
                 fsio.fsync_dir(src.parent)
+            self._prune_empty_dirs(src.parent)  # renaming ``p/q`` away leaves room for ``p``
             return tip
 
     def check_free(self, name: str) -> None:

@@ -68,6 +68,10 @@ GOLDEN: dict[str, object] = {
     ),
     "turn_fork": Turn(kind="fork", thread="main-fork-abc", input=ROOT, output=ROOT, started_at=0, forked_from="main"),
     "turn_error": Turn(kind="call", thread="t", output=ROOT, error="rate limited", started_at=1),
+    "turn_new_thread_off_a_prefix": Turn(
+        kind="append", thread="20231114-221320-abcdef", input=ROOT, output=TOOL, started_at=1_700_000_000_000,
+        forked_from="main", forked_at=ROOT,
+    ),
     # every part kind
     "part_text_with_meta": _msg(TextPart(text="x", meta={"source_type": "output_text"})),
     "part_reasoning": _msg(
@@ -136,6 +140,28 @@ def test_golden_vector(name, obj, snapshot):
     assert codec.decode(data, oid) == obj
     assert codec.is_canonical(data, obj)
     assert {"type": codec.type_name(obj), "hex": data.hex(), "id": oid} == snapshot
+
+
+def _mp_str(s: str) -> bytes:
+    b = s.encode()
+    assert len(b) < 32
+    return bytes([0xA0 | len(b)]) + b
+
+
+def test_canonical_form_by_hand():
+    """msgpack written out byte by byte, without msgspec: a map with sorted keys, nil for a
+    root's parent, defaults (meta, a part's blob) left out."""
+    expected = (
+        b"\x84"  # map of 4
+        + _mp_str("parent") + b"\xc0"
+        + _mp_str("parts") + b"\x91"  # array of 1
+        + b"\x82" + _mp_str("text") + _mp_str("Hello") + _mp_str("type") + _mp_str("text")
+        + _mp_str("role") + _mp_str("user")
+        + _mp_str("type") + _mp_str("message")
+    )
+    oid, data = codec.encode_and_hash(GOLDEN["message_root_text"])
+    assert data == expected
+    assert oid == blake3(expected).hexdigest()
 
 
 def test_nested_meta_keys_are_sorted_at_every_level():

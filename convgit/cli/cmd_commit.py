@@ -77,8 +77,13 @@ def commit_cmd(
             payloads.append(api.to_payload(repo, raw, model=model))
     results = []
     for f, payload in zip(files, payloads):
-        with _labelled(f, len(files)):
-            result = api.commit(repo, payload, thread=thread, on_conflict=on_conflict)
+        try:
+            with _labelled(f, len(files)):
+                result = api.commit(repo, payload, thread=thread, on_conflict=on_conflict)
+        except ConvgitError as e:
+            if results:  # the files before this one are committed: say so in the one document
+                e.details = {**e.details, "committed": [r.to_json() for r in results]}
+            raise
         if result.thread and repo.refs.read(result.thread) is not None and repo.refs.read_head() != result.thread:
             repo.refs.write_head(result.thread)
         for w in result.warnings:
