@@ -146,6 +146,7 @@ class LogEntry:
 
 
 def _entries(repo: Repository, ids_msgs: list[tuple[str, Message]], depth_of_first: int | None = None) -> list[LogEntry]:
+    repo.index.refresh_if_changed()
     info = repo.index.turn_info([oid for oid, _ in ids_msgs])
     out = []
     for oid, msg in ids_msgs:
@@ -181,7 +182,7 @@ def log(
             if count and len(pairs) >= count:
                 break
     else:
-        tip = revparse.resolve(repo, rev or "HEAD")
+        tip = revparse.resolve(repo, "HEAD" if rev is None else rev)
         for oid, msg in graph.iter_ancestry(repo.objects, tip):
             pairs.append((oid, msg))
             if count and len(pairs) >= count:
@@ -247,6 +248,7 @@ def _names_below(oid: str, children: dict, tips: dict) -> Iterator[str]:
 
 
 def threads(repo: Repository) -> list[dict]:
+    repo.index.refresh_if_changed()
     head = repo.refs.read_head()
     out = []
     for row in repo.index.thread_rows():
@@ -292,15 +294,14 @@ def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | N
             pass
         if base in ("HEAD", "@"):
             src_thread = repo.refs.read_head()
-    graph.read_message(repo.objects, oid)  # must be a message
+    _require_message(repo, oid, rev)
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     if name is None:
-        stem = f"{src_thread}-" if src_thread else ""
-        for n in (6, 10, 16, 64):
-            name = f"{stem}fork-{oid[:n]}"
-            if repo.refs.read(name) is None:
-                break
+        name = _free_fork_name(repo, src_thread, oid)
     check_thread_name(name)
+    if repo.refs.read(name) is not None:
+        raise RefExists(f"thread {name!r} already exists", thread=name)
+    repo.refs.check_free(name)
     turn = Turn(kind="fork", thread=name, input=oid, output=oid, started_at=now, forked_from=src_thread)
     tid, data = codec.encode_and_hash(turn)
     with repo.write_lock():
@@ -311,6 +312,29 @@ def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | N
         )
     repo.index.refresh()
     return ForkResult(name, oid, {"thread": src_thread, "message": oid}, tid)
+
+
+def _require_message(repo: Repository, oid: str, rev: str) -> None:
+    obj = repo.objects.read(oid)
+    if not isinstance(obj, Message):
+        raise InvalidInput(f"{rev} names a {codec.type_name(obj)}, not a message", oid=oid)
+
+
+def _free_fork_name(repo: Repository, src_thread: str | None, oid: str) -> str:
+    stem = f"{src_thread}-" if src_thread else ""
+    for n in (6, 10, 16, 64):
+        name = f"{stem}fork-{oid[:n]}"
+        try:
+            check_thread_name(name)
+        except InvalidInput:
+            break  # the source name is too long to extend
+        if repo.refs.read(name) is None:
+            return name
+    for n in (6, 10, 16, 64):
+        name = f"fork-{oid[:n]}"
+        if repo.refs.read(name) is None:
+            return name
+    raise RefExists(f"no free name to fork {short(oid)}; give one")
 
 
 def rename_thread(repo: Repository, old: str, new: str) -> dict:
@@ -342,8 +366,9 @@ def update_ref(repo: Repository, name: str, new: str | None, old: str | None = N
     from .refs import ANY
 
     if new is not None:
+        rev = new
         new = revparse.resolve(repo, new)
-        graph.read_message(repo.objects, new)
+        _require_message(repo, new, rev)
     expected: object = ANY
     if create:
         expected = None

@@ -334,6 +334,11 @@ def prepare(repo, payload: Payload) -> Chain:
         raise PayloadTooLarge(
             f"{n} messages in one payload; the limit is {repo.config.max_messages} (limits.max_messages)"
         )
+    info = payload.turn
+    try:  # turn metadata must be storable before anything is decided or written
+        codec.encode(Turn(kind="call", thread="", output="", options=info.options, usage=info.usage, meta=info.meta))
+    except codec.EncodeError as e:
+        raise SchemaValidationFailed(f"turn metadata: {e}") from e
     return build_chain(payload.all_messages, None, repo.config)
 
 
@@ -356,6 +361,7 @@ def commit_payload(
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     repo.index  # open (and if needed rebuild) the index before anything is written
     with repo.write_lock():
+        repo.index.refresh_if_changed()  # refs moved by other processes since we opened
         for _ in range(_MAX_RETRIES):
             view = _View(repo)
             plan = _decide(view, payload, chain, thread, on_conflict, now)
@@ -446,6 +452,7 @@ def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None)
     fsync = repo.config.fsync
     repo.index  # open (and if needed rebuild) the index before anything is written
     with repo.write_lock():
+        repo.index.refresh_if_changed()
         view = _View(repo)
         plans: list[_Plan] = []
         pending_turns: set[str] = set()

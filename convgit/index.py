@@ -241,9 +241,38 @@ class Index:
 
     # -- catching up ------------------------------------------------------------------------
 
+    def _ref_dirs_signature(self, dirs) -> tuple:
+        out = []
+        for d in dirs:
+            try:
+                out.append((d, os.stat(d).st_mtime_ns))
+            except FileNotFoundError:
+                out.append((d, None))
+        return tuple(out)
+
+    def refresh_if_changed(self) -> None:
+        """Refresh only if a ref directory changed since the last refresh (a few stat calls).
+
+        Every ref move renames a file into its directory, which sets the directory's mtime to
+        the current (coarse) time. A signature whose newest mtime was over a second old when it
+        was taken cannot miss a later move; a younger one is not trusted.
+        """
+        sig = self._sig
+        if sig is not None:
+            taken_ns, old = sig
+            newest = max((m for _, m in old if m is not None), default=0)
+            if taken_ns - newest > 1_000_000_000 and self._ref_dirs_signature([d for d, _ in old]) == old:
+                return
+        self.refresh()
+
+    _sig: tuple | None = None
+
     @_healing
     def refresh(self) -> None:
         """Bring the index up to the refs on disk (a crash, a copy, another process)."""
+        base = self.repo.refs.threads_dir
+        dirs = [dp for dp, _, _ in os.walk(base)] or [str(base)]
+        self._sig = (time.time_ns(), self._ref_dirs_signature(dirs))
         refs = self.repo.refs.read_all()
         known = {n: (t, size) for n, t, size in self.db.execute("SELECT name, tip, reflog_size FROM threads")}
         if set(known) != set(refs) or any(

@@ -174,24 +174,35 @@ class RefStore:
                     self._append_log(name, old, new, turn, message, time_ms)
                 return old
             crash_point("ref_after_lock")
-            if new is None:
-                self._append_log(name, old, None, None, message or "delete", time_ms)
-                fsio.unlink(path)
-                if self.fsync:
-                    fsio.fsync_dir(path.parent)
-                self._archive_log(name)
-                # Directories left empty go, so ``a/b`` leaves room for ``a``.
-                self._prune_empty_dirs(path.parent)
+            if new is not None:
+                self._append_log(name, old, new, turn, message, time_ms)
+                tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+                fsio.replace_file(path, f"{new}\n".encode(), fsync=self.fsync, tmp=tmp)
+                crash_point("ref_after_rename")
                 return old
-            self._append_log(name, old, new, turn, message, time_ms)
-            tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
-            fsio.replace_file(path, f"{new}\n".encode(), fsync=self.fsync, tmp=tmp)
-            crash_point("ref_after_rename")
-            return old
+            self._append_log(name, old, None, None, message or "delete", time_ms)
+            fsio.unlink(path)
+            if self.fsync:
+                fsio.fsync_dir(path.parent)
+            self._archive_log(name)
+        # After the lock file is gone: directories left empty go, so ``a/b`` leaves room for ``a``.
+        self._prune_empty_dirs(path.parent)
+        return old
 
     def rename(self, old_name: str, new_name: str, *, message: str = "") -> str:
         """Rename a thread (ref and reflog). Fails if the new name exists."""
         src, dst = self.ref_path(old_name), self.ref_path(new_name)
+        if src == dst:
+            tip = self._read_path(src, old_name)
+            if tip is None:
+                raise NotFound(f"thread {old_name!r} does not exist", thread=old_name)
+            raise RefExists(f"thread {new_name!r} already exists", thread=new_name)
+        if dst in src.parents:
+            # ``p/q`` -> ``p``: the only thing in the way is the thread being renamed.
+            others = [n for n in self.iter_names() if n.startswith(new_name + "/") and n != old_name]
+            if others:
+                raise RefExists(f"thread {new_name!r} conflicts with threads named {new_name}/…", thread=new_name)
+            return self._rename_up(old_name, new_name, message)
         self._check_df_conflict(dst, new_name)
         fsio.makedirs(dst.parent)
         first, second = sorted([src, dst])
@@ -215,6 +226,25 @@ class RefStore:
                 fsio.fsync_dir(src.parent)
             self._prune_empty_dirs(src.parent)  # renaming ``p/q`` away leaves room for ``p``
             return tip
+
+    def _rename_up(self, old_name: str, new_name: str, message: str) -> str:
+        """Rename ``a/b`` to ``a``: delete the old ref, then create the new one (its reflog
+        carries over). Not atomic across the two names; each step is."""
+        tip = self.read(old_name)
+        if tip is None:
+            raise NotFound(f"thread {old_name!r} does not exist", thread=old_name)
+        log_src = self.log_path(old_name)
+        saved = log_src.read_bytes() if log_src.exists() else b""
+        self.update(old_name, None, expected=tip, message=message or f"rename: {old_name} -> {new_name}")
+        archived = sorted(self.deleted_logs_dir.glob(f"{old_name}.*"))
+        self.update(new_name, tip, expected=None, message=f"rename: {old_name} -> {new_name}")
+        if saved:
+            ldst = self.log_path(new_name)
+            data = saved + ldst.read_bytes()
+            fsio.replace_file(ldst, data, fsync=self.fsync)
+            for a in archived[-1:]:
+                fsio.unlink(a)
+        return tip
 
     def check_free(self, name: str) -> None:
         """Raise RefExists if a thread ``name`` cannot be created because a thread ``name/…``

@@ -65,6 +65,8 @@ class Repository:
             p = Path(env).expanduser()
             if not p.is_absolute() and start is not None:
                 p = Path(start) / p
+            if p.exists() and not p.is_dir():
+                raise NotAStore(f"CONVGIT_DIR={env} is not a directory", path=str(p))
             if not (p / "format").exists() and (not p.exists() or not any(p.iterdir())):
                 return cls.init(p)
             return cls.open(p)

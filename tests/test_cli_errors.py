@@ -99,7 +99,7 @@ CASES = [
     ("empty-in-the-middle", ["commit", "-"], dumps({"messages": [*conv("q1", "a1"), {"role": "user", "content": ""}]}),
      "schema_validation_failed", None),
     ("bad-on-conflict", ["commit", "-", "--thread", "main", "--on-conflict", "merge"], dumps(native("n")),
-     "schema_validation_failed", None),
+     "invalid_input", None),
     ("claimed-id-mismatch", ["commit", "-"], dumps(msg(id=OID)), "hash_mismatch", None),
     ("claimed-parent-mismatch", ["commit", "-"], dumps(msg(parent=OID)), "hash_mismatch", None),
     ("too-many-messages", ["commit", "-"], dumps(native("a", "b", "c")), "payload_too_large", _setup_limit),
@@ -135,7 +135,7 @@ CASES = [
      "ambiguous_thread", None),
     ("update-ref-stale", ["update-ref", "main", "side", "side"], None, "ref_stale", None),
     ("update-ref-exists", ["update-ref", "--create", "main", "side"], None, "ref_exists", None),
-    ("fork-exists", ["fork", "main", "side"], None, "ref_exists", None),  # see XFAIL
+    ("fork-exists", ["fork", "main", "side"], None, "ref_exists", None),
     ("rename-onto-existing", ["threads", "rename", "main", "side"], None, "ref_exists", None),
     ("corrupt-object", ["cat-object", "-p", "main"], None, "object_corrupt", _setup_corrupt),
     ("corrupt-object-log", ["log", "main"], None, "object_corrupt", _setup_corrupt),
@@ -148,9 +148,7 @@ CASES = [
 
 
 # Known bugs in the core, not the CLI: the test turns green (and strict xfail red) once fixed.
-XFAIL = {
-    "fork-exists": "api.fork writes its turn object before the ref update fails (RefExists)",
-}
+XFAIL: dict[str, str] = {}
 TEXT_ONLY = {"cat-object-no-mode"}  # with --json, cat-object has a mode
 
 
@@ -243,18 +241,14 @@ def test_multiple_files_error_reports_what_was_committed(cli, populated, tmp_pat
     assert ok(cli("rev-parse", "t")).out.strip() == done["tip"]
 
 
-# -- known core bugs (strict: these turn red once fixed, to be made plain tests) ---------------
+# -- once core bugs, now fixed -----------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="core: refs.rename locks the same ref file twice when OLD == NEW and "
-                   "waits for itself until core.lock_timeout, then reports `locked`")
 def test_rename_a_thread_onto_itself(cli, populated):
     r = cli("threads", "rename", "main", "main", "--json", env_extra={"CONVGIT_LOCK_TIMEOUT": "0.3"})
     assert r.rc == 0 or r.json()["error_code"] == "ref_exists", r
 
 
-@pytest.mark.xfail(strict=True, reason="core: Repository.discover lists CONVGIT_DIR without checking it is a "
-                   "directory: NotADirectoryError escapes as a traceback")
 def test_convgit_dir_naming_a_file(cli, tmp_path):
     f = tmp_path / "a-file"
     f.write_text("x")

@@ -475,11 +475,6 @@ def test_a_long_lived_handle_sees_what_another_handle_committed(repo):
     assert repo.refs.read("t") == r.tip != moved.tip
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core bug, reported: a Repository whose index is already open never refreshes it before "
-    "deciding, so a ref moved without an index update (update-ref plumbing, a crash between "
-    "ref move and index update, a copy) makes a stateless continuation start a new thread"
-))
 def test_a_long_lived_handle_sees_a_ref_moved_behind_the_index(repo):
     first = commit(repo, {"messages": HISTORY[:2]}, thread="t")
     assert convgit.threads(repo)[0]["tip"] == first.tip  # index open on this handle

@@ -68,6 +68,8 @@ def commit_cmd(
     committed to becomes HEAD.
     """
     output.set_json(json_)
+    if on_conflict not in ("reject", "fork"):
+        raise InvalidInput(f"--on-conflict must be reject or fork, not {on_conflict!r}")
     files = files or [None]
     inputs = [read_input(f) for f in files]  # every file readable before anything is stored
     repo = get_repo()

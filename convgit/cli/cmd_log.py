@@ -54,7 +54,7 @@ def log_cmd(
     output.set_json(json_)
     repo = get_repo()
     if graph and not json_:
-        _draw_tree(api.tree(repo, None if all_ else (rev or "HEAD")))
+        _draw_tree(api.tree(repo, None if all_ else ("HEAD" if rev is None else rev)))
         return
     entries = api.log(repo, rev, count=count, all_threads=all_, reverse=reverse)
     if json_:
@@ -114,7 +114,7 @@ def show_cmd(
     repo = get_repo()
     from ..revparse import resolve_with_thread
 
-    tip, thread = resolve_with_thread(repo, rev or "HEAD")
+    tip, thread = resolve_with_thread(repo, "HEAD" if rev is None else rev)
     if rev is None:
         thread = repo.refs.read_head()
     entries = api.conversation(repo, tip)
