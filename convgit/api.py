@@ -431,6 +431,39 @@ def reindex(repo: Repository) -> dict:
     return repo.index.rebuild()
 
 
+def gc(repo: Repository, *, prune: str | None = None, dry_run: bool = False, auto: bool = False):
+    """Pack, prune and expire (see convgit.gc). Returns GcStats."""
+    from .gc import gc as _gc
+
+    return _gc(repo, prune=prune, dry_run=dry_run, auto=auto)
+
+
+def fsck(repo: Repository, *, repair: bool = False):
+    """Check every object, ref, reflog, pack and the index. Returns FsckReport."""
+    from .fsck import fsck as _fsck
+
+    return _fsck(repo, repair=repair)
+
+
+def merge(repo: Repository, src: str | Path, *, dry_run: bool = False):
+    """Merge another store or a bundle into ``repo``. Returns MergeReport."""
+    from .merge import merge as _merge
+
+    return _merge(repo, src, dry_run=dry_run)
+
+
+def bundle_create(repo: Repository, path: str | Path, threads: list[str] | None = None):
+    from .bundle import create_bundle
+
+    return create_bundle(repo, path, threads)
+
+
+def bundle_verify(path: str | Path):
+    from .bundle import verify_bundle
+
+    return verify_bundle(path)
+
+
 def show_refs(repo: Repository) -> dict[str, str]:
     return repo.refs.read_all()
 

@@ -127,6 +127,27 @@ class NotAStore(ConvgitError):
     exit_code = 32
 
 
+class GcRefused(ConvgitError):
+    """gc found an unreadable or dangling ref or reflog: it fails closed and deletes nothing."""
+
+    code = "gc_refused"
+    exit_code = 33
+
+
+class SourceCorrupt(ConvgitError):
+    """A merge source (store or bundle) holds a bad object or ref: nothing was taken from it."""
+
+    code = "source_corrupt"
+    exit_code = 34
+
+
+class FsckFailed(ConvgitError):
+    """fsck found corruption (each problem is listed in ``details``)."""
+
+    code = "fsck_failed"
+    exit_code = 35
+
+
 # -- I/O: 40 --------------------------------------------------------------------------------
 
 
@@ -154,5 +175,8 @@ ALL_ERRORS: tuple[type[ConvgitError], ...] = (
     ObjectCorrupt,
     ObjectMissing,
     NotAStore,
+    GcRefused,
+    SourceCorrupt,
+    FsckFailed,
     StorageFailed,
 )

@@ -50,3 +50,46 @@ def longest_stored_prefix(objects, ids: list[str]) -> int:
         else:
             hi = mid
     return lo
+
+
+def references(obj) -> list[str]:
+    """The ids an object points at: a message's parent and blobs, a turn's messages."""
+    from .objects import AttachmentPart, Message, ReasoningPart, TextPart, Turn
+
+    out: list[str] = []
+    if isinstance(obj, Message):
+        if obj.parent:
+            out.append(obj.parent)
+        for p in obj.parts:
+            if isinstance(p, (TextPart, ReasoningPart, AttachmentPart)) and p.blob:
+                out.append(p.blob)
+    elif isinstance(obj, Turn):
+        for oid in (obj.input, obj.output, obj.forked_at):
+            if oid:
+                out.append(oid)
+    return out
+
+
+def mark_reachable(objects, roots, *, on_missing=None) -> set[str]:
+    """Every id reachable from ``roots`` (messages, blobs, turns). A missing object calls
+    ``on_missing(oid, referrer)`` (default: raise ObjectMissing)."""
+    from .errors import ObjectMissing
+
+    seen: set[str] = set()
+    todo: list[tuple[str, str | None]] = [(r, None) for r in roots]
+    while todo:
+        oid, by = todo.pop()
+        if oid in seen:
+            continue
+        try:
+            obj = objects.read(oid)
+        except ObjectMissing:
+            if on_missing is None:
+                raise ObjectMissing(f"object {oid} (referenced by {by or 'a ref'}) is missing", oid=oid) from None
+            on_missing(oid, by)
+            continue
+        seen.add(oid)
+        for ref in references(obj):
+            if ref not in seen:
+                todo.append((ref, oid))
+    return seen

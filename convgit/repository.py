@@ -88,6 +88,10 @@ class Repository:
     def write_lock(self) -> Iterator[None]:
         """Writers share the store lock; gc takes it exclusively (so gc never races a writer)."""
         with fsio.flock(self.path / "lock", shared=True, timeout=self.config.lock_timeout):
+            if (self.path / "merge-journal.json").exists():  # a merge died mid-way: finish it
+                from .merge import recover
+
+                recover(self)
             yield
 
     @contextmanager

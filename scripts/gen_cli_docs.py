@@ -198,6 +198,42 @@ message (`main~2`). No message is written, only a `fork` turn that records where
 came from (shown by `threads`). Continue the fork with `commit --thread NAME`. `HEAD` does not
 move.
 """,
+    ("gc",): """Packs every reachable loose object into a new packfile, prunes objects that nothing reaches
+(refs, `HEAD`, live reflog entries and the turns they name) once they are older than the grace
+period (`--prune=AGE`, default two weeks; `--prune=now` is unsafe while other processes write,
+`--prune=never` keeps everything), expires reflog entries older than `gc.reflog_expire_days`
+(entries naming a turn are kept: they are the history of calls), removes stale temp files,
+and rebuilds the index. gc holds the store lock exclusively, so it never runs beside a commit;
+a second gc started meanwhile skips (`"status": "skipped"`). It fails closed with `gc_refused`
+(exit 33) when a ref or reflog is unreadable or names a missing object. `--auto` returns at
+once, silently, unless 2,000 or more loose objects (or more than 16 packs) piled up: made for
+cron. `--dry-run` reports without changing anything.
+""",
+    ("fsck",): """Re-hashes every loose and packed object, checks its canonical encoding and that every parent,
+blob and turn reference resolves to an object of the right type, that refs and `HEAD` are
+valid and point at messages, that reflogs parse and name stored turns, that pack indexes
+match their packs, and that `index.sqlite` holds what a rebuild would. Each problem is listed
+with its object id; unreachable objects and leftover temp files are information, not errors.
+Exits 35 (`fsck_failed`) when anything is corrupt. `--repair` rebuilds the index and removes
+temp files older than an hour; it never deletes data.
+""",
+    ("merge",): """Takes another store's (a directory) or a bundle's threads and objects. Refs are read first,
+then every object they reach that is new here is re-hashed and decoded: one bad object and
+nothing is taken (`source_corrupt`, exit 34). New objects arrive as one pack staged in a
+quarantine directory; refs then move all or nothing (a journal finishes an interrupted merge).
+Per thread: new → created; same tip → nothing; local behind → fast-forward; incoming behind →
+kept; diverged → both kept, the incoming one as `NAME-merged-<10 hex of its tip>`. Merging the
+same source twice changes nothing. An `llm` logs.db is refused with a pointer to
+`convgit import`.
+""",
+    ("bundle",): """Bundles are single SQLite files holding threads, the turns recorded on them and every object
+they reach: a way to carry history between machines (`convgit merge FILE.db` takes it in).
+""",
+    ("bundle", "create"): """Writes FILE.db with the given threads (default: all) and everything they reach.
+""",
+    ("bundle", "verify"): """Checks a bundle: every object's hash and encoding, that every reference inside it resolves,
+that thread names are valid and point at messages. Exits 35 when it is corrupt.
+""",
 }
 
 PLUMBING: dict[tuple[str, ...], str] = {

@@ -87,9 +87,9 @@ def log_cmd(
 
 def _draw_tree(rows: list[dict]) -> None:
     open_levels: dict[int, bool] = {}
-    for r in rows:
+    for i, r in enumerate(rows):
         d = r["depth"]
-        if d == 0 and r["parent"] is None and open_levels:
+        if i and r["parent"] is None:  # a blank line between separate conversations
             output.line()
             open_levels = {}
         pre = "".join("│ " if open_levels.get(lv) else "  " for lv in range(1, d))

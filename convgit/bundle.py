@@ -1,0 +1,183 @@
+"""Bundles: one SQLite file carrying threads and every object they reach, for moving history
+between machines (``convgit bundle create``, ``convgit merge FILE.db``).
+
+Schema (format ``convgit-bundle`` version 1)::
+
+    bundle_meta(key TEXT PRIMARY KEY, value TEXT)        -- format, version, created_at
+    refs(name TEXT PRIMARY KEY, tip TEXT NOT NULL)
+    turns(thread TEXT, seq INTEGER, turn TEXT, PRIMARY KEY (thread, seq))
+    objects(id TEXT PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID
+
+A bundle is never trusted: merge re-hashes every object it takes from one.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import codec, fsio
+from .errors import InvalidInput, NotFound, ObjectCorrupt, SourceCorrupt
+from .graph import mark_reachable, references
+from .ids import check_thread_name, is_oid
+
+BUNDLE_FORMAT = "convgit-bundle"
+BUNDLE_VERSION = "1"
+SCHEMA = """
+CREATE TABLE bundle_meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE refs (name TEXT PRIMARY KEY, tip TEXT NOT NULL);
+CREATE TABLE turns (thread TEXT NOT NULL, seq INTEGER NOT NULL, turn TEXT NOT NULL, PRIMARY KEY (thread, seq));
+CREATE TABLE objects (id TEXT PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+"""
+
+
+@dataclass
+class BundleInfo:
+    path: str
+    threads: dict[str, str] = field(default_factory=dict)
+    objects: int = 0
+    bytes: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"status": "ok" if not self.problems else "corrupt", "path": self.path, "threads": self.threads,
+                "objects": self.objects, "bytes": self.bytes, "problems": self.problems}
+
+
+def create_bundle(repo, path: str | Path, threads: list[str] | None = None) -> BundleInfo:
+    """Write ``path`` holding ``threads`` (default: all) and everything they reach."""
+    path = Path(path)
+    all_refs = repo.refs.read_all()
+    if threads:
+        missing = [t for t in threads if t not in all_refs]
+        if missing:
+            raise NotFound(f"no such thread: {', '.join(missing)}", threads=missing)
+        refs = {t: all_refs[t] for t in threads}
+    else:
+        refs = all_refs
+    turns: dict[str, list[str]] = {}
+    roots = list(refs.values())
+    for name in refs:
+        ts = [e.turn for e in repo.refs.read_log(name) if e.turn and repo.objects.contains(e.turn)]
+        turns[name] = list(dict.fromkeys(ts))
+        roots.extend(turns[name])
+    ids = sorted(mark_reachable(repo.objects, roots))
+    tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}")
+    fsio._unlink_quiet(tmp)
+    info = BundleInfo(str(path), dict(refs))
+    db = sqlite3.connect(tmp)
+    try:
+        db.executescript(SCHEMA)
+        db.executemany("INSERT INTO bundle_meta VALUES (?, ?)", [
+            ("format", BUNDLE_FORMAT), ("version", BUNDLE_VERSION), ("created_at", str(int(time.time() * 1000))),
+        ])
+        db.executemany("INSERT INTO refs VALUES (?, ?)", sorted(refs.items()))
+        db.executemany("INSERT INTO turns VALUES (?, ?, ?)", [(n, i, t) for n, ts in turns.items() for i, t in enumerate(ts)])
+        for i in range(0, len(ids), 1000):
+            rows = [(oid, repo.objects.read_bytes(oid)) for oid in ids[i : i + 1000]]
+            info.bytes += sum(len(d) for _, d in rows)
+            db.executemany("INSERT INTO objects VALUES (?, ?)", rows)
+        db.commit()
+    except BaseException:
+        db.close()
+        fsio._unlink_quiet(tmp)
+        raise
+    db.close()
+    with open(tmp, "rb+") as f:
+        fsio.fsync_fd(f.fileno(), tmp)
+    fsio.rename(tmp, path)
+    info.objects = len(ids)
+    return info
+
+
+class BundleSource:
+    """A bundle opened read-only as a merge source."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.label = self.path.stem
+        try:
+            self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+            meta = dict(self.db.execute("SELECT key, value FROM bundle_meta"))
+        except sqlite3.DatabaseError as e:
+            raise InvalidInput(f"{path} is not a convgit bundle: {e}") from e
+        if meta.get("format") != BUNDLE_FORMAT:
+            raise InvalidInput(f"{path} is not a convgit bundle")
+        if meta.get("version") != BUNDLE_VERSION:
+            raise InvalidInput(f"{path} is a bundle of version {meta.get('version')}; this convgit reads {BUNDLE_VERSION}")
+
+    def refs(self) -> dict[str, str]:
+        try:
+            return {str(n): t for n, t in self.db.execute("SELECT name, tip FROM refs ORDER BY name")}
+        except sqlite3.DatabaseError as e:
+            raise SourceCorrupt(f"{self.path}: refs unreadable: {e}") from e
+
+    def turns(self, name: str) -> list[str]:
+        try:
+            return [t for (t,) in self.db.execute("SELECT turn FROM turns WHERE thread=? ORDER BY seq", (name,))]
+        except sqlite3.DatabaseError as e:
+            raise SourceCorrupt(f"{self.path}: turns unreadable: {e}") from e
+
+    def size(self, oid: str) -> int | None:
+        row = self.db.execute("SELECT length(data) FROM objects WHERE id=?", (oid,)).fetchone()
+        return None if row is None else row[0]
+
+    def read_raw(self, oid: str) -> bytes | None:
+        row = self.db.execute("SELECT data FROM objects WHERE id=?", (oid,)).fetchone()
+        if row is None:
+            return None
+        if not isinstance(row[0], bytes):
+            raise SourceCorrupt(f"{self.path}: object {oid} is not a blob of bytes", oid=oid)
+        return row[0]
+
+    def same_store(self, repo) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def verify_bundle(path: str | Path) -> BundleInfo:
+    """Check a bundle: format, every object's hash and encoding, closure, ref names and tips."""
+    src = BundleSource(path)
+    info = BundleInfo(str(path))
+    try:
+        types: dict[str, str] = {}
+        refs_needed: list[tuple[str, str]] = []
+        for oid, data in src.db.execute("SELECT id, data FROM objects"):
+            info.objects += 1
+            if not isinstance(data, bytes) or not is_oid(oid) or codec.hash_bytes(data) != oid:
+                info.problems.append(f"object {oid!r}: bytes do not hash to its id")
+                continue
+            info.bytes += len(data)
+            try:
+                obj = codec.decode(data, oid)
+            except ObjectCorrupt as e:
+                info.problems.append(e.message)
+                continue
+            if not codec.is_canonical(data, obj):
+                info.problems.append(f"object {oid}: not in canonical encoding")
+            types[oid] = codec.type_name(obj)
+            refs_needed.extend((r, oid) for r in references(obj))
+        for r, by in refs_needed:
+            if r not in types:
+                info.problems.append(f"object {by} references {r}, which the bundle lacks")
+        for name, tip in src.refs().items():
+            try:
+                check_thread_name(name)
+            except InvalidInput as e:
+                info.problems.append(f"ref {name!r}: {e.message}")
+                continue
+            info.threads[name] = tip
+            if types.get(tip) != "message":
+                info.problems.append(f"thread {name!r} points at {tip}, which is not a message in the bundle")
+        for name in info.threads:
+            for t in src.turns(name):
+                if types.get(t) != "turn":
+                    info.problems.append(f"thread {name!r} lists turn {t}, which the bundle lacks")
+    finally:
+        src.close()
+    return info

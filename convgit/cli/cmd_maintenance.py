@@ -1,0 +1,147 @@
+"""gc, fsck, merge, bundle: the repository operations."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .. import api
+from ..errors import FsckFailed
+from ..ids import short
+from . import output
+from .app import _Group, app, get_repo
+
+JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+@app.command("gc")
+def gc_cmd(
+    prune: Optional[str] = typer.Option(
+        None, "--prune", metavar="AGE",
+        help="Prune unreachable objects older than AGE (2w, 3d, 12h, seconds, now, never; default "
+             "gc.grace_seconds = 2 weeks). --prune=now is unsafe while other processes write.",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Report what would be done; change nothing."),
+    auto: bool = typer.Option(False, "--auto", help="Do nothing (fast, silent) unless enough loose objects piled up: for cron."),
+    json_: bool = JSON_OPT,
+) -> None:
+    """Pack loose objects, prune unreachable ones past the grace period, expire old reflog
+    entries, remove stale temp files, rebuild the index. Safe while others commit."""
+    output.set_json(json_)
+    s = api.gc(get_repo(), prune=prune, dry_run=dry_run, auto=auto)
+    if json_:
+        output.emit_json(s.to_json())
+        return
+    if s.status == "nothing-to-do":
+        return  # --auto below the threshold: silent
+    if s.status == "skipped":
+        output.info(f"convgit: gc skipped: {s.reason}")
+        return
+    verb = "would" if dry_run else "did"
+    output.line(
+        f"gc {verb}: pack {s.packed} object(s), prune {s.pruned} unreachable, keep {s.kept_young} young unreachable, "
+        f"expire {s.reflog_expired} reflog entr{'y' if s.reflog_expired == 1 else 'ies'}"
+    )
+    if not dry_run:
+        output.line(
+            f"objects {s.objects_before} -> {s.objects_after} (loose {s.loose_before} -> {s.loose_after}, "
+            f"packs {s.packs_before} -> {s.packs_after}); {_size(s.bytes_before)} -> {_size(s.bytes_after)} in {s.seconds}s"
+        )
+
+
+@app.command("fsck")
+def fsck_cmd(
+    repair: bool = typer.Option(False, "--repair", help="Rebuild the index and remove stale temp files (never deletes data)."),
+    json_: bool = JSON_OPT,
+) -> None:
+    """Verify every object (hash, encoding, references), every ref and reflog, every pack and the
+    index. Exits 35 (fsck_failed) when anything is corrupt."""
+    output.set_json(json_)
+    rep = api.fsck(get_repo(), repair=repair)
+    err = None if rep.ok else FsckFailed(f"{len(rep.errors)} problem(s) found")
+    if json_:
+        doc = rep.to_json()
+        if err:  # the report, in the shape of every error document
+            doc.update(err.to_json())
+        output.emit_json(doc)
+    else:
+        for p in rep.problems:
+            output.line(f"{p.severity}: {p.message}", "red" if p.severity == "error" else None)
+        for r in rep.repaired:
+            output.line(f"repaired: {r}")
+        status = "ok" if rep.ok else f"{len(rep.errors)} error(s)"
+        output.line(f"checked {rep.loose} loose and {rep.packed} packed object(s) in {rep.packs} pack(s), "
+                    f"{rep.threads} thread(s): {status}")
+    if err:
+        if json_:
+            raise typer.Exit(err.exit_code)
+        raise err
+
+
+@app.command("merge")
+def merge_cmd(
+    source: str = typer.Argument(..., metavar="SRC", help="Another store (directory) or a bundle (.db)."),
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Report what would happen; change nothing."),
+    json_: bool = JSON_OPT,
+) -> None:
+    """Merge another store or a bundle into this one: every object re-verified; new threads
+    created, behind ones fast-forwarded, diverged ones kept under NAME-merged-<tip>."""
+    output.set_json(json_)
+    rep = api.merge(get_repo(), source, dry_run=dry_run)
+    if json_:
+        output.emit_json(rep.to_json())
+        return
+    for r in rep.refs:
+        extra = f" as {r['as']}" if r["as"] != r["thread"] else ""
+        output.line(f"{r['action']:<12} {r['thread']}{extra} {short(r['local']) or '-'} -> {short(r['incoming'])}")
+    output.line(f"{'would take' if dry_run else 'took'} {rep.new_objects} new object(s), {_size(rep.new_bytes)}")
+
+
+bundle_app = typer.Typer(cls=_Group, help="Single-file bundles of threads (SQLite) to carry between machines.",
+                         rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]})
+app.add_typer(bundle_app, name="bundle")
+
+
+@bundle_app.command("create")
+def bundle_create_cmd(
+    file: str = typer.Argument(..., metavar="FILE.db"),
+    threads: Optional[list[str]] = typer.Argument(None, metavar="[THREAD]...", help="Threads to include (default: all)."),
+    json_: bool = JSON_OPT,
+) -> None:
+    """Write FILE.db with the threads and every object they reach (merge it elsewhere)."""
+    output.set_json(json_)
+    info = api.bundle_create(get_repo(), file, threads or None)
+    if json_:
+        output.emit_json(info.to_json())
+    else:
+        output.line(f"Wrote {file}: {len(info.threads)} thread(s), {info.objects} object(s), {_size(info.bytes)}")
+
+
+@bundle_app.command("verify")
+def bundle_verify_cmd(file: str = typer.Argument(..., metavar="FILE.db"), json_: bool = JSON_OPT) -> None:
+    """Check a bundle: every object's hash and encoding, that it is complete, its thread names."""
+    output.set_json(json_)
+    info = api.bundle_verify(file)
+    err = FsckFailed(f"{file}: {len(info.problems)} problem(s) found") if info.problems else None
+    if json_:
+        doc = info.to_json()
+        if err:
+            doc.update(err.to_json())
+        output.emit_json(doc)
+    else:
+        for p in info.problems:
+            output.line(f"error: {p}")
+        output.line(f"{file}: {len(info.threads)} thread(s), {info.objects} object(s): {'ok' if not info.problems else 'corrupt'}")
+    if err:
+        if json_:
+            raise typer.Exit(err.exit_code)
+        raise err

@@ -1,0 +1,261 @@
+"""``fsck``: prove the store's integrity, or list exactly what is wrong.
+
+Checks every loose and packed object (hash = name, decodes, canonical encoding), that every
+parent / blob / turn reference resolves to an object of the right type, that refs and HEAD
+are valid and point at messages, that reflogs parse and name existing turns, that pack
+indexes match their packs, and that the index agrees with a fresh rebuild. Problems are
+errors (corruption) or warnings/info (leftover temp files, unreachable objects).
+``repair`` rebuilds the index and removes stale temp files; it never deletes data.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import codec, fsio
+from .errors import ConvgitError, InvalidRefName, ObjectCorrupt, ObjectMissing
+from .graph import references
+from .ids import check_thread_name
+from .objects import Blob, Message, Turn
+from .refs import THREADS, read_log_file
+
+
+@dataclass
+class Problem:
+    severity: str  # error | warning | info
+    kind: str  # object_corrupt, object_missing, not_canonical, bad_ref, bad_reflog, pack, index, temp, unreachable
+    message: str
+    oid: str | None = None
+
+    def to_json(self) -> dict:
+        return {"severity": self.severity, "kind": self.kind, "message": self.message, "oid": self.oid}
+
+
+@dataclass
+class FsckReport:
+    objects: int = 0
+    loose: int = 0
+    packed: int = 0
+    packs: int = 0
+    threads: int = 0
+    reachable: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_json(self) -> dict:
+        return {
+            "status": "ok" if self.ok else "corrupt",
+            "objects": self.objects, "loose": self.loose, "packed": self.packed, "packs": self.packs,
+            "threads": self.threads, "reachable": self.reachable,
+            "errors": len(self.errors),
+            "problems": [p.to_json() for p in self.problems],
+            "repaired": self.repaired,
+            "seconds": self.seconds,
+        }
+
+
+def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
+    t0 = time.perf_counter()
+    rep = FsckReport()
+    add = rep.problems.append
+    objects = repo.objects
+    objects.packs(reload=True)
+
+    # 1. Every object: hash, decode, canonical form.
+    types: dict[str, str] = {}
+    refs_of: dict[str, list[str]] = {}
+    loose = list(objects.iter_loose())
+    rep.loose = len(loose)
+    for oid in loose:
+        _check_object(objects, oid, types, refs_of, add, lambda o=oid: _read_loose_raw(objects, o))
+    for p in objects.packs():
+        rep.packs += 1
+        for msg in p.verify(objects=False):  # each object is checked below
+            add(Problem("error", "pack", msg))
+        for oid in p.ids():
+            rep.packed += 1
+            if oid in types:
+                continue
+            _check_object(objects, oid, types, refs_of, add, lambda o=oid, p=p: p.read(o))
+    rep.objects = len(types) + sum(1 for pr in rep.problems if pr.kind in ("object_corrupt",) and pr.oid and pr.oid not in types)
+
+    # 2. References between objects: present, readable, and of the right type.
+    for oid, refs in refs_of.items():
+        kind = types[oid]
+        for r, expect in refs:
+            if r not in types:
+                gone = not objects.contains(r)
+                add(Problem("error", "object_missing" if gone else "object_corrupt",
+                            f"{kind} {oid} references {r}, which is {'missing' if gone else 'corrupt'}", r))
+            elif types[r] != expect:
+                add(Problem("error", "bad_reference", f"{kind} {oid} references {r}, a {types[r]} where a {expect} belongs", oid))
+
+    # 3. Refs, HEAD, reflogs.
+    roots: list[str] = []
+    base = repo.refs.threads_dir
+    for name in repo.refs.iter_names():
+        rep.threads += 1
+        try:
+            check_thread_name(name)
+        except InvalidRefName as e:
+            add(Problem("error", "bad_ref", f"ref file with an invalid name: {e.message}"))
+            continue
+        try:
+            tip = repo.refs.read(name)
+        except ObjectCorrupt as e:
+            add(Problem("error", "bad_ref", e.message))
+            continue
+        if tip is None:
+            continue
+        if tip not in types:
+            add(Problem("error", "bad_ref", f"thread {name!r} points at {tip}, which is {'corrupt' if objects.contains(tip) else 'missing'}", tip))
+        elif types[tip] != "message":
+            add(Problem("error", "bad_ref", f"thread {name!r} points at a {types[tip]}, not a message", tip))
+        else:
+            roots.append(tip)
+    del base
+    try:
+        head = repo.refs.read_head()
+        check_thread_name(head)
+    except ConvgitError as e:
+        add(Problem("error", "bad_ref", f"HEAD: {e.message}"))
+    for name, path in repo.refs.iter_log_files():
+        try:
+            lines = [ln for ln in path.read_text("utf-8", "replace").splitlines() if ln.strip()]
+        except OSError as e:
+            add(Problem("error", "bad_reflog", f"cannot read {path}: {e.strerror}"))
+            continue
+        entries = read_log_file(path)
+        if len(entries) != len(lines):
+            add(Problem("error", "bad_reflog", f"{path.relative_to(repo.path)}: {len(lines) - len(entries)} unreadable line(s)"))
+        for e in entries:
+            if e.turn is not None:
+                if e.turn not in types:
+                    sev = "error" if name is not None else "info"
+                    add(Problem(sev, "bad_reflog", f"{path.relative_to(repo.path)} names turn {e.turn}, which is not stored", e.turn))
+                elif types[e.turn] != "turn":
+                    add(Problem("error", "bad_reflog", f"{path.relative_to(repo.path)} names {e.turn} as a turn; it is a {types[e.turn]}", e.turn))
+                elif name is not None:
+                    roots.append(e.turn)
+
+    # 4. Reachability (unreachable objects are information, as in git).
+    reach: set[str] = set()
+    todo = [r for r in roots if r in types]
+    while todo:  # over what step 1 read: no object is read twice, a bad one stops nothing
+        o = todo.pop()
+        if o in reach:
+            continue
+        reach.add(o)
+        todo.extend(r for r, _ in refs_of.get(o, ()) if r in types and r not in reach)
+    rep.reachable = len(reach)
+    unreachable = [o for o in types if o not in reach]
+    if unreachable:
+        add(Problem("info", "unreachable", f"{len(unreachable)} unreachable object(s) (gc prunes them after the grace period)"))
+
+    # 5. Leftovers.
+    temps = [os.path.join(dp, f) for dp, _, fs in os.walk(repo.path) for f in fs if f.startswith(fsio.TMP_PREFIX)]
+    if temps:
+        add(Problem("warning", "temp", f"{len(temps)} temporary file(s) left by interrupted writes"))
+
+    # 6. The index agrees with the objects.
+    if check_index and not rep.errors:  # with damaged objects a rebuild differs by design
+        for msg in _check_index(repo):
+            add(Problem("error", "index", msg))
+
+    if repair:
+        repo.index.rebuild()
+        rep.repaired.append("index rebuilt")
+        n = 0
+        cutoff = time.time() - 3600  # a temp file younger than an hour may belong to a live writer
+        for t in temps:
+            try:
+                if os.stat(t).st_mtime < cutoff:
+                    os.unlink(t)
+                    n += 1
+            except FileNotFoundError:
+                pass
+        if n:
+            rep.repaired.append(f"{n} stale temporary file(s) removed")
+        rep.problems = [p for p in rep.problems if p.kind != "index"]
+    rep.seconds = round(time.perf_counter() - t0, 3)
+    return rep
+
+
+def _read_loose_raw(objects, oid: str) -> bytes:
+    with open(objects._file(oid), "rb") as f:
+        return f.read()
+
+
+def _check_object(objects, oid, types, refs_of, add, read) -> None:
+    try:
+        data = read()
+    except ObjectCorrupt as e:
+        add(Problem("error", "object_corrupt", e.message, oid))
+        return
+    except OSError as e:
+        add(Problem("error", "object_corrupt", f"object {oid} cannot be read: {e.strerror}", oid))
+        return
+    if codec.hash_bytes(data) != oid:
+        add(Problem("error", "object_corrupt", f"object {oid} is corrupt: its bytes hash to another id", oid))
+        return
+    try:
+        obj = codec.decode(data, oid)
+    except ObjectCorrupt as e:
+        add(Problem("error", "object_corrupt", e.message, oid))
+        return
+    if not codec.is_canonical(data, obj):
+        add(Problem("error", "not_canonical", f"object {oid} is not in canonical encoding", oid))
+    types[oid] = codec.type_name(obj)
+    if isinstance(obj, Message):
+        r = [(obj.parent, "message")] if obj.parent else []
+        r += [(b, "blob") for b in references(obj)[1 if obj.parent else 0:]]
+        if r:
+            refs_of[oid] = r
+    elif isinstance(obj, Turn):
+        refs_of[oid] = [(x, "message") for x in references(obj)]
+
+
+def _check_index(repo) -> list[str]:
+    """The live index must hold what a rebuild from the objects holds."""
+    out = []
+    idx = repo.index
+    try:
+        row = idx.db.execute("PRAGMA quick_check").fetchone()
+        if row and row[0] != "ok":
+            out.append(f"index.sqlite: quick_check says {row[0]}")
+    except sqlite3.DatabaseError as e:
+        return [f"index.sqlite is unreadable: {e}"]
+    from .index import Index
+
+    with tempfile.TemporaryDirectory(dir=repo.path) as td:
+        fresh = Index(repo, path=Path(td) / "index.sqlite", autorefresh=False)
+        try:
+            want = fresh.dump()
+        finally:
+            fresh.close()
+    try:
+        idx.refresh()
+        have = idx.dump()
+    except sqlite3.DatabaseError as e:
+        return out + [f"index.sqlite: {e}"]
+    for k in want:
+        if want[k] != have.get(k):
+            out.append(f"index.sqlite disagrees with the objects ({k}); convgit reindex or fsck --repair rebuilds it")
+    return out
+
+
+__all__ = ["FsckReport", "Problem", "fsck", "Blob", "ObjectMissing", "THREADS"]

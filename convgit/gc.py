@@ -1,0 +1,337 @@
+"""``gc``: pack loose objects, prune what nothing reaches, expire old reflog entries.
+
+Safety rules (git, restic and borg's):
+- gc holds the store lock exclusively, so no writer runs while it marks and sweeps; a second
+  gc does not wait, it skips.
+- It fails closed: an unreadable, badly named or dangling ref, or a reflog naming a missing
+  object, stops it before anything is deleted.
+- Unreachable objects are deleted only when older than the grace period (objects written by
+  a process that died before moving its ref stay for two weeks), and so is everything they
+  reach. Writers refresh an existing object's mtime, which restarts its grace.
+- The new pack is durable before any loose object or old pack it replaces is deleted, so a
+  crash or a kill at any point leaves every object readable.
+- Reflog entries that name a turn are history (a call's model, time, tokens): never expired.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+
+from . import fsio
+from .config import crash_point
+from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing
+from .graph import mark_reachable
+from .ids import check_thread_name, is_oid
+from .pack import write_pack
+from .refs import format_reflog_line, read_log_file
+
+AUTO_LOOSE_THRESHOLD = 2000  # gc --auto does nothing below this many loose objects
+AUTO_PACK_LIMIT = 16  # ... and while there are no more packs than this
+GC_LOG = "gc.log"
+
+
+@dataclass
+class GcStats:
+    status: str = "done"  # done | skipped | nothing-to-do | dry-run
+    reason: str | None = None
+    objects_before: int = 0
+    objects_after: int = 0
+    loose_before: int = 0
+    loose_after: int = 0
+    packs_before: int = 0
+    packs_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    reachable: int = 0
+    kept_young: int = 0
+    pruned: int = 0
+    packed: int = 0
+    reflog_expired: int = 0
+    temp_removed: int = 0
+    seconds: float = 0.0
+    pruned_ids: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["pruned_ids"] = d["pruned_ids"][:1000]
+        return d
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_prune(value: str | int | None, default_seconds: int) -> float | None:
+    """Grace in seconds: ``now`` (0), ``never`` (None), ``2w``/``3d``/``12h``/``90m``/``30s``,
+    git's ``2.weeks.ago``, or plain seconds."""
+    if value is None:
+        return float(default_seconds)
+    if isinstance(value, int):
+        return float(value)
+    v = value.strip().lower()
+    if v == "now":
+        return 0.0
+    if v == "never":
+        return None
+    m = re.fullmatch(r"(\d+)\.?(second|minute|hour|day|week)s?\.ago", v)
+    if m:
+        return float(int(m.group(1)) * _UNITS[m.group(2)[0] if m.group(2) != "minute" else "m"])
+    m = re.fullmatch(r"(\d+)([smhdw]?)", v)
+    if m:
+        return float(int(m.group(1)) * _UNITS[m.group(2) or "s"])
+    raise InvalidInput(f"--prune: expected now, never, a duration like 2w or 3d, or seconds; got {value!r}")
+
+
+def _disk_usage(path) -> int:
+    total = 0
+    for dp, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dp, f)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def count_loose(objects) -> int:
+    return sum(1 for _ in objects.iter_loose())
+
+
+def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: bool = False,
+       now: float | None = None) -> GcStats:
+    """Run gc on ``repo`` (see the module docstring). Returns what it did."""
+    t0 = time.perf_counter()
+    now = time.time() if now is None else now
+    grace = parse_prune(prune, repo.config.grace_seconds)
+    objects = repo.objects
+    stats = GcStats()
+    if auto:
+        loose = count_loose(objects)
+        if loose < AUTO_LOOSE_THRESHOLD and len(objects.packs()) <= AUTO_PACK_LIMIT:
+            stats.status = "nothing-to-do"
+            stats.loose_before = stats.loose_after = loose
+            return stats
+    gc_fd = fsio.try_flock(repo.path / "gc.lock", shared=False)
+    if gc_fd is None:
+        stats.status, stats.reason = "skipped", "another gc is running"
+        return stats
+    try:
+        with repo.exclusive_lock():
+            from .merge import recover
+
+            if not dry_run:
+                recover(repo)
+            _run(repo, stats, grace, now, dry_run)
+    finally:
+        os.close(gc_fd)
+    stats.seconds = round(time.perf_counter() - t0, 3)
+    if not dry_run and stats.status == "done":
+        fsio.append_line(
+            repo.path / GC_LOG,
+            json.dumps({k: v for k, v in stats.to_json().items() if k != "pruned_ids"} | {"finished_at": int(now * 1000)}) + "\n",
+            fsync=repo.config.fsync,
+        )
+    return stats
+
+
+def _roots(repo, now: float, expire_s: float):
+    """Ref tips and every live reflog entry's ids, with the reflog rewrites expiry implies.
+    Raises GcRefused on anything unreadable or dangling (before anything is deleted)."""
+    refs = repo.refs
+    roots: list[str] = []
+    try:
+        tips = refs.read_all()
+    except ObjectCorrupt as e:
+        raise GcRefused(f"gc refused: {e.message}") from e
+    for name in refs.iter_names():
+        try:
+            check_thread_name(name)
+        except InvalidInput as e:
+            raise GcRefused(f"gc refused: a ref file has an invalid name: {name!r}") from e
+    for name, tip in tips.items():
+        if not repo.objects.contains(tip):
+            raise GcRefused(f"gc refused: thread {name!r} points at missing object {tip}", thread=name)
+        roots.append(tip)
+    rewrites = {}
+    for name, path in refs.iter_log_files():
+        if name is None:
+            # A deleted thread's archived reflog roots nothing: deleting a thread and pruning
+            # frees what no other thread reaches (its turns go with its messages).
+            continue
+        try:
+            raw = path.read_bytes()
+        except OSError as e:
+            raise GcRefused(f"gc refused: cannot read reflog {path}: {e.strerror}") from e
+        lines = raw.decode("utf-8", "replace").splitlines()
+        entries = read_log_file(path)
+        if len(entries) != sum(1 for ln in lines if ln.strip()):
+            raise GcRefused(f"gc refused: reflog {path} has unreadable lines")
+        keep = []
+        for e in entries:
+            live = e.turn is not None or (now * 1000 - e.time_ms) < expire_s * 1000
+            if not live:
+                continue
+            keep.append(e)
+            for oid in (e.new, e.old, e.turn):
+                if oid is not None:
+                    roots.append(oid)
+            if e.turn is not None and not repo.objects.contains(e.turn):
+                raise GcRefused(f"gc refused: reflog {path.name} names missing turn {e.turn}")
+        if len(keep) != len(entries):
+            rewrites[path] = keep
+    return roots, rewrites
+
+
+def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -> None:
+    objects = repo.objects
+    objects.packs(reload=True)
+    stats.bytes_before = _disk_usage(repo.path / "objects")
+    loose = list(objects.iter_loose())
+    packs = objects.packs()
+    packed_ids: dict[str, object] = {}
+    for p in packs:
+        for oid in p.ids():
+            packed_ids.setdefault(oid, p)
+    stats.loose_before, stats.packs_before = len(loose), len(packs)
+    all_ids = set(loose) | set(packed_ids)
+    stats.objects_before = len(all_ids)
+
+    expire_s = repo.config.reflog_expire_days * 86400
+    roots, rewrites = _roots(repo, now, expire_s)
+    stats.reflog_expired = sum(
+        len(read_log_file(p)) - len(keep) for p, keep in rewrites.items()
+    )
+
+    def missing(oid, by):
+        # A reachable object is missing: the store is already damaged. Fail closed.
+        raise GcRefused(f"gc refused: object {oid} (referenced by {by or 'a ref or reflog'}) is missing; run convgit fsck")
+
+    try:
+        reachable = mark_reachable(objects, roots, on_missing=missing)
+    except ObjectCorrupt as e:
+        raise GcRefused(f"gc refused: {e.message}; run convgit fsck") from e
+    crash_point("gc_after_mark")
+    stats.reachable = len(reachable)
+
+    def age(oid: str) -> float:
+        try:
+            if oid in packed_ids and not objects.is_loose(oid):
+                return now - os.stat(packed_ids[oid].pack_path).st_mtime  # type: ignore[attr-defined]
+            return now - os.stat(objects._file(oid)).st_mtime
+        except FileNotFoundError:
+            return float("inf")
+
+    unreachable = all_ids - reachable
+    if grace is None:
+        young = set(unreachable)
+    else:
+        young = {oid for oid in unreachable if age(oid) < grace}
+    if young:  # git's rule: what a young object reaches is kept with it
+        young |= mark_reachable(objects, young, on_missing=lambda o, b: None)
+    doomed = unreachable - young
+    stats.kept_young = len(young - reachable)
+    stats.pruned = len(doomed)
+    stats.pruned_ids = sorted(doomed)
+
+    keep_packed = reachable  # everything reachable ends up in packs; young unreachable stays as it is
+    loose_to_pack = [oid for oid in loose if oid in keep_packed]
+    repack_all = len(packs) > AUTO_PACK_LIMIT or any(oid in packed_ids for oid in doomed)
+    if dry_run:
+        stats.status = "dry-run"
+        stats.packed = len(loose_to_pack)
+        stats.objects_after = stats.objects_before - stats.pruned
+        stats.bytes_after = stats.bytes_before
+        return
+
+    # 1. Reflog expiry (the entries dropped hold nothing gc still needs).
+    for path, keep in rewrites.items():
+        data = "".join(format_reflog_line(e.old, e.new, e.time_ms, e.turn, e.message) for e in keep).encode()
+        fsio.replace_file(path, data, fsync=repo.config.fsync)
+
+    # 2. One new pack with what is kept, durable before anything is deleted.
+    if repack_all:
+        to_pack = sorted(keep_packed | {o for o in young if o in packed_ids})
+        old_packs = packs
+    else:
+        to_pack = loose_to_pack
+        old_packs = []
+    if to_pack:
+        write_pack(objects.pack_dir, to_pack, objects.read_bytes, fsync=repo.config.fsync)
+        stats.packed = len(to_pack)
+    crash_point("gc_after_pack")
+    objects.packs(reload=True)
+
+    # 3. Delete loose copies now packed, unreachable old objects, then replaced packs.
+    packed_now = set(to_pack)
+    n = 0
+    for oid in loose:
+        if oid in packed_now or oid in doomed:
+            fsio.unlink(objects._file(oid))
+            n += 1
+            if n == 1:
+                crash_point("gc_mid_sweep")
+    for p in old_packs:
+        if p.pack_path.name.startswith("pack-") and p.idx_path.exists():
+            p.close()
+            fsio.unlink(p.idx_path)  # the idx first: readers stop looking in it
+            fsio.unlink(p.pack_path)
+    if repo.config.fsync:
+        fsio.fsync_dir(objects.pack_dir) if objects.pack_dir.exists() else None
+    _remove_empty_fanout(objects)
+    stats.temp_removed = _remove_stale_temp(repo, grace if grace is not None else float("inf"), now)
+    crash_point("gc_before_index")
+
+    # 4. The index: rebuilt from what is left.
+    objects.packs(reload=True)
+    repo.index.rebuild()
+    loose_after = list(objects.iter_loose())
+    stats.loose_after = len(loose_after)
+    stats.packs_after = len(objects.packs())
+    stats.objects_after = len(set(loose_after) | {o for p in objects.packs() for o in p.ids()})
+    stats.bytes_after = _disk_usage(repo.path / "objects")
+
+
+def _remove_empty_fanout(objects) -> None:
+    for d in os.listdir(objects.path):
+        if len(d) == 2:
+            try:
+                os.rmdir(objects.path / d)  # only succeeds when empty; writers recreate it
+            except OSError:
+                pass
+
+
+def _remove_stale_temp(repo, grace: float, now: float) -> int:
+    """Temp files (``tmp_*``) older than the grace period, anywhere in the store."""
+    n = 0
+    for dp, _, files in os.walk(repo.path):
+        for f in files:
+            if not f.startswith(fsio.TMP_PREFIX):
+                continue
+            p = os.path.join(dp, f)
+            try:
+                if now - os.stat(p).st_mtime >= grace:
+                    os.unlink(p)
+                    n += 1
+            except FileNotFoundError:
+                pass
+    return n
+
+
+def last_gc(repo) -> dict | None:
+    """The last line of gc.log (what status reports), or None."""
+    try:
+        lines = (repo.path / GC_LOG).read_text("utf-8").splitlines()
+    except FileNotFoundError:
+        return None
+    for ln in reversed(lines):
+        try:
+            return json.loads(ln)
+        except ValueError:
+            continue
+    return None
+
+
+__all__ = ["GcStats", "gc", "last_gc", "parse_prune", "is_oid", "ObjectMissing"]

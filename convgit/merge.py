@@ -1,0 +1,330 @@
+"""``merge SRC``: take another store's (or a bundle's) threads and objects, nothing lost.
+
+Order (restic's, then git's fetch --atomic): read the source's refs first, then walk the
+objects they reach, re-hashing and decoding every one that is new here (one bad object and
+nothing is taken); stage the new objects as a pack in a quarantine directory, move it in,
+then update every ref from a journal, all or nothing. A crash after the journal is written
+is rolled forward by the next writer; before it, nothing is visible.
+
+Refs: new → created; same tip → nothing; local tip an ancestor of the incoming one →
+fast-forward; incoming an ancestor of local → kept; diverged → both kept, the incoming one
+as ``<name>-merged-<first 10 hex of its tip>`` (predictable: merging again changes nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import codec, fsio
+from .bundle import BundleSource
+from .config import crash_point
+from .errors import ConvgitError, InvalidInput, NotAStore, ObjectCorrupt, ObjectMissing, SourceCorrupt
+from .graph import references
+from .ids import check_thread_name, is_oid
+from .objects import Message
+from .pack import write_pack
+from .refs import ANY
+
+JOURNAL = "merge-journal.json"
+
+
+@dataclass
+class MergeReport:
+    source: str
+    dry_run: bool = False
+    new_objects: int = 0
+    new_bytes: int = 0
+    refs: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"status": "dry-run" if self.dry_run else "merged", "source": self.source, "new_objects": self.new_objects,
+                "new_bytes": self.new_bytes, "refs": self.refs, "seconds": self.seconds}
+
+
+class StoreSource:
+    """Another convgit store, read without writing to it."""
+
+    def __init__(self, path: Path) -> None:
+        from .repository import Repository
+
+        p = path / ".convgit" if (path / ".convgit").is_dir() else path
+        try:
+            self.repo = Repository.open(p)
+        except NotAStore as e:
+            raise InvalidInput(f"merge source {path}: {e.message}") from e
+        self.path = self.repo.path
+        self.label = self.path.parent.name or "store"
+
+    def refs(self) -> dict[str, str]:
+        try:
+            return self.repo.refs.read_all()
+        except ObjectCorrupt as e:
+            raise SourceCorrupt(f"merge source: {e.message}") from e
+
+    def turns(self, name: str) -> list[str]:
+        return list(dict.fromkeys(e.turn for e in self.repo.refs.read_log(name) if e.turn))
+
+    def size(self, oid: str) -> int | None:
+        return 0 if self.repo.objects.contains(oid) else None
+
+    def read_raw(self, oid: str) -> bytes | None:
+        try:
+            return self.repo.objects.read_bytes(oid)
+        except ObjectMissing:
+            return None
+        except ObjectCorrupt as e:
+            raise SourceCorrupt(f"merge source: {e.message}", oid=oid) from e
+
+    def same_store(self, repo) -> bool:
+        return os.path.realpath(self.path) == os.path.realpath(repo.path)
+
+    def close(self) -> None:
+        self.repo.close()
+
+
+def open_source(src: str | Path):
+    p = Path(src)
+    if p.is_dir():
+        return StoreSource(p)
+    if p.is_file():
+        with open(p, "rb") as f:
+            head = f.read(16)
+        if head.startswith(b"SQLite format 3"):
+            import sqlite3
+
+            db = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+            try:
+                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            except sqlite3.DatabaseError as e:
+                raise InvalidInput(f"{src}: unreadable SQLite file: {e}") from e
+            finally:
+                db.close()
+            if "bundle_meta" in tables:
+                return BundleSource(p)
+            if "responses" in tables or "conversations" in tables:
+                raise InvalidInput(f"{src} is an llm logs.db: use `convgit import {src}` (merge reads convgit stores and bundles)")
+        raise InvalidInput(f"{src} is neither a convgit store nor a bundle")
+    raise NotAStore(f"merge source {src} does not exist")
+
+
+def merge(repo, src: str | Path, *, dry_run: bool = False) -> MergeReport:
+    t0 = time.perf_counter()
+    source = open_source(src)
+    report = MergeReport(str(src), dry_run=dry_run)
+    try:
+        if source.same_store(repo):
+            raise InvalidInput("cannot merge a store into itself")
+        with repo.exclusive_lock():
+            recover(repo)
+            _merge(repo, source, report, dry_run)
+    finally:
+        source.close()
+    if not dry_run:
+        repo.index.refresh()
+    report.seconds = round(time.perf_counter() - t0, 3)
+    return report
+
+
+def _limit(repo) -> int:
+    return max(repo.config.max_payload_bytes, repo.config.max_message_bytes)
+
+
+def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
+    # 1. Refs first, validated.
+    incoming = source.refs()
+    for name, tip in incoming.items():
+        try:
+            check_thread_name(name)
+        except ConvgitError as e:
+            raise SourceCorrupt(f"merge source has an invalid thread name {name!r}: {e.message}") from e
+        if not is_oid(tip):
+            raise SourceCorrupt(f"merge source thread {name!r} holds {tip!r}, not an object id")
+    turns = {name: source.turns(name) for name in incoming}
+    # 2. Every object new here, re-hashed and decoded; one bad object and nothing is taken.
+    new_ids: list[str] = []
+    seen: set[str] = set()
+    todo = [(t, "thread") for t in incoming.values()] + [(t, "turn") for ts in turns.values() for t in ts]
+    limit = _limit(repo)
+    while todo:
+        oid, by = todo.pop()
+        if oid in seen or repo.objects.contains(oid):
+            continue
+        if not is_oid(oid):
+            raise SourceCorrupt(f"merge source: {by} names {oid!r}, not an object id")
+        seen.add(oid)
+        size = source.size(oid)
+        if size is not None and size > limit:
+            raise SourceCorrupt(f"merge source: object {oid} is {size} bytes, over the limit of {limit}", oid=oid)
+        data = source.read_raw(oid)
+        if data is None:
+            raise SourceCorrupt(f"merge source lacks object {oid} (referenced by {by})", oid=oid)
+        if codec.hash_bytes(data) != oid:
+            raise SourceCorrupt(f"merge source: object {oid} does not hash to its id", oid=oid)
+        try:
+            obj = codec.decode(data, oid)
+        except ObjectCorrupt as e:
+            raise SourceCorrupt(f"merge source: {e.message}", oid=oid) from e
+        if not codec.is_canonical(data, obj):
+            raise SourceCorrupt(f"merge source: object {oid} is not canonically encoded", oid=oid)
+        new_ids.append(oid)
+        report.new_bytes += len(data)
+        todo.extend((r, oid) for r in references(obj) if r not in seen)
+    report.new_objects = len(new_ids)
+    for name, tip in incoming.items():
+        if tip not in seen and not repo.objects.contains(tip):
+            raise SourceCorrupt(f"merge source thread {name!r} points at a missing object", thread=name)
+
+    # 3. Objects: a pack staged in quarantine, then moved in.
+    if new_ids and not dry_run:
+        quarantine = repo.objects.path / f"incoming-{os.getpid()}-{time.monotonic_ns()}"
+        try:
+            idx = write_pack(quarantine, new_ids, lambda o: source.read_raw(o) or b"", fsync=repo.config.fsync)
+            crash_point("merge_after_quarantine")
+            fsio.makedirs(repo.objects.pack_dir)
+            fsio.rename(idx.with_suffix(".pack"), repo.objects.pack_dir / idx.with_suffix(".pack").name)
+            crash_point("merge_mid_migrate")
+            fsio.rename(idx, repo.objects.pack_dir / idx.name)
+            if repo.config.fsync:
+                fsio.fsync_dir(repo.objects.pack_dir)
+        finally:
+            shutil.rmtree(quarantine, ignore_errors=True)
+        repo.objects.packs(reload=True)
+    crash_point("merge_before_refs")
+
+    # 4. The ref plan.
+    plan = []
+    local = repo.refs.read_all()
+    for name, tip in sorted(incoming.items()):
+        mine = local.get(name)
+        action, target = _classify(repo, name, mine, tip, source, dry_run)
+        entry = {"thread": name, "action": action, "local": mine, "incoming": tip, "as": target}
+        report.refs.append(entry)
+        new_turns = [t for t in turns[name] if t in seen]
+        old = local.get(target) if action != "diverged" else repo.refs.read(target)
+        new = tip if action in ("created", "fast-forward", "diverged") else old
+        if new != old or new_turns:
+            plan.append({"thread": target, "old": old, "new": new, "turns": new_turns, "action": action})
+    if dry_run or not plan:
+        return
+    _write_journal(repo, plan)
+    _apply(repo, plan)
+    fsio.unlink(repo.path / JOURNAL)
+
+
+def _classify(repo, name: str, mine: str | None, tip: str, source, dry_run: bool) -> tuple[str, str]:
+    if mine is None:
+        try:
+            repo.refs.check_free(name)
+            return "created", name
+        except ConvgitError:
+            return "diverged", _diverged_name(name, tip)
+    if mine == tip:
+        return "same", name
+    if dry_run and not repo.objects.contains(tip):
+        return ("fast-forward" if _source_has_ancestor(source, tip, mine) else "diverged"), name
+    if _is_ancestor(repo, mine, tip):
+        return "fast-forward", name
+    if _is_ancestor(repo, tip, mine):
+        return "kept", name
+    return "diverged", _diverged_name(name, tip)
+
+
+def _diverged_name(name: str, tip: str) -> str:
+    cand = f"{name}-merged-{tip[:10]}"
+    try:
+        return check_thread_name(cand)
+    except ConvgitError:
+        return f"merged-{tip[:10]}"
+
+
+def _is_ancestor(repo, a: str, b: str) -> bool:
+    """Is message ``a`` in the history of ``b`` (or equal)?"""
+    oid: str | None = b
+    while oid is not None:
+        if oid == a:
+            return True
+        obj = repo.objects.read(oid)
+        oid = obj.parent if isinstance(obj, Message) else None
+    return False
+
+
+def _source_has_ancestor(source, tip: str, a: str) -> bool:
+    oid: str | None = tip
+    while oid is not None:
+        if oid == a:
+            return True
+        data = source.read_raw(oid)
+        if data is None:
+            return False
+        obj = codec.decode(data, oid)
+        oid = obj.parent if isinstance(obj, Message) else None
+    return False
+
+
+def _write_journal(repo, plan) -> None:
+    fsio.replace_file(repo.path / JOURNAL, json.dumps(plan).encode(), fsync=repo.config.fsync)
+
+
+def _apply(repo, plan) -> None:
+    """Move every ref of the plan; on failure, put back the ones already moved."""
+    done = []
+    try:
+        for i, e in enumerate(plan):
+            if i == 1:
+                crash_point("merge_mid_refs")
+            _apply_one(repo, e)
+            done.append(e)
+    except BaseException:
+        for e in reversed(done):
+            try:
+                if e["new"] != e["old"]:
+                    repo.refs.update(e["thread"], e["old"], expected=e["new"], message="merge: rolled back")
+            except ConvgitError:
+                pass
+        raise
+
+
+def _apply_one(repo, e) -> None:
+    name, old, new, turns = e["thread"], e["old"], e["new"], e["turns"]
+    cur = repo.refs.read(name)
+    if new is not None and cur != new:
+        first = turns[0] if turns else None
+        repo.refs.update(name, new, expected=old, turn=first, exists=repo.objects.contains,
+                         message=f"merge: {e['action']}")
+        turns = turns[1:]
+    tip = repo.refs.read(name)
+    logged = {x.turn for x in repo.refs.read_log(name) if x.turn}
+    for t in turns:
+        if t not in logged and tip is not None:
+            repo.refs.update(name, tip, expected=tip, turn=t, message="merge: recorded turn")
+
+
+def recover(repo) -> bool:
+    """Roll an interrupted merge forward (objects are all in; finish moving the refs)."""
+    path = repo.path / JOURNAL
+    if not path.exists():
+        return False
+    try:
+        plan = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        fsio.unlink(path)
+        return False
+    for e in plan:
+        cur = repo.refs.read(e["thread"])
+        if cur == e["new"] or cur == e["old"]:
+            e = dict(e, old=cur)
+            try:
+                _apply_one(repo, e)
+            except ConvgitError:
+                pass
+    fsio.unlink(path)
+    return True
+
+
+__all__ = ["MergeReport", "merge", "open_source", "recover", "ANY"]
