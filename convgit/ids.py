@@ -35,6 +35,9 @@ def short(oid: str | None) -> str:
     return oid[:SHORT_LEN] if oid else ""
 
 
+_VALID: set[str] = set()  # names already checked (ref paths are built from names often)
+
+
 def check_thread_name(name: object) -> str:
     """Return ``name`` if it is a valid thread name, else raise InvalidRefName.
 
@@ -43,11 +46,15 @@ def check_thread_name(name: object) -> str:
     (``~`` revisions, ``@{`` reflog selectors). A thread name that is also a hex prefix is
     allowed; as in git, the thread wins when a revision is resolved.
     """
+    if isinstance(name, str) and name in _VALID:
+        return name
     if not isinstance(name, str):
         raise InvalidRefName("thread name must be a string")
     why = _why_bad(name)
     if why:
         raise InvalidRefName(f"invalid thread name {name!r}: {why}", name=name)
+    if len(_VALID) < 100_000:
+        _VALID.add(name)
     return name
 
 

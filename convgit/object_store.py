@@ -77,11 +77,9 @@ class ObjectStore:
     # -- reading ----------------------------------------------------------------------------
 
     def contains(self, oid: str) -> bool:
-        if os.path.exists(self._file(oid)):
-            return True
-        if self._pack_with(oid) is not None:
-            return True
-        return os.path.exists(self._file(oid)) or any(p.contains(oid) for p in self.packs(reload=True))
+        # packs() re-reads the pack list whenever the pack directory changed. (Writers, the
+        # callers that act on a miss, hold the store lock, so gc cannot move objects meanwhile.)
+        return os.path.exists(self._file(oid)) or self._pack_with(oid) is not None
 
     def is_loose(self, oid: str) -> bool:
         return os.path.exists(self._file(oid))
