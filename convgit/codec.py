@@ -27,7 +27,10 @@ class EncodeError(ValueError):
 
 def encode(obj: Object) -> bytes:
     """Canonical bytes of an object. Rejects values with no canonical form."""
-    _check_value(obj)
+    if type(obj) is Message:
+        _check_message(obj)
+    else:
+        _check_value(obj)
     try:
         return _encoder.encode(obj)
     except (OverflowError, TypeError, msgspec.EncodeError, UnicodeEncodeError) as e:
@@ -104,3 +107,26 @@ def _check_value(v: Any, depth: int = 0) -> None:
 
 
 _CONTAINERS = (float, dict, list, tuple, msgspec.Struct)
+
+
+def _check_message(m: Message) -> None:
+    """_check_value for a message, visiting only the fields that can hold floats."""
+    if m.meta is not None:
+        _check_value(m.meta, 1)
+    for p in m.parts:
+        for f in _ANY_FIELDS.get(type(p), p.__struct_fields__):
+            v = getattr(p, f)
+            if v is not None and isinstance(v, _CONTAINERS):
+                _check_value(v, 2)
+
+
+def _any_fields() -> dict:
+    from .objects import AttachmentPart, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+
+    return {
+        TextPart: ("meta",), ReasoningPart: ("meta",), AttachmentPart: ("meta",),
+        ToolCallPart: ("arguments", "meta"), ToolResultPart: ("output",), OpaquePart: ("data",),
+    }
+
+
+_ANY_FIELDS = _any_fields()

@@ -210,6 +210,7 @@ class ObjectStore:
         dirs: set[str] = set()
         new = 0
         has_packs = bool(self.packs())
+        fanout_new = per_file and any(not os.path.isdir(f"{self._root}/{oid[:2]}") for oid, _ in items)
         for oid, data in items:
             if oid not in missing and has_packs and not os.path.exists(self._file(oid)) and self._freshen_packed(oid):
                 continue
@@ -221,7 +222,8 @@ class ObjectStore:
             if per_file:
                 for d in sorted(dirs):
                     fsio.fsync_dir(d)
-                fsio.fsync_dir(self.path)  # new fan-out directory entries
+                if fanout_new:
+                    fsio.fsync_dir(self.path)  # the new fan-out directory's entry
             else:
                 fsio.sync_filesystem(self.path)
         return new
