@@ -78,6 +78,13 @@ def commit_cmd(
         with _labelled(f, len(files)):
             payloads.append(api.to_payload(repo, raw, model=model))
     results = []
+    if thread is None and len(payloads) > 1:
+        # No trusted thread: the bulk path (same decisions, two flushes for all the files).
+        for f, result in zip(files, api.commit_many(repo, payloads)):
+            _report(repo, result, f, json_)
+            results.append(result)
+        output.emit_json([r.to_json() for r in results]) if json_ else None
+        return
     for f, payload in zip(files, payloads):
         try:
             with _labelled(f, len(files)):
@@ -86,15 +93,20 @@ def commit_cmd(
             if results:  # the files before this one are committed: say so in the one document
                 e.details = {**e.details, "committed": [r.to_json() for r in results]}
             raise
-        if result.thread and repo.refs.read(result.thread) is not None and repo.refs.read_head() != result.thread:
-            repo.refs.write_head(result.thread)
-        for w in result.warnings:
-            output.info(f"convgit: warning: {w}")
+        _report(repo, result, f if len(files) > 1 else None, json_)
         results.append(result)
-        if not json_:
-            _say(result, f if len(files) > 1 else None)
     if json_:
         output.emit_json(results[0].to_json() if len(results) == 1 else [r.to_json() for r in results])
+
+
+def _report(repo, result, label, json_: bool) -> None:
+    """HEAD follows the thread committed to; warnings to stderr; a line for people."""
+    if result.thread and repo.refs.read(result.thread) is not None and repo.refs.read_head() != result.thread:
+        repo.refs.write_head(result.thread)
+    for w in result.warnings:
+        output.info(f"convgit: warning: {w}")
+    if not json_:
+        _say(result, label)
 
 
 @contextmanager
