@@ -13,7 +13,6 @@ import msgspec
 from ..config import Config
 from ..errors import InvalidInput, PayloadTooLarge
 from .build import Chain, build_chain
-from .chat import parse_chat
 from .model import Draft, Payload, TurnInfo
 
 __all__ = ["Chain", "Draft", "Payload", "TurnInfo", "build_chain", "decode_json", "parse_payload"]
@@ -41,14 +40,17 @@ def decode_json(raw: bytes | str, *, what: str = "input") -> Any:
 
 
 def parse_payload(raw: bytes | str, config: Config | None = None) -> Payload:
-    """Decode and normalise one conversation document (native or OpenAI chat shape)."""
+    """Decode and normalise one conversation document: native / OpenAI chat, or another API
+    shape (OpenAI Responses, Anthropic Messages, Gemini, AI Studio, ShareGPT, ``conversation``)."""
     config = config or Config()
     size = len(raw)
     if size > config.max_payload_bytes:
         raise PayloadTooLarge(
             f"input is {size} bytes; the limit is {config.max_payload_bytes} (limits.max_payload_bytes)"
         )
-    payload = parse_chat(decode_json(raw))
+    from .sources import payload_from_document
+
+    payload = payload_from_document(decode_json(raw))
     n = len(payload.all_messages)
     if n > config.max_messages:
         raise PayloadTooLarge(f"{n} messages in one payload; the limit is {config.max_messages} (limits.max_messages)")

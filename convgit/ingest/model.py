@@ -53,3 +53,47 @@ class Payload(msgspec.Struct, frozen=True):
     @property
     def all_messages(self) -> tuple[Draft, ...]:
         return self.messages + self.response
+
+
+class Node(msgspec.Struct, frozen=True):
+    """One message of an imported conversation, linked to its parent by the source's own key.
+
+    ``time_ms``/``model``/``usage``/``duration_ms``/``meta`` are provenance: they go into the
+    node's turn, never into the message, so identical content still collapses to one message.
+    A node's turn covers ``span`` messages (this one and ``span - 1`` ancestors), as a
+    recorded model call covers its request and its response.
+    """
+
+    key: str
+    parent: str | None
+    draft: Draft
+    time_ms: int | None = None
+    model: str | None = None
+    resolved_model: str | None = None
+    usage: dict[str, Any] | None = None
+    duration_ms: int | None = None
+    options: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
+    alias: bool = True  # ``key`` is a real source id (kept as an alias of the message)
+    span: int = 1
+
+
+class Conversation(msgspec.Struct):
+    """One conversation read from an export: nodes in any order, linked by key.
+
+    ``tree``: the export's tree is the truth (every leaf becomes a thread, the main thread
+    follows ``current``). Otherwise the conversation is one linear history, and a thread
+    known by ``source`` + ``upstream_id`` whose earlier messages differ is a conflict.
+    """
+
+    source: str
+    nodes: list[Node]
+    upstream_id: str | None = None
+    current: str | None = None
+    tree: bool = False
+    title: str | None = None
+    meta: dict[str, Any] | None = None
+    turn: TurnInfo = TurnInfo()
+    label: str = ""
+    warnings: list[str] = []
+    size: int = 0  # bytes of input this conversation came from (progress)

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Import benchmark: a synthetic ChatGPT-shaped export (default 100 MB, one line, with
+branches: edited prompts and regenerations), imported into an empty store, then again.
+
+    .venv/bin/python benchmarks/bench_import.py [--mb 100] [--keep DIR] [--no-fsync]
+
+Reports messages/s and the peak RSS of the importing process (it runs in a child process,
+so the generator's memory is not counted). Results: docs/performance.md, "Import".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORDS = ("the model answer question python graph store thread branch message import export value "
+         "deduplicate content address hash parent merkle chain sqlite index fork commit").split()
+
+
+def text(rnd: random.Random, lo: int, hi: int) -> str:
+    return " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(lo, hi)))
+
+
+def node(nid, parent, children, role, content, t, model=None, recipient="all", hidden=False):
+    md = {"is_visually_hidden_from_conversation": True} if hidden else {
+        "request_id": f"req-{nid[:8]}", "message_type": "next", "timestamp_": "absolute",
+        "finish_details": {"type": "stop", "stop_tokens": [200002]}, "is_complete": True, "citations": [],
+        "content_references": [], "parent_id": parent}
+    if model:
+        md["model_slug"] = model
+        md["default_model_slug"] = model
+    return {"id": nid, "message": None if role is None else {
+        "id": nid, "author": {"role": role, "name": "python" if role == "tool" else None, "metadata": {}},
+        "create_time": t, "update_time": None, "content": content, "status": "finished_successfully",
+        "end_turn": role == "assistant", "weight": 0.0 if hidden else 1.0, "metadata": md,
+        "recipient": recipient, "channel": None}, "parent": parent, "children": children}
+
+
+def conversation(rnd: random.Random, i: int) -> dict:
+    cid = f"{i:08x}-0000-4000-8000-{rnd.getrandbits(48):012x}"
+    t = 1.7e9 + i * 3600
+    mapping: dict = {}
+    ids = iter(f"{rnd.getrandbits(128):032x}" for _ in range(10_000))
+
+    def add(parent, role, content, **kw):
+        nonlocal t
+        nid = next(ids)
+        t += rnd.uniform(1, 30)
+        mapping[nid] = node(nid, parent, [], role, content, t, **kw)
+        if parent is not None:
+            mapping[parent]["children"].append(nid)
+        return nid
+
+    root = add(None, None, None)
+    cur = add(root, "system", {"content_type": "text", "parts": [""]}, hidden=True)
+    leaves = []
+    for turn in range(rnd.randint(6, 14)):
+        u = add(cur, "user", {"content_type": "text", "parts": [text(rnd, 10, 60)]})
+        if rnd.random() < 0.04:  # an edited prompt: a sibling branch with its own answer
+            e = add(cur, "user", {"content_type": "text", "parts": [text(rnd, 10, 60)]})
+            leaves.append(add(e, "assistant", {"content_type": "text", "parts": [text(rnd, 40, 300)]}, model="gpt-4o"))
+        if rnd.random() < 0.1:  # a python tool call and its output
+            c = add(u, "assistant", {"content_type": "code", "language": "python", "text": text(rnd, 5, 30)},
+                    model="gpt-4o", recipient="python")
+            u = add(c, "tool", {"content_type": "execution_output", "text": text(rnd, 5, 30)})
+        a = add(u, "assistant", {"content_type": "text", "parts": [text(rnd, 40, 300)]}, model="gpt-4o")
+        if rnd.random() < 0.04:  # a regeneration
+            leaves.append(add(u, "assistant", {"content_type": "text", "parts": [text(rnd, 40, 300)]}, model="gpt-4o"))
+        cur = a
+    return {"title": text(rnd, 2, 6), "create_time": 1.7e9 + i * 3600, "update_time": t, "mapping": mapping,
+            "moderation_results": [], "current_node": cur, "plugin_ids": None, "conversation_id": cid,
+            "conversation_template_id": None, "gizmo_id": None, "is_archived": False, "safe_urls": [],
+            "default_model_slug": "gpt-4o", "id": cid}
+
+
+def generate(path: Path, mb: int, seed: int = 7) -> tuple[int, int]:
+    rnd = random.Random(seed)
+    target = mb * 1_000_000
+    n = nodes = 0
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("[")
+        size = 1
+        while size < target:
+            c = conversation(rnd, n)
+            s = ("," if n else "") + json.dumps(c)  # ASCII with \\u escapes, as the real export
+            f.write(s)
+            size += len(s)
+            nodes += sum(1 for x in c["mapping"].values() if x["message"] is not None)
+            n += 1
+        f.write("]")
+    return n, nodes
+
+
+def child(store: str, export: str) -> None:
+    """Runs in the child: import twice, print one JSON line of figures."""
+    sys.path.insert(0, str(ROOT))
+    import convgit
+    from convgit import api
+
+    repo = convgit.init(store)
+    t0 = time.perf_counter()
+    r1 = api.import_paths(repo, [export])
+    t1 = time.perf_counter()
+    r2 = api.import_paths(repo, [export])
+    t2 = time.perf_counter()
+    msgs = sum(c.messages for c in r1.conversations)
+    print(json.dumps({
+        "conversations": len(r1.conversations), "counts": r1.counts(), "messages": msgs,
+        "new_messages": sum(c.new_messages for c in r1.conversations), "threads": len(repo.refs.read_all()),
+        "first_s": round(t1 - t0, 2), "reimport_s": round(t2 - t1, 2), "reimport_new_objects": r2.new_objects,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=int, default=100)
+    ap.add_argument("--keep", type=Path, default=None, help="work in DIR and keep it")
+    ap.add_argument("--no-fsync", action="store_true", help="CONVGIT_FSYNC=0 (throw-away store)")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(*a.child)
+        return 0
+    work = a.keep or Path(tempfile.mkdtemp(prefix="convgit-bench-import-"))
+    work.mkdir(parents=True, exist_ok=True)
+    export = work / "conversations.json"
+    t = time.perf_counter()
+    n, nodes = generate(export, a.mb)
+    gen_s = time.perf_counter() - t
+    size = export.stat().st_size
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")}
+    if a.no_fsync:
+        env["CONVGIT_FSYNC"] = "0"
+    store = work / "store" / ".convgit"
+    p = subprocess.run([sys.executable, __file__, "--child", str(store), str(export)], env=env,
+                       capture_output=True, text=True, check=True)
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    res.update({"export_mb": round(size / 1e6, 1), "generated_conversations": n, "generated_nodes": nodes,
+                "generate_s": round(gen_s, 1), "fsync": not a.no_fsync,
+                "messages_per_s": round(res["messages"] / res["first_s"]),
+                "mb_per_s": round(size / 1e6 / res["first_s"], 1),
+                "store_mb": round(sum(f.stat().st_size for f in store.rglob("*") if f.is_file()) / 1e6, 1)})
+    print(json.dumps(res, indent=2))
+    if a.keep is None:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

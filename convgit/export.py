@@ -1,0 +1,188 @@
+"""``export``: a thread back out, to replay it to an API or to read it.
+
+- ``native``: convgit's own commit shape with every message's ``id`` and ``parent`` (import
+  re-derives and checks them, so importing it into an empty store reproduces the same ids);
+  attachment bytes travel inline as ``data_base64``.
+- ``openai``: a Chat Completions request (``{"messages": [...]}``).
+- ``anthropic``: a Messages request (``{"system", "messages"}``; tool results as user
+  ``tool_result`` blocks).
+- ``markdown``: for reading.
+- ``jsonl``: one native document per line (``--all``: one per thread).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import msgspec
+
+from . import graph, revparse
+from .errors import InvalidInput
+from .objects import AttachmentPart, Blob, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+
+FORMATS = ("native", "openai", "anthropic", "markdown", "jsonl")
+
+
+def _text(repo, p) -> str:
+    if getattr(p, "blob", None) and isinstance(p, (TextPart, ReasoningPart)):
+        obj = repo.objects.read(p.blob)
+        return obj.data.decode("utf-8", "surrogatepass") if isinstance(obj, Blob) else ""
+    return p.text
+
+
+def _native_part(repo, p) -> dict:
+    d = msgspec.to_builtins(p)
+    if isinstance(p, (TextPart, ReasoningPart)) and p.blob:
+        d["text"] = _text(repo, p)
+        d.pop("blob", None)
+    if isinstance(p, AttachmentPart) and p.blob:
+        obj = repo.objects.read(p.blob)
+        if isinstance(obj, Blob):
+            d.pop("blob", None)
+            d.pop("size", None)
+            d["data_base64"] = base64.b64encode(obj.data).decode()
+    return d
+
+
+def thread_messages(repo, rev: str) -> tuple[str, str | None, list]:
+    tip, thread = revparse.resolve_with_thread(repo, rev)
+    pairs = list(graph.iter_ancestry(repo.objects, tip))
+    pairs.reverse()
+    return tip, thread, pairs
+
+
+def native_doc(repo, rev: str) -> dict:
+    tip, thread, pairs = thread_messages(repo, rev)
+    msgs = []
+    for oid, m in pairs:
+        d: dict[str, Any] = {"role": m.role, "parts": [_native_part(repo, p) for p in m.parts]}
+        if m.meta:
+            d["meta"] = m.meta
+        d["id"] = oid
+        if m.parent:
+            d["parent"] = m.parent
+        msgs.append(d)
+    return {"thread": thread, "tip": tip, "messages": msgs}
+
+
+def openai_doc(repo, rev: str) -> dict:
+    _, _, pairs = thread_messages(repo, rev)
+    out = []
+    for _, m in pairs:
+        texts = [_text(repo, p) for p in m.parts if isinstance(p, TextPart)]
+        calls = [p for p in m.parts if isinstance(p, ToolCallPart)]
+        results = [p for p in m.parts if isinstance(p, ToolResultPart)]
+        reasoning = [_text(repo, p) for p in m.parts if isinstance(p, ReasoningPart) and _text(repo, p)]
+        if m.role == "tool" or (results and not texts and not calls):
+            for r in results or [ToolResultPart(output="\n".join(texts))]:
+                out.append({"role": "tool", "tool_call_id": r.tool_call_id, "content": _as_str(r.output)})
+            continue
+        msg: dict[str, Any] = {"role": m.role}
+        images = [p for p in m.parts if isinstance(p, AttachmentPart) and (p.url or p.blob)]
+        if images and m.role == "user":
+            content: Any = [{"type": "text", "text": t} for t in texts]
+            for p in images:
+                content.append({"type": "image_url", "image_url": {"url": _data_url(repo, p)}})
+        else:
+            content = "\n".join(texts) if texts or not calls else None
+        msg["content"] = content
+        if reasoning:
+            msg["reasoning_content"] = "\n".join(reasoning)
+        if calls:
+            msg["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments, ensure_ascii=False)}}
+                for c in calls]
+        out.append(msg)
+    return {"messages": out}
+
+
+def anthropic_doc(repo, rev: str) -> dict:
+    _, _, pairs = thread_messages(repo, rev)
+    system: list[str] = []
+    msgs: list[dict] = []
+    for _, m in pairs:
+        if m.role in ("system", "developer"):
+            system.extend(_text(repo, p) for p in m.parts if isinstance(p, TextPart))
+            continue
+        blocks = []
+        for p in m.parts:
+            if isinstance(p, TextPart):
+                blocks.append({"type": "text", "text": _text(repo, p)})
+            elif isinstance(p, ReasoningPart):
+                sig = (p.meta or {}).get("signature")
+                if sig:
+                    blocks.append({"type": "thinking", "thinking": _text(repo, p), "signature": sig})
+            elif isinstance(p, ToolCallPart):
+                args = p.arguments
+                if isinstance(args, str):
+                    try:
+                        args = json.loads(args)
+                    except ValueError:
+                        args = {"input": args}
+                blocks.append({"type": "tool_use", "id": p.id or f"toolu_{len(msgs)}", "name": p.name, "input": args})
+            elif isinstance(p, ToolResultPart):
+                blocks.append({"type": "tool_result", "tool_use_id": p.tool_call_id or "", "content": _as_str(p.output),
+                               **({"is_error": True} if p.is_error else {})})
+        role = "user" if m.role in ("user", "tool") else "assistant"
+        if not blocks:
+            continue
+        if msgs and msgs[-1]["role"] == role:  # the API merges consecutive same-role turns
+            msgs[-1]["content"].extend(blocks)
+        else:
+            msgs.append({"role": role, "content": blocks})
+    doc: dict[str, Any] = {"messages": msgs}
+    if system:
+        doc["system"] = "\n\n".join(system)
+    return doc
+
+
+def markdown(repo, rev: str) -> str:
+    tip, thread, pairs = thread_messages(repo, rev)
+    lines = [f"# {thread or tip[:12]}", ""]
+    for oid, m in pairs:
+        lines.append(f"## {m.role} · {oid[:12]}")
+        lines.append("")
+        for p in m.parts:
+            if isinstance(p, TextPart):
+                lines.append(_text(repo, p))
+            elif isinstance(p, ReasoningPart):
+                lines.extend(["<details><summary>reasoning</summary>", "", _text(repo, p), "", "</details>"])
+            elif isinstance(p, ToolCallPart):
+                args = p.arguments if isinstance(p.arguments, str) else json.dumps(p.arguments, ensure_ascii=False)
+                lines.extend([f"**tool call** `{p.name}`", "", "```", args or "", "```"])
+            elif isinstance(p, ToolResultPart):
+                lines.extend([f"**tool result**{' (error)' if p.is_error else ''}", "", "```", _as_str(p.output), "```"])
+            elif isinstance(p, AttachmentPart):
+                lines.append(f"[attachment: {p.name or p.url or p.blob or ''}]")
+            elif isinstance(p, OpaquePart):
+                lines.append(f"[{p.source or 'opaque'} part]")
+            lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def export(repo, revs: list[str], fmt: str) -> str:
+    """The text to write for ``revs`` (several revisions only with jsonl)."""
+    if fmt not in FORMATS:
+        raise InvalidInput(f"unknown export format {fmt!r} (one of {', '.join(FORMATS)})")
+    if fmt == "jsonl":
+        return "".join(json.dumps(native_doc(repo, r), ensure_ascii=False) + "\n" for r in revs)
+    if len(revs) != 1:
+        raise InvalidInput(f"--format {fmt} exports one thread; use --format jsonl for several")
+    if fmt == "markdown":
+        return markdown(repo, revs[0])
+    doc = {"native": native_doc, "openai": openai_doc, "anthropic": anthropic_doc}[fmt](repo, revs[0])
+    return json.dumps(doc, ensure_ascii=False, indent=2) + "\n"
+
+
+def _as_str(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+
+
+def _data_url(repo, p: AttachmentPart) -> str:
+    if p.blob:
+        obj = repo.objects.read(p.blob)
+        if isinstance(obj, Blob):
+            return f"data:{p.mime_type or 'application/octet-stream'};base64,{base64.b64encode(obj.data).decode()}"
+    return p.url or ""

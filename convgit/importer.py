@@ -1,0 +1,552 @@
+"""``import``: many conversations into the store in bulk, one report line per conversation.
+
+Every conversation is decided on its own (DESIGN §5): a bad one is reported and never stops,
+or partly writes, the others. Conversations are processed in batches; a batch is planned in
+memory, then its objects are written in one pack (or loose with one flush), then its refs
+move, then the index catches up — the same order as ``commit_many``.
+
+Thread identity is ``source`` + ``upstream_id`` (the source's conversation id):
+
+- tree formats (ChatGPT, Claude with parent links, Open WebUI, LibreChat): the export's tree
+  is the truth. The main thread ``<source>/<id>`` follows the current leaf (even across a
+  branch switch: the move is in the reflog); every other leaf gets ``<source>/<id>-alt-<n>``;
+- linear formats: the conversation is one history; a thread whose earlier message differs
+  is a ``duplicate_conflict`` (reported, nothing written for that conversation).
+
+Per-message provenance (time, model, usage, the source's leftover fields) goes into one
+``import`` turn per message; the thread's own ``import`` turn lists them, and maps source
+message ids to message ids (``meta.aliases``) — so the index (aliases, dates, models) is
+rebuilt from objects and reflogs like everything else.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from . import codec
+from .commit import PACK_THRESHOLD, _decide, _View
+from .config import crash_point
+from .errors import ConvgitError, InvalidRefName, Locked, NotFound, RefExists, RefStale, StorageFailed
+from .ids import check_thread_name
+from .ingest.build import Chain
+from .ingest.sources import Rejected
+from .ingest.model import Conversation, Payload
+from .ingest.tree import Built, build_tree
+from .objects import Turn
+
+BATCH_MESSAGES = 10_000  # bounds memory: a batch is planned whole before it is written
+BATCH_CONVERSATIONS = 2_000
+
+
+@dataclass
+class ConvReport:
+    label: str
+    status: str  # imported | appended | updated | deduplicated | conflict | skipped
+    source: str | None = None
+    upstream_id: str | None = None
+    title: str | None = None
+    threads: list[dict] = field(default_factory=list)
+    messages: int = 0
+    new_messages: int = 0
+    appended: int = 0
+    error_code: str | None = None
+    reason: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        d = {
+            "label": self.label, "status": self.status, "source": self.source,
+            "upstream_id": self.upstream_id, "title": self.title, "threads": self.threads,
+            "messages": self.messages, "new_messages": self.new_messages, "appended": self.appended,
+        }
+        if self.error_code:
+            d["error_code"] = self.error_code
+            d["reason"] = self.reason
+        if self.warnings:
+            d["warnings"] = self.warnings
+        return d
+
+
+STATUSES = ("imported", "appended", "updated", "deduplicated", "conflict", "skipped")
+
+
+@dataclass
+class ImportReport:
+    conversations: list[ConvReport] = field(default_factory=list)
+    dry_run: bool = False
+    new_objects: int = 0
+    seconds: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in STATUSES}
+        for c in self.conversations:
+            out[c.status] += 1
+        return out
+
+    @property
+    def failures(self) -> list[ConvReport]:
+        return [c for c in self.conversations if c.error_code is not None]
+
+    def to_json(self) -> dict:
+        ok = len(self.conversations) - len(self.failures)
+        status = "ok" if not self.failures else ("partial" if ok else "failed")
+        return {
+            "status": status, "dry_run": self.dry_run, "counts": self.counts(),
+            "new_messages": sum(c.new_messages for c in self.conversations),
+            "new_objects": self.new_objects, "seconds": round(self.seconds, 3),
+            "conversations": [c.to_json() for c in self.conversations],
+        }
+
+
+@dataclass
+class _Move:
+    thread: str
+    tip: str
+    old: str | None
+    expected: object
+    status: str  # created | appended | moved | deduplicated | recorded
+    branch: str
+    move: bool
+    forked_from: str | None = None
+    forked_at: str | None = None
+    turn: tuple[str, bytes] | None = None
+
+
+@dataclass
+class _Plan:
+    built: Built
+    report: ConvReport
+    moves: list[_Move]
+    new_ids: list[str]
+    subturns: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+class _State:
+    """What a batch has decided so far, on top of the store (refs, objects, identities)."""
+
+    def __init__(self, repo) -> None:
+        self.repo = repo
+        self.view = _View(repo)
+        self.upstream: dict[tuple[str, str], dict[str, str | None]] = {}
+        self.aliases: set[tuple[str, str, str]] = set()
+        self.pending_dirs: set[str] = set()  # directories that pending thread names need
+
+    def add_ref(self, name: str, tip: str) -> None:
+        self.view.pending_refs[name] = tip
+        self.pending_dirs.update(_dirs(name))
+
+    def threads_of(self, source: str, upstream: str) -> dict[str, str | None]:
+        key = (source, upstream)
+        if key not in self.upstream:
+            self.upstream[key] = dict(self.repo.index.upstream_threads(source, upstream))
+        return self.upstream[key]
+
+    def free_name(self, name: str) -> str:
+        for n in range(1, 1000):
+            cand = name if n == 1 else f"{name}-{n}"
+            try:
+                check_thread_name(cand)
+            except InvalidRefName:
+                break
+            if cand in self.view.pending_refs or self.view.read_ref(cand) is not None:
+                continue
+            try:
+                self.repo.refs.check_free(cand)
+            except RefExists:
+                continue
+            if cand in self.pending_dirs or any(d in self.view.pending_refs for d in _dirs(cand)):
+                continue
+            return cand
+        raise RefExists(f"no free thread name like {name!r}")
+
+
+def _dirs(name: str) -> list[str]:
+    parts = name.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _safe(s: str, n: int) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in s).strip("-.")[:n].rstrip("-.")
+
+
+def base_name(conv: Conversation, tip: str) -> str:
+    src = _safe(conv.source, 40) or "import"
+    up = _safe(conv.upstream_id or "", 100)
+    name = f"{src}/{up or tip[:12]}"
+    try:
+        return check_thread_name(name)
+    except InvalidRefName:
+        return f"{src}/{tip[:12]}"
+
+
+# -- planning -------------------------------------------------------------------------------
+
+
+def _plan(st: _State, b: Built, now: int) -> _Plan:
+    conv = b.conv
+    moves = _plan_tree(st, b, now) if conv.tree else _plan_linear(st, b, now)
+    rep = ConvReport(conv.label, "deduplicated", conv.source, conv.upstream_id, conv.title,
+                     messages=len(b.data), warnings=list(conv.warnings))
+    view = st.view
+    heads = {m.tip for m in moves} | {b.main, *b.heads}
+    new: dict[str, None] = {}
+    for h in heads:
+        path = b.path(h)
+        k = view.stored_prefix(path)
+        for oid in path[k:]:
+            new.setdefault(oid)
+    plan = _Plan(b, rep, moves, list(new))
+    _provenance(st, plan, now)
+    return plan
+
+
+def _plan_linear(st: _State, b: Built, now: int) -> list[_Move]:
+    conv = b.conv
+    chain = b.chain(b.main)
+    payload = Payload(messages=tuple(n.draft for n in b.order))
+    thread = None
+    if conv.upstream_id:
+        known = st.threads_of(conv.source, conv.upstream_id)
+        thread = next((t for t, br in known.items() if br in (None, "main")), None)
+        if thread is None:
+            thread = st.free_name(base_name(conv, chain.tip))
+    p = _decide(st.view, payload, chain, thread, "reject", now)  # raises duplicate_conflict
+    name = p.thread
+    if p.status == "created" and thread is None:
+        name = st.free_name(base_name(conv, chain.tip))
+    if name is None:
+        return []
+    if not p.move_ref:  # already there: the thread stays where it is (maybe further on)
+        old = st.view.read_ref(name)
+        return [_Move(name, old, old, old, "deduplicated", "main", False)] if old else []
+    status = {"created": "created", "appended": "appended"}.get(p.status, "deduplicated")
+    return [_Move(name, chain.tip, p.old_tip, p.expected, status, "main", p.move_ref)]
+
+
+def _plan_tree(st: _State, b: Built, now: int) -> list[_Move]:
+    conv = b.conv
+    view = st.view
+    known = st.threads_of(conv.source, conv.upstream_id) if conv.upstream_id else {}
+    main_thread = next((t for t, br in known.items() if br in (None, "main")), None)
+    moves: list[_Move] = []
+    leaves = list(b.heads)
+    main_path = b.path(b.main)
+    if main_thread is not None:
+        old = view.read_ref(main_thread)
+        if old is None or old not in b.data:
+            # The thread holds messages the export does not have: keep it, and give the
+            # export's current path a thread of its own.
+            conv.warnings.append(f"thread {main_thread} has messages not in this export: left as it is")
+            leaves.insert(0, b.main)
+            main_thread = None
+        else:
+            moves.append(_move(main_thread, b.main, old, "main", set(main_path)))
+    else:
+        moves.append(_Move(st.free_name(base_name(conv, b.main)), b.main, None, None, "created", "main", True))
+    main_name = moves[0].thread if moves else None
+    alts = {t: br for t, br in known.items() if br not in (None, "main")}
+    tips = {t: view.read_ref(t) for t in alts}
+    base = base_name(conv, b.main)
+    n = 0
+    main_set = set(main_path)
+    for leaf in leaves:
+        path = b.path(leaf)
+        pset = set(path)
+        cands = [t for t in alts if tips[t] in pset]
+        if cands:
+            key = b.head_key.get(leaf)
+            t = next((c for c in cands if alts[c] == key), cands[0])
+            del alts[t]
+            moves.append(_move(t, leaf, tips[t], key or leaf, pset))
+            continue
+        while True:
+            n += 1
+            name = f"{base}-alt-{n}"
+            if name not in known and name not in view.pending_refs and view.read_ref(name) is None:
+                break
+        fork_at = next((o for o in reversed(path) if o in main_set), None)
+        moves.append(_Move(st.free_name(name), leaf, None, None, "created", b.head_key.get(leaf, leaf), True,
+                           forked_from=main_name, forked_at=fork_at))
+    return moves
+
+
+def _move(thread: str, tip: str, old: str, branch: str, path: set[str]) -> _Move:
+    if old == tip:
+        return _Move(thread, tip, old, old, "deduplicated", branch, False)
+    return _Move(thread, tip, old, old, "appended" if old in path else "moved", branch, True)
+
+
+def _provenance(st: _State, plan: _Plan, now: int) -> None:
+    """Per-message turns and aliases for the source ids not recorded yet."""
+    b = plan.built
+    conv = b.conv
+    new_set = set(plan.new_ids)
+    pairs = [(n.key, b.oid[n.key]) for n in b.order if n.alias]
+    known = st.repo.index.known_aliases(conv.source, pairs) if pairs else set()
+    aliases: dict[str, str] = {}
+    subturns: list[tuple[str, bytes]] = []
+    base = base_name(conv, b.main)
+    for n in b.order:
+        oid = b.oid[n.key]
+        pair = (n.key, oid)
+        if n.alias:
+            if pair in known or (conv.source, *pair) in st.aliases:
+                continue
+            aliases[n.key] = oid
+        elif oid not in new_set:
+            continue
+        if n.time_ms is None and n.model is None and not n.meta and n.usage is None and n.duration_ms is None:
+            continue
+        inp = b.parent[oid]
+        for _ in range(n.span - 1):
+            inp = b.parent[inp] if inp is not None else None
+        meta = dict(n.meta or {})
+        if n.alias:
+            meta["source_id"] = n.key
+        t = b.time.get(n.key)
+        turn = Turn(kind="import", thread=base, input=inp, output=oid, model=n.model, resolved_model=n.resolved_model,
+                    options=n.options, usage=n.usage, started_at=t if t is not None else now,
+                    duration_ms=n.duration_ms, source=conv.source, meta=meta or None)
+        subturns.append(_encode(turn))
+    plan.subturns = subturns
+    moving = [m for m in plan.moves if m.move]
+    if (aliases or subturns) and not moving and plan.moves:
+        m = plan.moves[0]
+        m.status = "recorded" if m.status == "deduplicated" else m.status
+        moving = [m]
+    for i, m in enumerate(moving):
+        info = conv.turn
+        meta: dict = {"branch": m.branch}
+        if i == 0:
+            if aliases:
+                meta["aliases"] = aliases
+            if subturns:
+                meta["turns"] = [tid for tid, _ in subturns]
+        if m.branch == "main":
+            if conv.title:
+                meta["title"] = conv.title
+            if conv.meta:
+                meta["conversation"] = conv.meta
+        if info.meta:
+            meta["call"] = info.meta
+        turn = Turn(kind="call" if info.is_call() else "import", thread=m.thread,
+                    input=m.old if m.old is not None else m.forked_at, output=m.tip, model=info.model,
+                    resolved_model=info.resolved_model, options=info.options, usage=info.usage,
+                    started_at=info.started_at if info.started_at is not None else now,
+                    duration_ms=info.duration_ms, error=info.error, source=conv.source,
+                    upstream_thread_id=conv.upstream_id, forked_from=m.forked_from, forked_at=m.forked_at, meta=meta)
+        m.turn = _encode(turn)
+    for k, oid in aliases.items():
+        st.aliases.add((conv.source, k, oid))
+
+
+def _encode(turn: Turn) -> tuple[str, bytes]:
+    try:
+        return codec.encode_and_hash(turn)
+    except codec.EncodeError as e:
+        from .errors import SchemaValidationFailed
+
+        raise SchemaValidationFailed(f"metadata cannot be stored: {e}") from e
+
+
+def _register(st: _State, plan: _Plan) -> None:
+    b = plan.built
+    st.view.pending_objects.update(plan.new_ids)
+    conv = b.conv
+    for m in plan.moves:
+        if m.move:
+            st.add_ref(m.thread, m.tip)
+            st.view.pending_history[m.thread] = set(b.path(m.tip))
+        if conv.upstream_id:
+            st.threads_of(conv.source, conv.upstream_id)[m.thread] = m.branch
+
+
+def _finish_report(plan: _Plan) -> None:
+    rep = plan.report
+    rep.new_messages = len(plan.new_ids)
+    rep.threads = [
+        {"thread": m.thread, "status": m.status, "tip": m.tip, "old": m.old, "branch": m.branch}
+        for m in plan.moves
+    ]
+    if any(m.status == "created" and m.branch == "main" for m in plan.moves):
+        rep.status = "imported"
+    elif rep.new_messages:
+        rep.status = "appended"
+    elif any(m.status != "deduplicated" for m in plan.moves):
+        rep.status = "updated"
+    else:
+        rep.status = "deduplicated"
+    rep.appended = rep.new_messages
+
+
+# -- running --------------------------------------------------------------------------------
+
+
+def import_conversations(
+    repo,
+    items: Iterable[Conversation | Rejected],
+    *,
+    dry_run: bool = False,
+    now_ms: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    batch_messages: int = BATCH_MESSAGES,
+) -> ImportReport:
+    """Import every conversation ``items`` yields; one ConvReport each, in input order."""
+    t0 = time.perf_counter()
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    report = ImportReport(dry_run=dry_run)
+    batch: list[tuple[int, Conversation]] = []
+    size = 0
+    for item in items:
+        slot = len(report.conversations)
+        if isinstance(item, Rejected):
+            report.conversations.append(_rejected(item))
+        else:
+            report.conversations.append(ConvReport(item.label, "skipped"))
+            batch.append((slot, item))
+            size += len(item.nodes)
+        if progress is not None:
+            progress(item.size)
+        if size >= batch_messages or len(batch) >= BATCH_CONVERSATIONS:
+            _run_batch(repo, batch, report, dry_run, now)
+            batch, size = [], 0
+    if batch:
+        _run_batch(repo, batch, report, dry_run, now)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _rejected(r: Rejected) -> ConvReport:
+    if r.error.details.get("skip"):  # nothing to import there (not an error): a warning
+        return ConvReport(r.label, "skipped", r.source, r.upstream_id, reason=r.error.message)
+    status = "conflict" if r.error.code in ("duplicate_conflict", "ambiguous_thread") else "skipped"
+    return ConvReport(r.label, status, r.source, r.upstream_id, error_code=r.error.code, reason=r.error.message)
+
+
+def _run_batch(repo, batch: list[tuple[int, Conversation]], report: ImportReport, dry_run: bool, now: int,
+               attempt: int = 0) -> None:
+    repo.index  # open (and if needed rebuild) the index before anything is written
+    retry: list[tuple[int, Conversation]] = []
+    with repo.write_lock():
+        repo.index.refresh_if_changed()
+        st = _State(repo)
+        plans: list[tuple[int, Conversation, _Plan]] = []
+        for slot, conv in batch:
+            try:
+                b = build_tree(conv, repo.config)
+                plan = _plan(st, b, now)
+            except (StorageFailed, Locked):
+                raise
+            except ConvgitError as e:
+                report.conversations[slot] = _rejected(Rejected(conv.label, e, 0, conv.source, conv.upstream_id))
+                report.conversations[slot].title = conv.title
+                report.conversations[slot].warnings = list(conv.warnings)
+                continue
+            _register(st, plan)
+            _finish_report(plan)
+            report.conversations[slot] = plan.report
+            plans.append((slot, conv, plan))
+        if dry_run or not plans:
+            return
+        report.new_objects += _write_objects(repo, [p for _, _, p in plans])
+        crash_point("import_after_objects")
+        failed = _move_refs(repo, plans, now)
+        crash_point("import_after_refs")
+        ok = [p for slot, _, p in plans if slot not in failed]
+        try:
+            repo.index.record_commits(_index_shims(ok))
+        except Exception as e:  # the import stands; the next command catches the index up
+            for p in ok:
+                p.report.warnings.append(f"index not updated ({e}); it will catch up on the next command")
+        retry = [(slot, conv) for slot, conv, _ in plans if slot in failed]
+    if retry:
+        if attempt >= 3:
+            for slot, conv in retry:
+                report.conversations[slot] = _rejected(Rejected(
+                    conv.label, RefStale("its threads kept moving under concurrent writers; import it again"),
+                    0, conv.source, conv.upstream_id))
+            return
+        repo.index.refresh()
+        _run_batch(repo, retry, report, dry_run, now, attempt + 1)
+
+
+def _write_objects(repo, plans: list[_Plan]) -> int:
+    objs: list[tuple[str, bytes]] = []
+    missing: set[str] = set()
+    for p in plans:
+        b = p.built
+        for oid in p.new_ids:
+            objs.extend(b.blobs[oid])
+            objs.append((oid, b.data[oid]))
+        missing.update(p.new_ids)
+        objs.extend(p.subturns)
+        objs.extend(m.turn for m in p.moves if m.turn)
+    if not objs:
+        return 0
+    fsync = repo.config.fsync
+    if len(objs) >= PACK_THRESHOLD:
+        return len(repo.objects.write_packed(objs, missing=missing))
+    repo.objects.fsync = False
+    try:
+        new = repo.objects.write_many(objs, missing=missing)
+    finally:
+        repo.objects.fsync = fsync
+    if fsync:
+        from . import fsio
+
+        fsio.sync_filesystem(repo.objects.path)
+    return new
+
+
+def _move_refs(repo, plans, now: int) -> set[int]:
+    """Move every planned ref (compare-and-swap each); one flush at the end is the commit
+    point. Returns the slots whose refs moved under us (they are planned again)."""
+    fsync = repo.config.fsync
+    failed: set[int] = set()
+    repo.refs.fsync = False
+    try:
+        for slot, conv, p in plans:
+            for m in p.moves:
+                if not (m.move or m.turn):
+                    continue
+                n = len(p.new_ids)
+                msg = f"import {conv.source}: {m.status}" + (f", {n} new message(s)" if n else "")
+                try:
+                    repo.refs.update(m.thread, m.tip if m.move else m.old, expected=m.expected, message=msg,
+                                     turn=m.turn[0] if m.turn else None, exists=repo.objects.contains, time_ms=now)
+                except (RefStale, RefExists, NotFound):
+                    failed.add(slot)
+                    break
+    finally:
+        repo.refs.fsync = fsync
+    if fsync:
+        from . import fsio
+
+        fsio.sync_filesystem(repo.path)
+    return failed
+
+
+class _Shim:
+    """What ``Index.record_commits`` reads from a plan: new objects (as a chain), a turn, a thread."""
+
+    def __init__(self, chain: Chain, turn, thread) -> None:
+        self.chain, self.turn, self.thread = chain, turn, thread
+
+
+def _index_shims(plans: list[_Plan]) -> list[_Shim]:
+    out = []
+    for p in plans:
+        b = p.built
+        c = Chain()
+        for oid in p.new_ids:
+            c.ids.append(oid)
+            c.messages.append(b.messages[oid])
+            c.blobs.append(b.blobs[oid])
+        out.append(_Shim(c, None, None))
+        for t in p.subturns:
+            out.append(_Shim(Chain(), t, None))
+        for m in p.moves:
+            out.append(_Shim(Chain(), m.turn, m.thread if (m.move or m.turn) else None))
+    return out

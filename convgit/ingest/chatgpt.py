@@ -1,0 +1,225 @@
+"""ChatGPT data export (``conversations.json``): the whole ``mapping`` tree, every branch.
+
+One node = one message (formats.md §1.8 (a)), so parents stay exactly the source's. Nodes with
+no message (``message: null``) and hidden nodes with no content are dropped and their
+children re-parented to the nearest kept ancestor (the dropped node is kept verbatim in the
+conversation's metadata). What a message says (role, parts, hidden flag, tool name,
+recipient, channel, content type) is hashed; when and how it was produced (create_time,
+model_slug, status, the rest of ``metadata``) is provenance and goes into the node's turn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import SchemaValidationFailed
+from ..objects import AttachmentPart, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+from .model import Conversation, Draft, Node
+from .parts import normalize_role
+
+SOURCE = "chatgpt"
+_CONV_KEYS = ("mapping", "current_node", "conversation_id", "id")
+_MSG_HASHED = {"author", "content", "recipient", "channel", "weight"}
+
+
+def looks_like(doc: Any) -> bool:
+    return isinstance(doc, dict) and (
+        "mapping" in doc or "current_node" in doc or ("conversation_id" in doc and "title" in doc)
+    )
+
+
+def parse(doc: Any, label: str = "") -> Conversation:
+    if not isinstance(doc, dict):
+        raise SchemaValidationFailed("a ChatGPT conversation must be an object")
+    mapping = doc.get("mapping")
+    upstream = doc.get("conversation_id") or doc.get("id")
+    if not isinstance(upstream, str):
+        upstream = None
+    if mapping is None:
+        raise SchemaValidationFailed("entry has no \"mapping\" (a corrupted or partial export entry): skipped", skip=True)
+    if not isinstance(mapping, dict):
+        raise SchemaValidationFailed("\"mapping\" must be an object")
+    parents = _parents(mapping)
+    conv_time = _secs(doc.get("create_time"))
+    kept: dict[str, tuple[Draft, dict]] = {}
+    dropped: dict[str, Any] = {}
+    for nid, node in mapping.items():
+        if not isinstance(node, dict):
+            raise SchemaValidationFailed(f"node {nid}: must be an object")
+        msg = node.get("message")
+        if msg is None:
+            dropped[nid] = node
+            continue
+        if not isinstance(msg, dict):
+            raise SchemaValidationFailed(f"node {nid}: message must be an object or null")
+        draft = _draft(msg, nid)
+        if draft is None:
+            dropped[nid] = node
+            continue
+        kept[nid] = (draft, msg)
+    nodes = []
+    for nid, (draft, msg) in kept.items():
+        parent = _kept_parent(nid, parents, kept)
+        md = msg.get("metadata") if isinstance(msg.get("metadata"), dict) else {}
+        t = _secs(msg.get("create_time"))
+        if t is None and parent is None:
+            t = conv_time
+        prov = {k: v for k, v in msg.items() if k not in _MSG_HASHED and k not in ("id", "create_time", "metadata")}
+        if msg.get("id") not in (None, nid):
+            prov["message_id"] = msg.get("id")
+        author = msg.get("author") if isinstance(msg.get("author"), dict) else {}
+        if author.get("metadata"):
+            prov["author_metadata"] = author["metadata"]
+        rest = {k: v for k, v in md.items() if k != "model_slug"}
+        if rest:
+            prov["metadata"] = rest
+        model = md.get("model_slug") if isinstance(md.get("model_slug"), str) else None
+        nodes.append(Node(key=nid, parent=parent, draft=draft, time_ms=t, model=model,
+                          meta={k: v for k, v in prov.items() if v is not None} or None))
+    current = doc.get("current_node")
+    if isinstance(current, str) and current not in kept:
+        current = _kept_parent(current, parents, kept) if current in mapping else None
+    meta = {k: v for k, v in doc.items() if k not in _CONV_KEYS and k != "title"}
+    if dropped:
+        meta["dropped_nodes"] = dropped
+    title = doc.get("title") if isinstance(doc.get("title"), str) else None
+    return Conversation(source=SOURCE, nodes=nodes, upstream_id=upstream, current=current if isinstance(current, str) else None,
+                        tree=True, title=title, meta=meta or None, label=label)
+
+
+def _parents(mapping: dict) -> dict[str, str | None]:
+    """node -> parent from each node's ``parent``; nodes without one fall back to the
+    ``children`` lists (which are never trusted otherwise)."""
+    out: dict[str, str | None] = {}
+    from_children: dict[str, str] = {}
+    for nid, node in mapping.items():
+        if isinstance(node, dict):
+            for c in node.get("children") or ():
+                if isinstance(c, str):
+                    from_children.setdefault(c, nid)
+    for nid, node in mapping.items():
+        p = node.get("parent") if isinstance(node, dict) and "parent" in node else from_children.get(nid)
+        out[nid] = p if isinstance(p, str) and p in mapping and p != nid else None
+    return out
+
+
+def _kept_parent(nid: str, parents: dict, kept: dict) -> str | None:
+    p = parents.get(nid)
+    seen = 0
+    while p is not None and p not in kept:
+        p = parents.get(p)
+        seen += 1
+        if seen > len(parents):
+            raise SchemaValidationFailed("the conversation's parent links form a cycle")
+    return p
+
+
+def _secs(v: Any) -> int | None:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 253402300799:
+        return int(v * 1000)
+    return None
+
+
+def _draft(msg: dict, nid: str) -> Draft | None:
+    where = f"node {nid}"
+    author = msg.get("author")
+    if not isinstance(author, dict):
+        raise SchemaValidationFailed(f"{where}: author must be an object")
+    role = normalize_role(author.get("role"), where)
+    name = author.get("name") if isinstance(author.get("name"), str) else None
+    content = msg.get("content")
+    if not isinstance(content, dict):
+        raise SchemaValidationFailed(f"{where}: content must be an object")
+    ct = content.get("content_type")
+    recipient = msg.get("recipient") if isinstance(msg.get("recipient"), str) else "all"
+    md = msg.get("metadata") if isinstance(msg.get("metadata"), dict) else {}
+    hidden = md.get("is_visually_hidden_from_conversation") is True or msg.get("weight") == 0
+    meta: dict[str, Any] = {}
+    extra = {k: v for k, v in content.items() if k not in ("content_type", "parts", "text", "thoughts", "content")}
+    parts: list = []
+    if ct in ("user_editable_context", "model_editable_context"):
+        role = "system"
+        hidden = True
+        for k, v in content.items():
+            if k != "content_type" and isinstance(v, str) and v:
+                parts.append(TextPart(text=v, meta={"field": k}))
+        extra = {k: v for k, v in extra.items() if not isinstance(v, str)}
+    elif ct in ("text", "multimodal_text"):
+        raw = content.get("parts")
+        if not isinstance(raw, list):
+            raise SchemaValidationFailed(f"{where}: {ct} content needs a parts list")
+        strs = [p for p in raw if isinstance(p, str)]
+        if recipient != "all" and role == "assistant" and len(strs) == len(raw):
+            parts.append(ToolCallPart(name=recipient, arguments="\n".join(strs)))
+            recipient = "all"
+        elif role == "tool" and len(strs) == len(raw):
+            if any(strs):
+                parts.append(ToolResultPart(name=name, output=strs[0] if len(strs) == 1 else strs))
+                name = None
+        else:
+            for p in raw:
+                if isinstance(p, str):
+                    if p or len(raw) == 1:
+                        parts.append(TextPart(text=p))
+                else:
+                    parts.append(_asset(p, md))
+    elif ct == "code":
+        text = content.get("text", "")
+        if recipient != "all":
+            parts.append(ToolCallPart(name=recipient, arguments=text))
+            recipient = "all"
+        elif role == "tool":
+            if text:
+                parts.append(ToolResultPart(name=name, output=text))
+                name = None
+        elif isinstance(text, str):
+            parts.append(TextPart(text=text))
+    elif ct == "execution_output" or (role == "tool" and ct not in ("thoughts", "reasoning_recap")):
+        out = content.get("text") if ct == "execution_output" else {k: v for k, v in content.items() if k != "content_type"}
+        parts.append(ToolResultPart(name=name, output=out, is_error=ct == "system_error"))
+        name = None
+        extra = {} if ct != "execution_output" else extra
+    elif ct == "thoughts":
+        for th in content.get("thoughts") or ():
+            if isinstance(th, dict):
+                rest = {k: v for k, v in th.items() if k != "content"}
+                parts.append(ReasoningPart(text=th.get("content") or "", meta={"source_type": "thoughts", **rest}))
+    elif ct == "reasoning_recap":
+        parts.append(ReasoningPart(text=content.get("content") or "", meta={"source_type": "reasoning_recap"}))
+    else:
+        parts.append(OpaquePart(data=content, source=SOURCE))
+        extra = {}
+    if ct not in (None, "text"):
+        meta["content_type"] = ct
+    if extra:
+        meta["content"] = extra
+    if hidden:
+        meta["hidden"] = True
+    if name is not None:
+        meta["name"] = name
+    if recipient != "all":
+        meta["recipient"] = recipient
+    if msg.get("channel") is not None:
+        meta["channel"] = msg["channel"]
+    if not parts or all(isinstance(p, TextPart) and not p.text for p in parts):
+        return None  # nothing to say: dropped (kept verbatim in the conversation's meta)
+    return Draft(role=role, parts=tuple(parts), meta=meta or None)
+
+
+def _asset(p: Any, md: dict) -> Any:
+    if not isinstance(p, dict):
+        return OpaquePart(data=p, source=SOURCE)
+    ct = p.get("content_type")
+    if ct == "audio_transcription" and isinstance(p.get("text"), str):
+        rest = {k: v for k, v in p.items() if k != "text"}
+        return TextPart(text=p["text"], meta=rest)
+    pointer = p.get("asset_pointer")
+    if isinstance(pointer, str):
+        fid = pointer.rsplit("/", 1)[-1]
+        att = next((a for a in md.get("attachments") or () if isinstance(a, dict) and a.get("id") and a["id"] in fid), {})
+        size = p.get("size_bytes") if isinstance(p.get("size_bytes"), int) else None
+        rest = {k: v for k, v in p.items() if k not in ("asset_pointer", "size_bytes")}
+        mime = att.get("mime_type") or att.get("mimeType")
+        return AttachmentPart(url=pointer, size=size, name=att.get("name"), mime_type=mime if isinstance(mime, str) else None,
+                              meta=rest or None)
+    return OpaquePart(data=p, source=SOURCE)

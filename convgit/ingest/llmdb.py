@@ -1,0 +1,306 @@
+"""``llm`` logs.db → conversations (research/llm-logs-import.md).
+
+Content-addressed generation (llm ≥ 0.32): each ``threads`` row is one linear conversation
+(its tip walked back through ``messages.parent_hash``), parts rebuilt with fragments and
+attachments resolved, and llm's own ``b2:`` hash of every message re-derived and checked
+before anything is converted (a mismatch rejects that thread with ``hash_mismatch``); the
+b2 ids are kept as aliases. Each llm turn (model, tokens, duration, time) becomes the turn
+of the messages it produced.
+
+Legacy generation (``responses``): rows that no content-addressed turn and no thread covers,
+one conversation per ``conversation_id``: [system] then per response [tool results], user,
+assistant (reasoning, text, tool calls).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from typing import Any, Iterator
+
+from ..errors import HashMismatch, InvalidInput, SchemaValidationFailed
+from ..objects import AttachmentPart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+from .chat import parse_time
+from .model import Conversation, Draft, Node
+from .parts import PendingAttachment, normalize_role
+
+SOURCE = "llm"
+
+
+def is_llm_db(path) -> bool:
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return False
+    return "responses" in names or {"threads", "messages", "parts"} <= names
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def b2_hash(message: dict, parent: str | None) -> str:
+    data = canonical_json({"parent": parent, "message": message}).encode("utf-8", "surrogatepass")
+    return "b2:" + hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def iter_conversations(path, label: str) -> Iterator[Conversation | tuple[str, Exception]]:
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db.row_factory = sqlite3.Row
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as e:
+        raise InvalidInput(f"{label}: unreadable SQLite file: {e}") from e
+    try:
+        r = _Reader(db, tables)
+        if {"threads", "messages", "parts"} <= tables:
+            for t in db.execute("SELECT * FROM threads ORDER BY datetime_utc, id").fetchall():
+                lab = f"{label}:thread {t['id']}"
+                try:
+                    yield r.thread(t, lab)
+                except (SchemaValidationFailed, HashMismatch, InvalidInput) as e:
+                    yield (lab, e)
+        if "responses" in tables:
+            yield from r.legacy(label)
+    finally:
+        db.close()
+
+
+class _Reader:
+    def __init__(self, db: sqlite3.Connection, tables: set[str]) -> None:
+        self.db = db
+        self.tables = tables
+
+    def _one(self, sql: str, *args):
+        return self.db.execute(sql, args).fetchone()
+
+    def attachment(self, aid: str) -> dict:
+        row = self._one("SELECT * FROM attachments WHERE id=?", aid) if "attachments" in self.tables else None
+        if row is None:
+            raise SchemaValidationFailed(f"attachment {aid} is not in the database")
+        return dict(row)
+
+    def fragment(self, fid) -> str:
+        row = self._one("SELECT content FROM fragments WHERE id=?", fid)
+        if row is None:
+            raise SchemaValidationFailed(f"fragment {fid} is not in the database")
+        return row[0]
+
+    # -- content-addressed generation -----------------------------------------------------
+
+    def message(self, h: str) -> tuple[dict, dict, Draft]:
+        row = self._one("SELECT * FROM messages WHERE hash=?", h)
+        if row is None:
+            raise SchemaValidationFailed(f"message {h} is missing from the database")
+        llm_parts, hash_parts, parts = [], [], []
+        for p in self.db.execute("SELECT * FROM parts WHERE message_hash=? ORDER BY position", (h,)):
+            d = json.loads(p["payload"]) if p["payload"] else {}
+            d["type"] = p["type"]
+            if p["text"] is not None:
+                d["text"] = p["text"]
+            if "text_ref" in d:
+                d["text"] = "".join(self.fragment(x["fragment"]) if "fragment" in x else x.get("literal", "")
+                                    for x in d.pop("text_ref"))
+            hd = dict(d)
+            if isinstance(d.get("attachment"), dict) and "id" in d["attachment"]:
+                a = self.attachment(d["attachment"]["id"])
+                hd["attachment"] = {"id": a["id"], "type": a["type"]}
+                d["attachment"] = a
+            if isinstance(d.get("attachments"), list):
+                atts = [self.attachment(x["id"]) if isinstance(x, dict) and "id" in x else x for x in d["attachments"]]
+                hd["attachments"] = [{"id": a["id"], "type": a["type"]} for a in atts]
+                d["attachments"] = atts
+            llm_parts.append(d)
+            hash_parts.append(hd)
+            parts.append(_part(d))
+        msg = {"role": row["role"], "parts": hash_parts}
+        pm = json.loads(row["provider_metadata"]) if row["provider_metadata"] else None
+        if pm:
+            msg["provider_metadata"] = pm
+        draft = Draft(role=normalize_role(row["role"], h), parts=tuple(parts),
+                      meta={"provider_metadata": pm} if pm else None)
+        return dict(row), msg, draft
+
+    def thread(self, t: sqlite3.Row, label: str) -> Conversation:
+        chain = []
+        h = t["tip_message_hash"]
+        while h is not None:
+            row, msg, draft = self.message(h)
+            chain.append((h, row["parent_hash"], msg, draft))
+            h = row["parent_hash"]
+            if len(chain) > 1_000_000:
+                raise SchemaValidationFailed("message chain too long (a cycle?)")
+        chain.reverse()
+        for h, parent, msg, _ in chain:
+            got = b2_hash(msg, parent)
+            if got != h:
+                raise HashMismatch(f"llm message {h} hashes to {got}: the database was altered", claimed=h, computed=got)
+        turns = {r["tip_message_hash"]: r for r in self.db.execute(
+            "SELECT * FROM turns WHERE thread_id=? OR tip_message_hash IN (%s)" % ",".join("?" * len(chain)),
+            (t["id"], *[c[0] for c in chain]))}
+        pos = {c[0]: i for i, c in enumerate(chain)}
+        nodes = []
+        for i, (h, parent, _, draft) in enumerate(chain):
+            tr = turns.get(h)
+            kw: dict = {}
+            if tr is not None:
+                start = pos.get(tr["parent_message_hash"], -1) + 1 if tr["parent_message_hash"] else 0
+                kw = _turn_fields(tr, span=max(1, i - start + 1))
+            nodes.append(Node(key=h, parent=parent, draft=draft, **kw))
+        meta = {k: t[k] for k in ("name", "forked_from", "datetime_utc") if t[k] is not None}
+        return Conversation(source=SOURCE, nodes=nodes, upstream_id=t["id"], title=t["name"], meta=meta or None, label=label)
+
+    # -- legacy generation ----------------------------------------------------------------
+
+    def legacy(self, label: str) -> Iterator[Conversation]:
+        covered_threads = set()
+        covered_turns = set()
+        if "threads" in self.tables:
+            covered_threads = {r[0] for r in self.db.execute("SELECT id FROM threads")}
+        if "turns" in self.tables:
+            covered_turns = {r[0] for r in self.db.execute("SELECT id FROM turns")}
+        rows = [r for r in self.db.execute("SELECT * FROM responses ORDER BY conversation_id, id")
+                if r["id"] not in covered_turns and r["conversation_id"] not in covered_threads]
+        convs: dict[str, list] = {}
+        for r in rows:
+            convs.setdefault(r["conversation_id"] or r["id"], []).append(r)
+        for cid, rs in convs.items():
+            lab = f"{label}:conversation {cid}"
+            try:
+                yield self._legacy_conv(cid, rs, lab)
+            except (SchemaValidationFailed, InvalidInput) as e:
+                yield (lab, e)
+
+    def _legacy_conv(self, cid: str, rs: list, label: str) -> Conversation:
+        nodes: list[Node] = []
+        parent = None
+
+        def add(key, draft, **kw):
+            nonlocal parent
+            nodes.append(Node(key=key, parent=parent, draft=draft, **kw))
+            parent = key
+
+        for i, r in enumerate(rs):
+            rid = r["id"]
+            span = 2
+            if i == 0:
+                sys = self._fragments("system_fragments", rid, strip=True)
+                system = "\n\n".join(sys + ([r["system"]] if r["system"] else []))
+                if system:
+                    add(f"{rid}#system", Draft(role="system", parts=(TextPart(text=system),)), alias=False)
+            results = [dict(x) for x in self.db.execute("SELECT * FROM tool_results WHERE response_id=? ORDER BY id", (rid,))] \
+                if "tool_results" in self.tables else []
+            if results:
+                add(f"{rid}#tools", Draft(role="tool", parts=tuple(
+                    ToolResultPart(tool_call_id=x["tool_call_id"], name=x["name"], output=x["output"],
+                                   is_error=x["exception"] is not None) for x in results)), alias=False)
+                span = 3
+            prompt = "\n".join(self._fragments("prompt_fragments", rid) + [r["prompt"] or ""])
+            uparts: list = [TextPart(text=prompt)] if prompt or not self._has_attachments(rid) else []
+            for a in self._prompt_attachments(rid):
+                uparts.append(_attachment(a))
+            add(f"{rid}#prompt", Draft(role="user", parts=tuple(uparts)), alias=False)
+            aparts: list = []
+            if r["reasoning"]:
+                aparts.append(ReasoningPart(text=r["reasoning"]))
+            if r["response"] or not aparts:
+                aparts.append(TextPart(text=r["response"] or ""))
+            if "tool_calls" in self.tables:
+                for c in self.db.execute("SELECT * FROM tool_calls WHERE response_id=? ORDER BY tool_call_id, id", (rid,)):
+                    args = c["arguments"]
+                    try:
+                        args = json.loads(args) if isinstance(args, str) else args
+                    except ValueError:
+                        pass
+                    aparts.append(ToolCallPart(name=c["name"], id=c["tool_call_id"], arguments=args))
+            add(rid, Draft(role="assistant", parts=tuple(aparts)), **_turn_fields(r, span=span))
+        return Conversation(source=SOURCE, nodes=nodes, upstream_id=cid, label=label)
+
+    def _fragments(self, table: str, rid: str, strip: bool = False) -> list[str]:
+        if table not in self.tables:
+            return []
+        out = [row[0] for row in self.db.execute(
+            f"SELECT f.content FROM {table} x JOIN fragments f ON f.id = x.fragment_id WHERE x.response_id=? ORDER BY x.\"order\"", (rid,))]
+        return [s.strip() for s in out] if strip else out
+
+    def _has_attachments(self, rid: str) -> bool:
+        return bool(self._prompt_attachments(rid))
+
+    def _prompt_attachments(self, rid: str) -> list[dict]:
+        if "prompt_attachments" not in self.tables:
+            return []
+        return [dict(a) for a in self.db.execute(
+            "SELECT a.* FROM prompt_attachments p JOIN attachments a ON a.id = p.attachment_id WHERE p.response_id=? ORDER BY p.\"order\"", (rid,))]
+
+
+def _turn_fields(r, span: int) -> dict:
+    usage = {k: r[k] for k in ("input_tokens", "output_tokens") if r[k] is not None}
+    if r["token_details"]:
+        try:
+            usage["token_details"] = json.loads(r["token_details"])
+        except ValueError:
+            usage["token_details"] = r["token_details"]
+    opts = None
+    if r["options_json"]:
+        try:
+            opts = json.loads(r["options_json"]) or None
+        except ValueError:
+            opts = {"raw": r["options_json"]}
+    meta = {"llm_id": r["id"]}
+    if "response_json" in r.keys() and r["response_json"]:
+        meta["response_json"] = r["response_json"]
+    if "schema_id" in r.keys() and r["schema_id"]:
+        meta["schema_id"] = r["schema_id"]
+    try:
+        t = parse_time(r["datetime_utc"].replace(" ", "T") if isinstance(r["datetime_utc"], str) else None, "datetime_utc")
+    except SchemaValidationFailed:
+        t = None
+    return {"time_ms": t, "model": r["model"], "resolved_model": r["resolved_model"], "usage": usage or None,
+            "duration_ms": r["duration_ms"], "options": opts, "meta": meta, "span": span}
+
+
+def _attachment(a: dict) -> Any:
+    meta = {k: a[k] for k in ("id", "path") if a.get(k)}
+    if a.get("content"):
+        return PendingAttachment(data=a["content"], size=len(a["content"]), mime_type=a.get("type"),
+                                 name=a.get("path"), url=a.get("url"), meta=meta or None)
+    url = a.get("url") or (f"file:{a['path']}" if a.get("path") else f"llm-attachment:{a.get('id')}")
+    return AttachmentPart(mime_type=a.get("type"), name=a.get("path"), url=url, meta=meta or None)
+
+
+def _part(d: dict) -> Any:
+    t = d.get("type")
+    pm = d.get("provider_metadata")
+    meta = {"provider_metadata": pm} if pm else None
+    if t == "text":
+        return TextPart(text=d.get("text") or "", meta=meta)
+    if t == "reasoning":
+        m = dict(meta or {})
+        if d.get("redacted"):
+            m["redacted"] = True
+        return ReasoningPart(text=d.get("text") or "", meta=m or None)
+    if t == "tool_call":
+        m = dict(meta or {})
+        if d.get("server_executed"):
+            m["server_executed"] = True
+        return ToolCallPart(name=d.get("name") or "", id=d.get("tool_call_id"), arguments=d.get("arguments"), meta=m or None)
+    if t == "tool_result":
+        out = d.get("output")
+        extra = {k: d[k] for k in ("exception", "attachments", "server_executed", "provider_metadata") if d.get(k)}
+        if extra:
+            out = {"output": out, **extra}
+        return ToolResultPart(tool_call_id=d.get("tool_call_id"), name=d.get("name"), output=out,
+                              is_error=d.get("exception") is not None)
+    if t == "attachment" and isinstance(d.get("attachment"), dict):
+        return _attachment(d["attachment"])
+    from ..objects import OpaquePart
+
+    return OpaquePart(data=d, source=SOURCE)
+
+
+__all__ = ["b2_hash", "is_llm_db", "iter_conversations"]

@@ -1,0 +1,376 @@
+"""Files → conversations: format detection, ZIP exports, streamed JSON arrays, JSONL, llm's
+logs.db. Yields a Conversation (or a Rejected with its error) per conversation, so one bad
+conversation is reported on its own and never stops the others.
+
+Limits (config.toml) apply per conversation: ``max_payload_bytes`` to each conversation's
+JSON (an array element, a JSONL line, or a whole single-conversation file), the others when
+it is hashed.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+from ..config import Config
+from ..errors import ConvgitError, InvalidInput, PayloadTooLarge, SchemaValidationFailed
+from . import apis, chatgpt, claude, datasets, llmdb, webui
+from .chat import parse_chat
+from .jsonsplit import iter_array
+from .model import Conversation, Node, Payload, TurnInfo
+
+TREE_FORMATS = {"chatgpt": chatgpt.parse, "claude": claude.parse, "open-webui": webui.parse_owui,
+                "librechat": webui.parse_librechat}
+PAYLOAD_FORMATS = ("native", "openai", "openai-completion", "openai-responses", "anthropic", "gemini", "aistudio",
+                   "sharegpt", "messages", "conversation", "transcript")
+FORMATS = ("auto", *TREE_FORMATS, "llm", *PAYLOAD_FORMATS)
+
+
+@dataclass
+class Rejected:
+    """A conversation (or a whole input) that could not be read: reported, never imported."""
+
+    label: str
+    error: ConvgitError
+    size: int = 0
+    source: str | None = None
+    upstream_id: str | None = None
+
+
+# -- one decoded document ---------------------------------------------------------------------
+
+
+def detect(doc: Any) -> str | None:
+    """The format of one decoded conversation document, or None."""
+    if isinstance(doc, list):
+        if doc and all(isinstance(x, dict) for x in doc[:3]):
+            if datasets.sharegpt_looks_like(doc):
+                return "sharegpt"
+            if all("role" in x for x in doc[:3]):
+                return "native"
+        return None
+    if not isinstance(doc, dict):
+        return None
+    if chatgpt.looks_like(doc):
+        return "chatgpt"
+    if claude.looks_like(doc):
+        return "claude"
+    if webui.owui_looks_like(doc):
+        return "open-webui"
+    if webui.librechat_looks_like(doc):
+        return "librechat"
+    if "chunkedPrompt" in doc:
+        return "aistudio"
+    if "contents" in doc or "candidates" in doc:
+        return "gemini"
+    if datasets.sharegpt_looks_like(doc):
+        return "sharegpt"
+    if isinstance(doc.get("conversation"), list):
+        return "conversation"
+    if doc.get("type") == "message" and doc.get("role") == "assistant" and isinstance(doc.get("content"), list):
+        return "anthropic"
+    if doc.get("object") == "response" or (("input" in doc or isinstance(doc.get("output"), list)) and "messages" not in doc):
+        return "openai-responses"
+    if "choices" in doc and "messages" not in doc:
+        return "openai-completion"
+    if isinstance(doc.get("messages"), list):
+        if apis.is_anthropic_request(doc) or (isinstance(doc.get("response"), dict) and doc["response"].get("type") == "message"):
+            return "anthropic"
+        if any(k in doc for k in ("images", "videos", "audios")):
+            return "messages"
+        return "native"
+    return None
+
+
+def payload_from_document(doc: Any, fmt: str | None = None, *, allow_bare_response: bool = False) -> Payload:
+    """One linear conversation (commit's input): native/OpenAI chat or another API shape."""
+    fmt = fmt or detect(doc) or "native"
+    if fmt in TREE_FORMATS or fmt == "llm":
+        raise SchemaValidationFailed(f"this is a {fmt} export, which can hold many conversations: use `convgit import`")
+    if fmt == "openai-completion":
+        if not allow_bare_response:
+            raise SchemaValidationFailed("a chat.completion response needs the request: give {\"messages\": [...], \"response\": {...}}")
+        return apis.completion_payload(_obj(doc, fmt))
+    if fmt == "openai-responses":
+        return apis.responses_payload(_obj(doc, fmt))
+    if fmt == "anthropic":
+        return apis.anthropic_payload(_obj(doc, fmt))
+    if fmt == "gemini":
+        return apis.gemini_payload(_obj(doc, fmt))
+    if fmt == "aistudio":
+        return apis.aistudio_payload(_obj(doc, fmt))
+    if fmt == "sharegpt":
+        return datasets.sharegpt_payload(doc)
+    if fmt == "conversation":
+        return datasets.conversation_list_payload(_obj(doc, fmt))
+    if fmt == "messages" and isinstance(doc, dict) and isinstance(doc.get("messages"), list):
+        return datasets.messages_with_media(doc)
+    if fmt == "transcript":
+        raise SchemaValidationFailed("a transcript is plain text, not JSON")
+    return parse_chat(doc)
+
+
+def _obj(doc: Any, fmt: str) -> dict:
+    if not isinstance(doc, dict):
+        raise SchemaValidationFailed(f"a {fmt} document must be a JSON object")
+    return doc
+
+
+def payload_conversation(payload: Payload, *, source: str, label: str, size: int = 0) -> Conversation:
+    """A linear payload (an API request/response, a dataset row) as a conversation to import."""
+    info = payload.turn
+    nodes, parent = [], None
+    for i, d in enumerate(payload.all_messages):
+        key = f"#{i}"
+        nodes.append(Node(key=key, parent=parent, draft=d, alias=False))
+        parent = key
+    turn = TurnInfo(model=info.model, resolved_model=info.resolved_model, options=info.options, usage=info.usage,
+                    started_at=info.started_at, duration_ms=info.duration_ms, error=info.error, meta=info.meta)
+    return Conversation(source=info.source or source, nodes=nodes, upstream_id=info.upstream_thread_id, turn=turn,
+                        label=label, size=size)
+
+
+def conversation_from_document(doc: Any, fmt: str | None, label: str, size: int = 0) -> Conversation:
+    fmt = fmt or detect(doc)
+    if fmt is None:
+        raise SchemaValidationFailed("unknown format: not a conversation convgit can read (use --format)")
+    if fmt in TREE_FORMATS:
+        conv = TREE_FORMATS[fmt](doc, label)
+        conv.size = size
+        return conv
+    payload = payload_from_document(doc, fmt, allow_bare_response=True)
+    return payload_conversation(payload, source=fmt, label=label, size=size)
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+def iter_path(path: str | Path, fmt: str | None = None, config: Config | None = None) -> Iterator[Conversation | Rejected]:
+    """Every conversation in a file (JSON, JSONL, a ZIP export, an llm logs.db)."""
+    config = config or Config()
+    fmt = None if fmt in (None, "auto") else fmt
+    if fmt is not None and fmt not in FORMATS:
+        raise InvalidInput(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+    p = Path(path)
+    label = str(path)
+    try:
+        with open(p, "rb") as f:
+            head = f.read(16)
+    except FileNotFoundError:
+        raise InvalidInput(f"{label}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidInput(f"{label}: is a directory") from None
+    except OSError as e:
+        raise InvalidInput(f"{label}: {e.strerror}") from None
+    if head.startswith(b"SQLite format 3\x00") or fmt == "llm":
+        if not llmdb.is_llm_db(p):
+            raise InvalidInput(f"{label}: a SQLite file that is not an llm logs.db")
+        for item in llmdb.iter_conversations(p, label):
+            yield Rejected(item[0], item[1], source="llm") if isinstance(item, tuple) else item
+        return
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        yield from _iter_zip(p, fmt, config, label)
+        return
+    with open(p, "rb") as f:
+        yield from iter_stream(f, fmt, config, label, size=p.stat().st_size, jsonl=p.suffix.lower() in (".jsonl", ".ndjson"))
+
+
+_NOT_CONVERSATIONS = {"user.json", "users.json", "message_feedback.json", "shared_conversations.json", "projects.json",
+                      "model_comparisons.json", "memories.json"}
+
+
+def _iter_zip(p: Path, fmt: str | None, config: Config, label: str) -> Iterator[Conversation | Rejected]:
+    try:
+        zf = zipfile.ZipFile(p)
+        names = [i for i in zf.infolist() if not i.is_dir()]
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise InvalidInput(f"{label}: not a readable ZIP file ({e})") from None
+    with zf:
+        chosen = [i for i in names if i.filename.rsplit("/", 1)[-1] == "conversations.json"]
+        if not chosen:
+            chosen = [i for i in names if i.filename.lower().endswith((".json", ".jsonl", ".ndjson"))
+                      and i.filename.rsplit("/", 1)[-1] not in _NOT_CONVERSATIONS]
+        if not chosen:
+            raise InvalidInput(f"{label}: the ZIP holds no conversations.json (nor any .json file)")
+        for info in sorted(chosen, key=lambda i: i.filename):
+            try:
+                f = zf.open(info)
+            except (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError) as e:
+                yield Rejected(f"{label}:{info.filename}", InvalidInput(f"cannot read {info.filename} in the ZIP: {e}"))
+                continue
+            with f:
+                try:
+                    yield from iter_stream(f, fmt, config, f"{label}:{info.filename}", size=info.file_size,
+                                           jsonl=info.filename.lower().endswith((".jsonl", ".ndjson")))
+                except (zipfile.BadZipFile, EOFError, OSError) as e:  # a corrupt member: CRC, truncation
+                    yield Rejected(f"{label}:{info.filename}", InvalidInput(f"corrupt ZIP member {info.filename}: {e}"))
+
+
+def iter_stream(f: BinaryIO, fmt: str | None, config: Config, label: str, *, size: int = 0,
+                jsonl: bool = False) -> Iterator[Conversation | Rejected]:
+    """Conversations in one JSON/JSONL/transcript stream."""
+    limit = config.max_payload_bytes
+    if fmt == "transcript":
+        raw = _read_limited(f, limit, label)
+        yield _one(label, len(raw), lambda: payload_conversation(
+            datasets.transcript_payload(_text(raw, label)), source="transcript", label=label, size=len(raw)))
+        return
+    first = _peek_nonspace(f)
+    if first == b"[":
+        yield from _iter_array_source(f, fmt, config, label)
+        return
+    if jsonl or first == b"{":
+        line = f.readline(limit + 1)
+        if len(line) > limit:
+            yield Rejected(label, PayloadTooLarge(f"more than {limit} bytes in one conversation (limits.max_payload_bytes)"))
+            return
+        rest = f.read(1)
+        if not rest:  # one document
+            yield _element(line, fmt, label, limit)
+            return
+        if jsonl or _complete(line):
+            n = 0
+            for n, ln in enumerate(_lines(line + rest, f, limit), 1):
+                if ln.strip():
+                    yield _element(ln, fmt, f"{label}:{n}", limit)
+            return
+        raw = line + rest + _read_limited(f, limit - len(line) - 1, label)
+        yield _element(raw, fmt, label, limit)
+        return
+    raw = _read_limited(f, limit, label)
+    yield _element(raw, fmt, label, limit)
+
+
+def _one(label: str, size: int, make) -> Conversation | Rejected:
+    try:
+        return make()
+    except ConvgitError as e:
+        return Rejected(label, e, size)
+
+
+def _element(raw: bytes, fmt: str | None, label: str, limit: int) -> Conversation | Rejected:
+    from . import decode_json
+
+    if len(raw) > limit:
+        return Rejected(label, PayloadTooLarge(f"{len(raw)} bytes; the limit is {limit} (limits.max_payload_bytes)"), len(raw))
+    return _one(label, len(raw), lambda: conversation_from_document(decode_json(raw), fmt, label, len(raw)))
+
+
+def _iter_array_source(f: BinaryIO, fmt: str | None, config: Config, label: str) -> Iterator[Conversation | Rejected]:
+    """A top-level array: a list of conversations (streamed), or one conversation's message
+    list (read whole)."""
+    from . import decode_json
+
+    limit = config.max_payload_bytes
+    buf = _Rewind(f)
+    it = iter_array(buf)
+    try:
+        off, first = next(it, (0, None))
+    except InvalidInput as e:
+        yield Rejected(label, e)
+        return
+    if first is None:
+        yield Rejected(label, SchemaValidationFailed("an empty list: no conversations"))
+        return
+    try:
+        head = decode_json(first)
+    except ConvgitError:
+        head = None
+    kind = fmt or (detect(head) if head is not None else None)
+    if isinstance(head, dict) and ("role" in head or "from" in head) and kind in (None, "native", "sharegpt", "openai"):
+        # the array is one conversation's messages
+        raw = buf.replay() + _read_limited(f, limit, label)
+        yield _element(raw, fmt, label, limit)
+        return
+    buf.stop()
+    i = 0
+    element: bytes | None = first
+    while True:
+        yield _element(element, kind, f"{label}[{i}]", limit)
+        i += 1
+        try:
+            nxt = next(it, None)
+        except InvalidInput as e:
+            yield Rejected(f"{label}[{i}]", e)
+            return
+        if nxt is None:
+            return
+        element = nxt[1]
+
+
+class _Rewind(io.RawIOBase):
+    """A reader that remembers what it read, so a small array can be re-read whole."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f = f
+        self.seen: list[bytes] = []
+        self.total = 0
+
+    def read(self, n: int = -1) -> bytes:
+        b = self.f.read(n)
+        if self.total < (64 << 20):
+            self.seen.append(b)
+        self.total += len(b)
+        return b
+
+    def stop(self) -> None:
+        self.seen, self.total = [], 1 << 62  # streaming from here on: remember nothing
+
+    def replay(self) -> bytes:
+        return b"".join(self.seen)
+
+
+def _peek_nonspace(f: BinaryIO) -> bytes:
+    # Callers re-read from the start: only seekable streams and ZIP members come here, and
+    # both are wrapped so the bytes peeked are not lost.
+    pos = f.tell() if f.seekable() else None
+    data = f.read(4096)
+    if pos is not None:
+        f.seek(pos)
+    else:  # pragma: no cover - zip members are seekable on 3.11
+        raise InvalidInput("cannot read this stream")
+    s = data.lstrip(b" \t\r\n")
+    return s[:1]
+
+
+def _complete(line: bytes) -> bool:
+    import msgspec
+
+    try:
+        msgspec.json.decode(line)
+        return True
+    except msgspec.DecodeError:
+        return False
+
+
+def _lines(first: bytes, f: BinaryIO, limit: int) -> Iterator[bytes]:
+    pending = first
+    while True:
+        nl = pending.find(b"\n")
+        if nl >= 0:
+            yield pending[: nl + 1]
+            pending = pending[nl + 1:]
+            continue
+        more = f.readline(limit + 1)
+        if not more:
+            if pending:
+                yield pending
+            return
+        pending += more
+
+
+def _read_limited(f: BinaryIO, limit: int, label: str) -> bytes:
+    data = f.read(limit + 1)
+    if len(data) > limit:
+        raise PayloadTooLarge(f"{label}: more than {limit} bytes in one conversation (limits.max_payload_bytes)")
+    return data
+
+
+def _text(raw: bytes, label: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInput(f"{label}: not valid UTF-8 (byte {e.start})") from None
