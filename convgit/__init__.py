@@ -11,11 +11,15 @@ from .api import (  # noqa: E402
     fork,
     hash_object,
     init,
+    iter_log,
     log,
+    make_filters,
     open_repo,
     reindex,
     rename_thread,
     rev_parse,
+    search,
+    status,
     switch,
     threads,
     tree,
@@ -25,6 +29,6 @@ from .repository import Repository  # noqa: E402
 
 __all__ = [
     "ConvgitError", "Repository", "__version__", "cat_object", "commit", "commit_many",
-    "conversation", "delete_thread", "fork", "hash_object", "init", "log", "open_repo",
-    "reindex", "rename_thread", "rev_parse", "switch", "threads", "tree",
+    "conversation", "delete_thread", "fork", "hash_object", "init", "iter_log", "log", "make_filters", "open_repo",
+    "reindex", "rename_thread", "rev_parse", "search", "status", "switch", "threads", "tree",
 ]

@@ -9,10 +9,11 @@
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 
@@ -21,9 +22,12 @@ from .commit import CommitResult, commit_many as _commit_many, commit_payload
 from .errors import InvalidInput, NotFound, ObjectMissing, RefExists, SchemaValidationFailed
 from .ids import check_thread_name, is_oid, short
 from .ingest import Payload, TurnInfo, parse_payload
-from .ingest.chat import parse_chat
+from .ingest.sources import payload_from_document
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
 from .repository import Repository
+
+if TYPE_CHECKING:  # a runtime import would load the query module on every start
+    from .query import Filters
 
 # -- stores ---------------------------------------------------------------------------------
 
@@ -60,7 +64,7 @@ def to_payload(repo: Repository, data: Any, *, model: str | None = None) -> Payl
             raise PayloadTooLarge(
                 f"input is {size} bytes as JSON; the limit is {repo.config.max_payload_bytes} (limits.max_payload_bytes)"
             )
-        payload = parse_chat(data)
+        payload = payload_from_document(data)
     if model is not None:
         payload = msgspec.structs.replace(payload, turn=msgspec.structs.replace(payload.turn, model=model))
     return payload
@@ -142,17 +146,16 @@ class LogEntry:
             "turn": t.get("turn"),
             "started_at": iso(t.get("started_at")),
             "model": t.get("resolved_model") or t.get("model"),
+            "key": self.key,
         }
 
+    @property
+    def key(self) -> str:
+        """The time-sortable key (query.py): turn start, turn id, depth."""
+        from .query import sort_key
 
-def _entries(repo: Repository, ids_msgs: list[tuple[str, Message]], depth_of_first: int | None = None) -> list[LogEntry]:
-    repo.index.refresh_if_changed()
-    info = repo.index.turn_info([oid for oid, _ in ids_msgs])
-    out = []
-    for oid, msg in ids_msgs:
-        d = repo.index.depth(oid)
-        out.append(LogEntry(oid, msg.parent, msg.role, msg, message_text(repo, msg), d if d is not None else -1, info.get(oid)))
-    return out
+        t = self.turn or {}
+        return sort_key(t.get("started_at"), t.get("turn"), self.id, self.depth)
 
 
 def log(
@@ -162,34 +165,73 @@ def log(
     count: int = 0,
     all_threads: bool = False,
     reverse: bool = False,
+    filters: "Filters | None" = None,
 ) -> list[LogEntry]:
     """Messages from the tip back to the root (newest first), like ``git log``.
 
     ``count`` 0 means all. ``all_threads``: every message reachable from any thread, once,
-    thread by thread in name order.
+    thread by thread in name order. ``filters`` (``make_filters``) keep some of them; with an
+    ``id_gt``/``id_gte`` bound the order is by key, oldest first (paging).
     """
+    return list(iter_log(repo, rev, count=count, all_threads=all_threads, reverse=reverse, filters=filters))
+
+
+def iter_log(
+    repo: Repository,
+    rev: str | None = None,
+    *,
+    count: int = 0,
+    all_threads: bool = False,
+    reverse: bool = False,
+    filters: "Filters | None" = None,
+) -> Iterator[LogEntry]:
+    """``log`` as a stream: the first entry comes before the last is read, in memory that
+    grows with threads and forks, not messages (except with ``reverse``, which must hold the
+    ``count`` entries it turns around)."""
+    from .query import iter_messages
+
     if count < 0:
         raise InvalidInput("-n must be 0 (all) or more")
-    pairs: list[tuple[str, Message]] = []
-    if all_threads:
-        seen: set[str] = set()
-        for name, tip in repo.refs.read_all().items():
-            for oid, msg in graph.iter_ancestry(repo.objects, tip, stop=seen):
-                seen.add(oid)
-                pairs.append((oid, msg))
-                if count and len(pairs) >= count:
-                    break
-            if count and len(pairs) >= count:
-                break
-    else:
-        tip = revparse.resolve(repo, "HEAD" if rev is None else rev)
-        for oid, msg in graph.iter_ancestry(repo.objects, tip):
-            pairs.append((oid, msg))
-            if count and len(pairs) >= count:
-                break
+    it = _eager_first(iter_messages(repo, rev, all_threads=all_threads, filters=filters))  # errors raise now
+    entries = (LogEntry(oid, msg.parent, msg.role, msg, message_text(repo, msg), depth, turn)
+               for oid, msg, depth, turn in it)
+    if count:
+        entries = itertools.islice(entries, count)
     if reverse:
-        pairs.reverse()
-    return _entries(repo, pairs)
+        return iter(list(entries)[::-1])
+    return entries
+
+
+def _eager_first(it: Iterator) -> Iterator:
+    try:
+        first = next(it)
+    except StopIteration:
+        return iter(())
+    return itertools.chain([first], it)
+
+
+def make_filters(repo: Repository, **options) -> "Filters":
+    """Filters for ``log``/``search`` from option values (see ``query.make_filters``):
+    ``model``, ``thread``, ``since``, ``until``, ``role``, ``tools``, ``source``, ``id_gt``,
+    ``id_gte``."""
+    from .query import make_filters as _make
+
+    return _make(repo, **options)
+
+
+def search(repo: Repository, query: str, *, count: int = 20, latest: bool = False,
+           columns: tuple[str, ...] = ("user", "assistant"), filters: "Filters | None" = None) -> list:
+    """Full-text search (FTS5 syntax) over message text; see ``convgit.searcher``."""
+    from .searcher import search as _search
+
+    return _search(repo, query, count=count, latest=latest, columns=columns, filters=filters)
+
+
+def status(repo: Repository) -> dict:
+    """Counts, sizes, dedup ratio, index freshness and last gc (see ``convgit.stats``)."""
+    from .stats import status as _status
+
+    return _status(repo)
 
 
 def conversation(repo: Repository, rev: str | None = None) -> list[LogEntry]:
@@ -380,6 +422,33 @@ def update_ref(repo: Repository, name: str, new: str | None, old: str | None = N
     return {"status": "updated", "thread": name, "old": prev, "new": new}
 
 
+# -- import / export --------------------------------------------------------------------------
+
+
+def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto", dry_run: bool = False,
+                 progress=None, now_ms: int | None = None):
+    """Import every conversation in ``paths`` (see convgit/importer.py). Returns an
+    ImportReport; one bad conversation is reported, never raised."""
+    from .importer import import_conversations
+    from .ingest.sources import Rejected, iter_path
+
+    def items():
+        for p in paths:
+            try:
+                yield from iter_path(p, fmt, repo.config)
+            except InvalidInput as e:  # the whole file is unreadable: one line in the report
+                yield Rejected(str(p), e)
+
+    return import_conversations(repo, items(), dry_run=dry_run, progress=progress, now_ms=now_ms)
+
+
+def export(repo: Repository, revs: list[str], *, fmt: str = "native") -> str:
+    """A thread (or several, as jsonl) as text: native, openai, anthropic, markdown, jsonl."""
+    from .export import export as _export
+
+    return _export(repo, revs, fmt)
+
+
 # -- plumbing -------------------------------------------------------------------------------
 
 
@@ -470,7 +539,8 @@ def show_refs(repo: Repository) -> dict[str, str]:
 
 __all__ = [
     "CommitResult", "ForkResult", "LogEntry", "Payload", "RefExists", "Repository", "TurnInfo",
-    "cat_object", "commit", "commit_many", "conversation", "delete_thread", "fork", "hash_object",
-    "init", "log", "open_repo", "rename_thread", "reindex", "rev_parse", "show_refs", "switch",
-    "threads", "tree", "update_ref",
+    "cat_object", "commit", "commit_many", "conversation", "delete_thread", "export", "fork", "hash_object",
+    "import_paths",
+    "init", "iter_log", "log", "make_filters", "open_repo", "rename_thread", "reindex", "rev_parse",
+    "search", "show_refs", "status", "switch", "threads", "tree", "update_ref",
 ]

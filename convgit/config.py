@@ -73,6 +73,21 @@ def load_config(path: Path) -> Config:
     return Config(**values)
 
 
+def load_aliases(path: Path) -> dict[str, str]:
+    """Model aliases from config.toml's ``[aliases]`` table (``4o = "gpt-4o"``): ``-m 4o``
+    then filters on the exact model name ``gpt-4o``."""
+    try:
+        data = tomllib.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise InvalidInput(f"{path}: not valid TOML: {e}") from e
+    table = data.get("aliases", {})
+    if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+        raise InvalidInput(f"{path}: [aliases] must map names to model names (strings)")
+    return dict(table)
+
+
 def env_store_dir() -> str | None:
     return os.environ.get("CONVGIT_DIR") or None
 

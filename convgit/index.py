@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from . import codec, fsio
+from . import codec, fsio, fts, reach
 from .errors import ConvgitError, ObjectCorrupt, ObjectMissing
 from .objects import (
     AttachmentPart,
@@ -32,9 +32,10 @@ from .objects import (
     ToolResultPart,
     Turn,
 )
-from .refs import read_log_file
+from .refs import parse_reflog_line, read_log_file
+from .fts import FTS_SCHEMA
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA)
 INDEX_FILE = "index.sqlite"
 
 SCHEMA = """
@@ -95,16 +96,26 @@ CREATE TABLE turns (
 );
 CREATE INDEX turns_upstream ON turns(source, upstream_thread_id);
 CREATE INDEX turns_thread ON turns(thread);
+-- Source message ids of imported messages (``convgit show chatgpt:<id>``), from import turns.
+CREATE TABLE aliases (
+  source TEXT NOT NULL,
+  source_id TEXT NOT NULL,
+  message_id TEXT NOT NULL,
+  turn_id TEXT NOT NULL,
+  PRIMARY KEY (source, source_id, message_id)
+) WITHOUT ROWID;
+CREATE INDEX aliases_message ON aliases(message_id);
 CREATE VIEW message_text AS
   SELECT m.id AS id, group_concat(p.text, char(10)) AS text
   FROM messages m JOIN parts p ON p.message_rowid = m.rowid
   WHERE p.type = 'text' GROUP BY m.id;
 CREATE VIEW message_tree AS
 WITH RECURSIVE tree(rid, id, depth, sort_key) AS (
-  SELECT rowid, id, 0, printf('%012d', rowid) FROM messages WHERE parent IS NULL
+  SELECT rowid, id, 0, printf('%012d', rowid) FROM messages
+  WHERE parent IS NULL AND rowid NOT IN (SELECT rowid FROM unreachable)
   UNION ALL
   SELECT m.rowid, m.id, t.depth + 1, t.sort_key || '/' || printf('%012d', m.rowid)
-  FROM messages m JOIN tree t ON m.parent = t.id
+  FROM messages m JOIN tree t ON m.parent = t.id WHERE m.rowid NOT IN (SELECT rowid FROM unreachable)
 )
 SELECT t.id AS id, m.parent AS parent, t.depth AS depth, m.role AS role,
   printf('%.*c', t.depth * 2, ' ') || m.role || ': ' ||
@@ -178,17 +189,38 @@ class Index:
         if self.db is None:
             self.rebuild()
         elif autorefresh:
-            self.refresh()
+            self.refresh_if_changed()
 
     # -- opening, validating, rebuilding ----------------------------------------------------
 
     def _connect(self, path: Path) -> sqlite3.Connection:
         db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=DELETE")
-        db.execute("PRAGMA synchronous=NORMAL")
+        # A cache: durability is the objects' and refs' job. After a power loss a torn index is
+        # caught (refs differ, constraints fail, a page is unreadable) and rebuilt.
+        db.execute("PRAGMA synchronous=OFF")
         db.execute("PRAGMA busy_timeout=30000")
         db.execute("PRAGMA cache_size=-65536")
+        if path == self.path:
+            self._ino = os.stat(path).st_ino
         return db
+
+    def _follow_swap(self) -> None:
+        """Called under index.lock before a write: if another process swapped in a rebuilt
+        index, this connection still points at the replaced file (writes to it would fail as
+        "readonly database" or be lost): reconnect to the current one."""
+        if getattr(self, "_building", False):
+            return
+        try:
+            ino = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            raise sqlite3.DatabaseError("index.sqlite vanished") from None
+        if ino != getattr(self, "_ino", ino):
+            self.db.close()
+            db = self._open_valid()
+            if db is None:
+                raise sqlite3.DatabaseError("the swapped-in index is not usable")
+            self.db = db
 
     def _open_valid(self) -> sqlite3.Connection | None:
         if not self.path.exists():
@@ -220,12 +252,17 @@ class Index:
         tmp = self.path.with_name(f"{fsio.TMP_PREFIX}{INDEX_FILE}.{os.getpid()}.{time.monotonic_ns()}")
         try:
             db = self._connect(tmp)
-            db.executescript("BEGIN;" + SCHEMA + "COMMIT;")  # one transaction: one sync, not one per table
+            db.executescript("BEGIN;" + SCHEMA + FTS_SCHEMA + "COMMIT;")  # one transaction: one sync, not one per table
             db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            db.execute("INSERT INTO meta VALUES ('built_at', ?)", (str(int(time.time() * 1000)),))
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self.db = db
             refs = self.repo.refs.read_all()
-            self._catch_up(refs, archived=True)
+            self._building = True
+            try:
+                self._catch_up(refs, archived=True)
+            finally:
+                self._building = False
             db.close()
             with fsio.flock(self.lock_path, shared=False, timeout=60):
                 for suffix in ("-journal", "-wal", "-shm"):
@@ -257,15 +294,44 @@ class Index:
         the current (coarse) time. A signature whose newest mtime was over a second old when it
         was taken cannot miss a later move; a younger one is not trusted.
         """
+        if not self.refs_unchanged():
+            self.refresh()
+
+    def refs_unchanged(self) -> bool:
+        """Do the ref directories look as the last refresh (in any process) saw them?
+
+        The signature of the last refresh is kept in ``meta``, so that opening a store with
+        100,000 threads does not read 100,000 ref files. Every ref move convgit makes renames
+        a file into a ref directory, and so does any tool that writes through a temp file; a
+        ref file overwritten in place by another tool (``cp`` over an existing ref) is noticed
+        at the next ref move or ``convgit reindex``.
+        """
+        if self._sig is None:
+            try:
+                row = self.db.execute("SELECT value FROM meta WHERE key='refs_sig'").fetchone()
+                if row:
+                    taken, dirs = json.loads(row[0])
+                    self._sig = (int(taken), tuple((str(d), m) for d, m in dirs))
+            except (sqlite3.DatabaseError, ValueError, TypeError):
+                self._sig = None
         sig = self._sig
-        if sig is not None:
-            taken_ns, old = sig
-            newest = max((m for _, m in old if m is not None), default=0)
-            if taken_ns - newest > 1_000_000_000 and self._ref_dirs_signature([d for d, _ in old]) == old:
-                return
-        self.refresh()
+        if sig is None:
+            return False
+        taken_ns, old = sig
+        newest = max((m for _, m in old if m is not None), default=0)
+        return taken_ns - newest > 1_000_000_000 and self._ref_dirs_signature([d for d, _ in old]) == old
 
     _sig: tuple | None = None
+
+    def _store_sig(self) -> None:
+        """Best effort, an optimisation only, so without ``index.lock``: one row, and a write
+        that lands in an index another process has just swapped out is lost, not harmful
+        (SQLite refuses it: the file moved)."""
+        value = json.dumps([self._sig[0], [list(x) for x in self._sig[1]]])
+        try:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('refs_sig', ?)", (value,))
+        except sqlite3.DatabaseError:
+            pass
 
     @_healing
     def refresh(self) -> None:
@@ -279,6 +345,7 @@ class Index:
             known[n][0] != tip or known[n][1] != self._log_size(n) for n, tip in refs.items()
         ):
             self._catch_up(refs)
+        self._store_sig()
 
     def record_commits(self, plans) -> None:
         """After a commit: index what the commit wrote, using the objects already in memory."""
@@ -306,6 +373,7 @@ class Index:
         cache = cache or {}
         reader = _Reader(self.repo.objects, cache)
         with fsio.flock(self.lock_path, shared=False, timeout=60):
+            self._follow_swap()
             db = self.db
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -325,6 +393,8 @@ class Index:
                 self._pending: dict[str, list] = {}
                 self._pending_parts: list[tuple] = []
                 self._next_rowid = (db.execute("SELECT max(rowid) FROM messages").fetchone()[0] or 0) + 1
+                if self._next_rowid == 1:
+                    reach.reset(db)  # no message rows: nothing derived from them may stay
                 readable = []
                 for name, tip, offset in todo:
                     try:
@@ -342,6 +412,7 @@ class Index:
                         if tname is None:
                             self._index_log(reader, None, path, 0)
                 self._flush()
+                reach.after_catch_up(db, known, refs, only)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -389,6 +460,7 @@ class Index:
             rows,
         )
         self.db.executemany("INSERT INTO parts VALUES (?,?,?,?,?,?,?,?,?)", self._pending_parts)
+        fts.index_messages(self.db, rows, self._pending_parts)
         self._pending = {}
         self._pending_parts = []
 
@@ -401,7 +473,8 @@ class Index:
         first_time = None
         if log_offset == 0:
             db.execute("DELETE FROM threads WHERE name=?", (name,))
-        entries = self._index_log(reader, name, path, log_offset)
+        entries, consumed = self._index_log(reader, name, path, log_offset)
+        size = log_offset + consumed
         row = db.execute("SELECT created_ms, forked_from_thread, forked_from_message FROM threads WHERE name=?", (name,)).fetchone()
         created, f_thread, f_msg = row if row else (None, None, None)
         updated = entries[-1].time_ms if entries else None
@@ -422,7 +495,34 @@ class Index:
         )
 
     def _index_log(self, reader: "_Reader", thread: str | None, path: Path, offset: int):
-        entries = read_log_file(path, offset)
+        """Index the turns a reflog names, from byte ``offset``. Returns (entries, bytes used).
+
+        A writer appends its reflog line *before* it renames the ref, so the newest lines may
+        describe moves not visible yet. Lines are used up to the last one whose new tip is
+        indexed; the rest wait for the next catch-up (their messages are not indexed yet, so
+        their turns could not be placed on them).
+        """
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                raw = f.read()
+        except FileNotFoundError:
+            return [], 0
+        items = []  # (entry or None, end byte)
+        pos = 0
+        for line in raw.splitlines(keepends=True):
+            pos += len(line)
+            if not line.endswith(b"\n"):
+                break  # a line being written
+            items.append((parse_reflog_line(line.decode("utf-8", "replace")), pos))
+        cut = len(items)
+        if thread is not None:
+            cut = 0
+            for i, (e, _) in enumerate(items):
+                if e is None or e.new is None or self._is_indexed(e.new):
+                    cut = i + 1
+        used = items[:cut]
+        entries = [e for e, _ in used if e is not None]
         for e in entries:
             if e.turn:
                 turn = reader.turn(e.turn)
@@ -431,7 +531,12 @@ class Index:
                     # new request messages too), else just (input, output].
                     moved = e.old != e.new and turn.kind != "fork"
                     self._index_turn(reader, e.turn, turn, thread, stop=e.old if moved else turn.input)
-        return entries
+        return entries, (used[-1][1] if used else 0)
+
+    def _is_indexed(self, oid: str) -> bool:
+        if oid in self._pending:
+            return True
+        return self.db.execute("SELECT 1 FROM messages WHERE id=?", (oid,)).fetchone() is not None
 
     def _index_turn(self, reader: "_Reader", tid: str, t: Turn, thread: str | None, *, stop: str | None) -> None:
         db = self.db
@@ -465,10 +570,32 @@ class Index:
                         FROM turns WHERE id = messages.turn_id) IS NOT 0)""",
                     {"t": tid, "m": oid, "s": start},
                 )
+                row = db.execute("SELECT rowid, id, parent FROM messages WHERE id=?", (oid,)).fetchone()
+            if row is not None:  # the index knows the parent: no need to read the object again
+                oid = row[2]
+                continue
             msg = reader.message_or_none(oid)
             if msg is None:
                 break
             oid = msg.parent
+        if t.kind == "import" and t.meta:
+            self._index_import(reader, tid, t, thread)
+
+    def _index_import(self, reader: "_Reader", tid: str, t: Turn, thread: str | None) -> None:
+        """An import turn lists the per-message turns it wrote (each message's own time and
+        model) and the source ids of the messages it brought (aliases)."""
+        subs = t.meta.get("turns")
+        if isinstance(subs, list):
+            for sid in subs:
+                sub = reader.turn(sid) if isinstance(sid, str) else None
+                if sub is not None and not (sub.meta or {}).get("turns"):  # one level only
+                    self._index_turn(reader, sid, sub, thread, stop=sub.input)
+        aliases = t.meta.get("aliases")
+        if isinstance(aliases, dict) and t.source:
+            self.db.executemany(
+                "INSERT OR IGNORE INTO aliases VALUES (?,?,?,?)",
+                [(t.source, k, v, tid) for k, v in aliases.items() if isinstance(k, str) and isinstance(v, str)],
+            )
 
     def _turn_key(self, tid: str):
         row = self.db.execute("SELECT started_at FROM turns WHERE id=?", (tid,)).fetchone()
@@ -499,6 +626,51 @@ class Index:
             (source, upstream),
         ).fetchone()
         return row[0] if row else None
+
+    @_healing
+    def upstream_threads(self, source: str, upstream: str) -> list[tuple[str, str | None]]:
+        """(thread, branch) of every existing thread an import of this upstream conversation
+        moved, newest first; branch is "main", a source leaf id, or None (a plain commit)."""
+        out: dict[str, str | None] = {}
+        for thread, meta in self.db.execute(
+            "SELECT t.thread, t.meta_json FROM turns t JOIN threads h ON h.name = t.thread "
+            "WHERE t.source=? AND t.upstream_thread_id=? ORDER BY t.started_at DESC, t.id",
+            (source, upstream),
+        ):
+            if thread not in out:
+                try:
+                    branch = json.loads(meta).get("branch") if meta else None
+                except (ValueError, AttributeError):
+                    branch = None
+                out[thread] = branch if isinstance(branch, str) else None
+        return list(out.items())
+
+    @_healing
+    def known_aliases(self, source: str, pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which (source id, message id) pairs are recorded already."""
+        found: set[tuple[str, str]] = set()
+        keys = sorted({k for k, _ in pairs})
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            q = ",".join("?" * len(chunk))
+            found.update(self.db.execute(
+                f"SELECT source_id, message_id FROM aliases WHERE source=? AND source_id IN ({q})", [source, *chunk]
+            ))
+        return found
+
+    @_healing
+    def find_alias(self, source: str, source_id: str) -> list[str]:
+        """Message ids a source id names: exact, else as a unique prefix (4+ characters)."""
+        rows = self.db.execute(
+            "SELECT DISTINCT message_id FROM aliases WHERE source=? AND source_id=?", (source, source_id)
+        ).fetchall()
+        if not rows and len(source_id) >= 4:
+            esc = source_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            rows = self.db.execute(
+                "SELECT DISTINCT message_id FROM aliases WHERE source=? AND source_id LIKE ? ESCAPE '\\' LIMIT 20",
+                (source, esc + "%"),
+            ).fetchall()
+        return sorted(r[0] for r in rows)
 
     # -- queries used by porcelain ----------------------------------------------------------
 

@@ -38,6 +38,8 @@ def resolve_base(repo, base: str) -> tuple[str, str | None]:
             return tip, base
     except InvalidRefName:
         pass
+    if ":" in base:
+        return _resolve_alias(repo, base), None
     low = base.lower()
     if is_oid(low):
         if repo.objects.contains(low):
@@ -48,6 +50,24 @@ def resolve_base(repo, base: str) -> tuple[str, str | None]:
         if oid is not None:
             return oid, None
     raise NotFound(f"unknown revision {base!r}: not a thread, id or unique id prefix", rev=base)
+
+
+def _resolve_alias(repo, base: str) -> str:
+    """``SOURCE:ID``: the message an import recorded for that source message id (an exact id,
+    or a unique prefix of 4+ characters), e.g. ``chatgpt:f63b8e17`` or ``llm:b2:80b1…``."""
+    source, _, sid = base.partition(":")
+    if not source or not sid:
+        raise NotFound(f"unknown revision {base!r}", rev=base)
+    found = repo.index.find_alias(source, sid)
+    if not found:
+        raise NotFound(f"unknown revision {base!r}: no {source} message with that id was imported", rev=base)
+    if len(found) > 1:
+        from .errors import AmbiguousRevision
+
+        raise AmbiguousRevision(
+            f"{base} names {len(found)} messages: {', '.join(f[:12] for f in found[:5])}", candidates=found[:20]
+        )
+    return found[0]
 
 
 def resolve(repo, rev: str) -> str:

@@ -43,7 +43,8 @@ forking writes no message at all.
 
 The commands come in two layers, as in git:
 
-- **Porcelain** for people: `init`, `commit`, `log`, `show`, `threads`, `switch`, `fork`.
+- **Porcelain** for people: `init`, `commit`, `import`, `export`, `log`, `show`, `search`, `status`, `threads`,
+  `switch`, `fork`.
 - **Plumbing** for scripts: `rev-parse`, `cat-object`, `hash-object`, `update-ref`,
   `show-ref`, `reindex`, `path`.
 
@@ -115,6 +116,7 @@ Wherever a command takes a `REV`:
 | `HEAD`, `@` | the tip of the current thread (`.convgit/HEAD`, set by `commit` and `switch`) |
 | `main~2`, `HEAD~1` | the message 2 (1) before it, following parents |
 | `main^`, `main^^`, `main~` | `main~1`, `main~2`, `main~1` |
+| `chatgpt:<node-id>`, `llm:b2:…` | the message an import brought for that source message id (`SOURCE:ID`; a unique prefix of 4+ characters works too) |
 
 Thread names follow git's ref-name rules: no spaces, no `~ ^ : ? * [ \\`, no `..`, no `@{`,
 no leading `-` or `/`, no trailing `/` or `.`, no component starting with `.` or ending in
@@ -168,13 +170,75 @@ Lists messages from REV (default `HEAD`) back to the first message, newest first
 message once. `--oneline` prints one line per message (short id, thread names at their tips,
 role, first line of text). `--graph` draws the fork tree holding REV, or every tree with
 `--all`. `--json` prints an array of messages (`id`, `parent`, `role`, `text`, `parts` with a
-`type` each, `meta`, `depth`, `turn`, `started_at`, `model`).
+`type` each, `meta`, `depth`, `turn`, `started_at`, `model`, `key`), written as it is read:
+`log --all -n 0 --json` starts printing at once and holds only thread tips and fork points in
+memory, whatever the size of the store.
+
+Filters (the same in `search`) keep some messages and combine with AND; a repeated option
+(or a comma list) means any of its values: `-m/--model` (the exact model or resolved model
+of the message's turn; an alias from the `[aliases]` table of `config.toml`, such as
+`4o = "gpt-4o"`, stands for its model), `--thread NAME` (messages in that thread's history),
+`--since`/`--until` (when the turn started: `2024-06-01`, `2024-06-01T12:00Z`, or a time ago:
+`30m`, `12h`, `3d`, `2w`, `1y`; `--until` excludes its instant), `--role`, `--tools` (turns
+with a tool call or result), `--source` (where the turn came from: `chatgpt`, `claude`,
+`llm`, ...).
+
+Paging: every message has a time-sortable `key`,
+`<turn start YYYYMMDDHHMMSSmmm>-<turn id, 16 hex>-<depth, 7 digits>` (its turn's start and
+id, then its place in the conversation), the same after an index rebuild. With
+`--id-gt KEY` (or `--id-gte`), only messages above KEY are listed, oldest first by key, so
+`log --all --id-gt <last key> -n 100 --json` returns the next page, and a script that keeps
+the last key it saw gets exactly what is new. KEY may be a prefix (`--id-gt 2024` is "after
+2024 began") or a message id.
+
+Views, in the spirit of `llm logs`: `-r/--response` prints just the text of the newest
+assistant message; `-x/--extract` the first fenced code block of each assistant message
+(`--xl/--extract-last` the last one; with `-r`, only the newest message's), ready to pipe;
+`-u/--usage` adds each turn's token usage and the totals (`--json`: `{"entries": [...],
+"usage": {"turns", "input_tokens", "output_tokens", "total_tokens"}}`, each entry with a
+`usage`); `-s/--short` prints one compact entry per turn (time, model, thread, prompt,
+response, tool calls); `-t/--truncate` cuts texts to 100 characters (in `--json` too).
 """,
     ("show",): """\
 Prints the conversation up to REV (default `HEAD`) in reading order, oldest first, with the
 role, time and model of each message, tool calls and results, and attachments. Reasoning is
 folded to its length unless `--reasoning` is given. `--json` prints `{"thread", "tip",
-"messages": [...]}`, with `thread` null when REV is not a thread name.
+"messages": [...]}`, with `thread` null when REV is not a thread name. The views of `log`
+work here too: `-r` (the conversation's last assistant message), `-x`/`--xl`, `-u`, `-s`,
+`-t`.
+""",
+    ("search",): """\
+Full-text search over message text (SQLite FTS5 in the index, which keeps no second copy of
+the text). QUERY is FTS5 syntax: words (all must match), `"a phrase"`, `prefix*`, `AND`,
+`OR`, `NOT`, `NEAR(a b, 5)`, parentheses, and `kind: words` to look in one kind of text only.
+A word glued with punctuation (`gpt-4o`, `file.py`) is taken as the phrase it spells. A
+malformed query fails with `invalid_input` and says why.
+
+Matching ignores case and accents (`cafe` finds "café"); text in scripts written without
+spaces (Chinese, Japanese, Korean, Thai) and emoji are found as written (`東京` finds
+"東京タワー"). Ranking is bm25, with what users typed weighing five times what models
+answered; `--latest` sorts newest first instead. By default user and assistant text is
+searched; `--in` widens or narrows it: `--in user,assistant,system,tool,reasoning` (or `--in
+all`), where `system` is system and developer prompts, `tool` is tool calls (name and
+arguments) and results, `reasoning` is model reasoning. The filters of `log` apply.
+
+Each result is a message, once, even when many threads share it: its short id, role, time,
+model, the threads whose history holds it (`(+N more)` past 20), and a snippet with the
+matches between `«` `»` (highlighted on a terminal). `--json` prints an array of `{"id",
+"role", "threads", "thread_count", "threads_more", "started_at", "model", "source", "turn",
+"key", "score", "in", "snippet", "highlights"}`: `in` is the kind of text the snippet comes
+from, `highlights` the `[start, end)` character offsets of the matches in `snippet`, `score`
+the bm25 rank (lower is better).
+""",
+    ("status",): """\
+What the store holds and what it costs: its path and format version, the number of
+threads, turns (recorded on live threads) and messages (stored once, reachable from a
+thread), the message references across threads (each thread counted root to tip) and the
+dedup ratio (references ÷ stored messages), the bytes of message text, objects (loose,
+packed, packs), bytes on disk (allocated: loose objects, packs, index, refs and logs),
+whether the index was up to date (it is caught up or rebuilt as `status` runs), and when gc
+last finished (from `.convgit/gc.log`; `null` if gc never ran). `--json` prints all of it
+as one object.
 """,
     ("threads",): """\
 Without a subcommand, lists every thread: name, tip, number of messages, title (the first
@@ -197,6 +261,27 @@ Creates thread NAME (default `<thread>-fork-<id>`) whose tip is REV, typically a
 message (`main~2`). No message is written, only a `fork` turn that records where the thread
 came from (shown by `threads`). Continue the fork with `commit --thread NAME`. `HEAD` does not
 move.
+""",
+    ("import",): """\
+Imports conversations from other tools: a ChatGPT export (`conversations.json` or the ZIP),
+a Claude.ai export, Open WebUI and LibreChat exports, an `llm` logs.db, API shapes (OpenAI
+Chat Completions / Responses, Anthropic Messages, Gemini, AI Studio), datasets (ShareGPT,
+`messages` JSONL, a `conversation` list) and, with `--format transcript` only, a plain
+"User:/Assistant:" transcript. The format is detected per file unless `--format` is given.
+Every branch of a tree export is kept: the current path is the thread `<source>/<id>`, every
+other leaf `<source>/<id>-alt-<n>`. Re-importing writes nothing; a newer export appends only
+what is new and moves only the threads that changed; a linear conversation whose earlier
+messages changed upstream is reported as a `conflict`. Each source message id stays
+addressable as `<source>:<id>` (`convgit show chatgpt:<node-id>`). The report (`--json`:
+see [json.md](json.md)) has one line per conversation: `imported`, `appended`, `updated`,
+`deduplicated`, `conflict` or `skipped` with its reason; the exit code is that of the first
+failure (0 when none). [import.md](import.md) describes every format.
+""",
+    ("export",): """\
+Writes a thread (default `HEAD`) as `native` (convgit's commit shape with every id, so an
+import elsewhere reproduces the same ids), `openai` or `anthropic` (a request to replay),
+`markdown` (to read) or `jsonl` (one native document per thread; `--all` exports every
+thread).
 """,
     ("gc",): """Packs every reachable loose object into a new packfile, prunes objects that nothing reaches
 (refs, `HEAD`, live reflog entries and the turns they name) once they are older than the grace

@@ -80,4 +80,14 @@ def api_view(repo: Repository) -> dict:
         "logs": {name: [e.to_json(repo) for e in convgit.log(repo, name)] for name in refs},
         "all": [e.to_json(repo) for e in convgit.log(repo, all_threads=True)],
         "tree": convgit.tree(repo),
+        # search and the filters read the full-text index and the tables behind the filters
+        "search": {q: [h.to_json() for h in convgit.search(repo, q, count=0, columns=SEARCH_ALL)]
+                   for q in SEARCH_QUERIES},
+        "tools": [e.id for e in convgit.log(repo, all_threads=True, filters=convgit.make_filters(repo, tools=True))],
+        "status": {k: v for k, v in convgit.status(repo).items() if k in STATUS_KEYS},
     }
+
+
+SEARCH_ALL = ("user", "assistant", "system", "tool", "reasoning")
+SEARCH_QUERIES = ("convgit", "fine OR look OR brief", "a* OR e* OR i* OR o* OR u* OR t* OR s*")
+STATUS_KEYS = ("threads", "turns", "messages", "message_refs", "dedup_ratio", "text_bytes")

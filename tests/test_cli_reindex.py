@@ -18,6 +18,12 @@ COMMANDS = [
     ["threads", "--json"],
     ["rev-parse", "main", "main~2", "HEAD", "side~1", "--json"],
     ["show-ref", "--json"],
+    # Search and the filters read the full-text index and the unreachable rows the delete left.
+    ["search", "q1 OR a1 OR s1 OR other OR edited OR a3", "-n", "0", "--in", "all", "--json"],
+    ["search", "q*", "--latest", "--json"],
+    ["log", "--all", "--id-gte", "0", "--json"],
+    ["log", "--all", "-m", "gpt-4o", "--role", "assistant", "--json"],
+    ["log", "-u", "-s", "--json"],
     # The human forms read the same index.
     ["log"],
     ["log", "--all", "--oneline"],

@@ -96,7 +96,7 @@ def reset_repo() -> None:
     _repo = None
 
 
-from . import cmd_commit, cmd_log, cmd_maintenance, cmd_plumbing, cmd_threads  # noqa: E402,F401
+from . import cmd_commit, cmd_import, cmd_log, cmd_maintenance, cmd_plumbing, cmd_search, cmd_status, cmd_threads  # noqa: E402,F401
 
 
 def run(argv: list[str]) -> None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
-from .. import api
+from .. import api, views
 from ..ids import short
 from ..objects import AttachmentPart, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from . import output
+from . import views as V
 from .app import app, get_repo
 
 JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
@@ -48,6 +49,21 @@ def log_cmd(
     reverse: bool = typer.Option(False, "--reverse", help="Oldest first."),
     all_: bool = typer.Option(False, "--all", help="Every message reachable from any thread, once."),
     graph: bool = typer.Option(False, "--graph", help="Draw the fork tree (of every thread with --all)."),
+    model: List[str] = V.MODEL_OPT,
+    thread: List[str] = V.THREAD_OPT,
+    since: Optional[str] = V.SINCE_OPT,
+    until: Optional[str] = V.UNTIL_OPT,
+    role: List[str] = V.ROLE_OPT,
+    tools: bool = V.TOOLS_OPT,
+    source: List[str] = V.SOURCE_OPT,
+    id_gt: Optional[str] = V.ID_GT_OPT,
+    id_gte: Optional[str] = V.ID_GTE_OPT,
+    response: bool = V.RESPONSE_OPT,
+    extract: bool = V.EXTRACT_OPT,
+    extract_last: bool = V.EXTRACT_LAST_OPT,
+    usage: bool = V.USAGE_OPT,
+    short_: bool = V.SHORT_OPT,
+    truncate: bool = V.TRUNCATE_OPT,
     json_: bool = JSON_OPT,
 ) -> None:
     """Messages from the tip back to the root, newest first (like git log)."""
@@ -56,17 +72,35 @@ def log_cmd(
     if graph and not json_:
         _draw_tree(api.tree(repo, None if all_ else ("HEAD" if rev is None else rev)))
         return
-    entries = api.log(repo, rev, count=count, all_threads=all_, reverse=reverse)
+    filters = V.make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte)
+    entries = api.iter_log(repo, rev, count=count, all_threads=all_, reverse=reverse, filters=filters)
+    if response or extract or extract_last:
+        entries = list(entries)
+        if response:
+            entries = [V.response_entry(entries, by_key=True)]
+        elif not role:
+            entries = [e for e in entries if e.role == "assistant"]
+        if extract or extract_last:
+            V.print_extract(entries, last=extract_last, json_=json_)
+        else:
+            V.print_response(repo, entries[0], json_)
+        return
+    if short_:
+        V.print_short(list(entries), json_=json_, usage=usage)
+        return
     if json_:
-        output.emit_json_lines_array(e.to_json(repo) for e in entries)
+        V.stream_json(repo, entries, usage=usage, truncate=truncate)
         return
     tips: dict[str, list[str]] = {}
     for n, t in repo.refs.read_all().items():
         tips.setdefault(t, []).append(n)
+    seen: list = []
     for i, e in enumerate(entries):
+        if usage:
+            seen.append(e)
         names = tips.get(e.id, [])
         deco = f" ({', '.join(names)})" if names else ""
-        model = (e.turn or {}).get("resolved_model") or (e.turn or {}).get("model")
+        model_ = V.model_of(e)
         if oneline:
             output.styled([(short(e.id), "yellow"), (deco, "cyan"), (f" {e.role:<9} ", "bold"), (_summary(e), None)])
             continue
@@ -77,12 +111,21 @@ def log_cmd(
         when = _when(api.iso((e.turn or {}).get("started_at")))
         if when:
             output.line(f"Date:   {when}")
-        if model:
-            output.line(f"Model:  {model}")
+        if model_:
+            output.line(f"Model:  {model_}")
+        if usage and V.usage_line(e):
+            output.line(V.usage_line(e))
+        if filters.paging:
+            output.line(f"Key:    {e.key}")
         output.line()
         body = e.text if e.text.strip() else _summary(e)
+        if truncate:
+            body = truncate_text(body)
         for ln in body.splitlines() or [""]:
             output.line("    " + ln)
+    if usage:
+        output.line()
+        output.line(V.totals_line(seen), "bold")
 
 
 def _draw_tree(rows: list[dict]) -> None:
@@ -107,6 +150,12 @@ def _draw_tree(rows: list[dict]) -> None:
 def show_cmd(
     rev: Optional[str] = typer.Argument(None, metavar="REV", help="A thread, message id or NAME~N (default HEAD)."),
     reasoning: bool = typer.Option(False, "--reasoning", help="Unfold model reasoning."),
+    response: bool = V.RESPONSE_OPT,
+    extract: bool = V.EXTRACT_OPT,
+    extract_last: bool = V.EXTRACT_LAST_OPT,
+    usage: bool = V.USAGE_OPT,
+    short_: bool = V.SHORT_OPT,
+    truncate: bool = V.TRUNCATE_OPT,
     json_: bool = JSON_OPT,
 ) -> None:
     """The conversation up to REV in reading order, rendered for a person."""
@@ -118,17 +167,40 @@ def show_cmd(
     if rev is None:
         thread = repo.refs.read_head()
     entries = api.conversation(repo, tip)
+    if response or extract or extract_last:
+        chosen = [V.response_entry(entries, by_key=False)] if response else [e for e in entries if e.role == "assistant"]
+        if extract or extract_last:
+            V.print_extract(chosen, last=extract_last, json_=json_)
+        else:
+            V.print_response(repo, chosen[0], json_)
+        return
+    if short_:
+        V.print_short(entries, json_=json_, usage=usage)
+        return
     if json_:
-        output.emit_json({"thread": thread, "tip": tip, "messages": [e.to_json(repo) for e in entries]})
+        doc = {"thread": thread, "tip": tip,
+               "messages": [V.entry_json(repo, e, usage=usage, truncate=truncate) for e in entries]}
+        if usage:
+            doc["usage"] = views.usage_totals(entries)
+        output.emit_json(doc)
         return
     if thread:
         output.line(f"Thread {thread} · {len(entries)} message(s) · tip {short(tip)}", "bold")
         output.line()
     for e in entries:
-        _render_message(repo, e, reasoning)
+        _render_message(repo, e, reasoning, truncate=truncate)
+        if usage and V.usage_line(e):
+            output.line(V.usage_line(e), "dim")
+            output.line()
+    if usage:
+        output.line(V.totals_line(entries), "bold")
 
 
-def _render_message(repo, e: api.LogEntry, unfold: bool) -> None:
+def truncate_text(text: str) -> str:
+    return views.truncate(text)
+
+
+def _render_message(repo, e: api.LogEntry, unfold: bool, *, truncate: bool = False) -> None:
     t = e.turn or {}
     bits = [e.role]
     when = _when(api.iso(t.get("started_at")))
@@ -143,7 +215,9 @@ def _render_message(repo, e: api.LogEntry, unfold: bool) -> None:
     for p in e.message.parts:
         if isinstance(p, TextPart):
             text = api._resolve_text(repo, p)
-            if output.color():
+            if truncate:
+                output.line(truncate_text(text))
+            elif output.color():
                 from rich.markdown import Markdown
 
                 output.console().print(Markdown(text))

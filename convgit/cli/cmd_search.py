@@ -1,0 +1,72 @@
+"""search."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from .. import api
+from ..fts import COLUMNS, DEFAULT_IN
+from ..ids import short
+from . import output
+from . import views as V
+from .app import app, get_repo
+
+
+@app.command("search")
+def search_cmd(
+    query: str = typer.Argument(..., metavar="QUERY", help="Words, \"a phrase\", prefix*, AND / OR / NOT, NEAR(a b): FTS5 syntax."),
+    count: int = typer.Option(20, "-n", "--count", metavar="N", help="At most N results (0 = all)."),
+    latest: bool = typer.Option(False, "--latest", help="Newest first instead of best first."),
+    in_: List[str] = typer.Option([], "--in", metavar="KINDS",
+                                  help=f"Which text to search: {','.join(COLUMNS)}, or all (default: {','.join(DEFAULT_IN)})."),
+    model: List[str] = V.MODEL_OPT,
+    thread: List[str] = V.THREAD_OPT,
+    since: Optional[str] = V.SINCE_OPT,
+    until: Optional[str] = V.UNTIL_OPT,
+    role: List[str] = V.ROLE_OPT,
+    tools: bool = V.TOOLS_OPT,
+    source: List[str] = V.SOURCE_OPT,
+    id_gt: Optional[str] = V.ID_GT_OPT,
+    id_gte: Optional[str] = V.ID_GTE_OPT,
+    json_: bool = typer.Option(False, "--json", help="Output JSON."),
+) -> None:
+    """Full-text search over message text: what you typed ranks above what models answered."""
+    output.set_json(json_)
+    repo = get_repo()
+    columns = tuple(c.strip() for v in in_ for c in v.split(",") if c.strip()) or DEFAULT_IN
+    if "all" in columns:
+        columns = COLUMNS
+    filters = V.make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte)
+    hits = api.search(repo, query, count=count, latest=latest, columns=columns, filters=filters)
+    if json_:
+        output.emit_json([h.to_json() for h in hits])
+        return
+    if not hits:
+        output.info(f"no messages match {query!r}" + ("" if set(columns) == set(COLUMNS) else
+                                                      f" in {', '.join(columns)} text (--in all to look everywhere)"))
+        return
+    for i, h in enumerate(hits):
+        d = h.to_json()
+        if i:
+            output.line()
+        names = ", ".join(h.threads) + (f" (+{h.thread_count - len(h.threads)} more)" if h.thread_count > len(h.threads)
+                                        else "") + ("+" if h.threads_more else "")
+        head = [V.when(d["started_at"]), d["model"] or ""]
+        output.styled([(short(h.id), "yellow"), (f"  {h.role:<9}", "bold"), ("  " + "  ".join(x for x in head if x), "dim"),
+                       (f"  {names}" if names else "  (no thread)", "cyan")])
+        output.styled(_marked(h.snippet, h.highlights))
+
+
+def _marked(text: str, spans) -> list[tuple[str, str | None]]:
+    """Highlights in reverse video on a colour terminal, between « » otherwise."""
+    pieces: list[tuple[str, str | None]] = [("    ", None)]
+    k = 0
+    color = output.color()
+    for s, e in spans:
+        pieces.append((text[k:s], None))
+        pieces.append((text[s:e], "bold reverse") if color else ("«" + text[s:e] + "»", None))
+        k = e
+    pieces.append((text[k:], None))
+    return pieces

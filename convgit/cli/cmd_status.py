@@ -1,0 +1,46 @@
+"""status."""
+
+from __future__ import annotations
+
+import typer
+
+from .. import api
+from . import output
+from .app import app, get_repo
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+@app.command("status")
+def status_cmd(json_: bool = typer.Option(False, "--json", help="Output JSON.")) -> None:
+    """What the store holds and what it costs: counts, sizes, deduplication, index, last gc."""
+    output.set_json(json_)
+    st = api.status(get_repo())
+    if json_:
+        output.emit_json(st)
+        return
+    b, o, ix = st["bytes"], st["objects"], st["index"]
+    ratio = f"{st['dedup_ratio']:.2f}x" if st["dedup_ratio"] else "-"
+    rows = [
+        ("Store", f"{st['store']} (format {st['format_version']})"),
+        ("Threads", f"{st['threads']} (HEAD: {st['head']})"),
+        ("Turns", str(st["turns"])),
+        ("Messages", f"{st['messages']} stored, {st['message_refs']} in threads: dedup {ratio}"),
+        ("Text", _size(st["text_bytes"])),
+        ("Objects", f"{o['loose']} loose, {o['packed']} packed in {o['packs']} pack(s)"),
+        ("On disk", f"{_size(b['total'])}: loose objects {_size(b['objects_loose'])}, packs {_size(b['packs'])}, "
+                    f"index {_size(b['index'])}, refs and logs {_size(b['other'])}"),
+        ("Index", ("up to date" if ix["up_to_date"] else
+                   "rebuilt now" if ix["rebuilt_now"] else f"caught up now ({ix['stale_threads']} thread(s) had moved)")
+         + f", schema {ix['schema_version']}"),
+        ("Last gc", str(st["last_gc"]) if st["last_gc"] is not None else "never (no gc.log)"),
+    ]
+    w = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        output.styled([(k.ljust(w) + "  ", "bold"), (v, None)])

@@ -1,0 +1,152 @@
+"""What `log`, `show` and `search` share: the filter options, and the reading views
+(-r, -x/--xl, -u, -s, -t) rendered for people and for programs."""
+
+from __future__ import annotations
+
+import sys
+from typing import List
+
+import typer
+
+from .. import api, views
+from ..errors import NotFound
+from ..ids import short
+from . import output
+
+# -- filter options (the same names and meanings in log and search) ------------------------
+
+MODEL_OPT = typer.Option([], "-m", "--model", metavar="NAME",
+                         help="Only turns with this model (exact name, or an alias from config.toml [aliases]); repeatable.")
+THREAD_OPT = typer.Option([], "--thread", metavar="NAME", help="Only messages in this thread's history; repeatable.")
+SINCE_OPT = typer.Option(None, "--since", metavar="WHEN",
+                         help="Only turns started at or after WHEN: a date (2024-06-01, 2024-06-01T12:00Z) or a time ago (30m, 12h, 3d, 2w, 1y).")
+UNTIL_OPT = typer.Option(None, "--until", metavar="WHEN", help="Only turns started before WHEN (same forms as --since).")
+ROLE_OPT = typer.Option([], "--role", metavar="ROLE", help="Only messages with this role (user, assistant, system, developer, tool); repeatable.")
+TOOLS_OPT = typer.Option(False, "--tools", help="Only messages of turns that used tools (a tool call or result).")
+SOURCE_OPT = typer.Option([], "--source", metavar="NAME", help="Only turns from this source (chatgpt, claude, llm, ...); repeatable.")
+ID_GT_OPT = typer.Option(None, "--id-gt", metavar="KEY",
+                         help="Only messages whose key is above KEY (a key, a prefix of one, or a message id); sorts by key, oldest first.")
+ID_GTE_OPT = typer.Option(None, "--id-gte", metavar="KEY", help="As --id-gt, but KEY itself included.")
+
+
+def make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte):
+    return api.make_filters(repo, model=model, thread=thread, since=since, until=until, role=role, tools=tools,
+                            source=source, id_gt=id_gt, id_gte=id_gte)
+
+
+# -- view options ---------------------------------------------------------------------------
+
+RESPONSE_OPT = typer.Option(False, "-r", "--response", help="Just the text of the last assistant message.")
+EXTRACT_OPT = typer.Option(False, "-x", "--extract", help="The first fenced code block of each assistant message (with -r: of the last).")
+EXTRACT_LAST_OPT = typer.Option(False, "--xl", "--extract-last", help="As -x, the last code block instead.")
+USAGE_OPT = typer.Option(False, "-u", "--usage", help="Token usage of each turn, and totals.")
+SHORT_OPT = typer.Option(False, "-s", "--short", help="One compact entry per turn.")
+TRUNCATE_OPT = typer.Option(False, "-t", "--truncate", help=f"Cut long texts to {views.TRUNCATE} characters.")
+
+
+def when(iso: str | None) -> str:
+    return iso[:19].replace("T", " ") + " UTC" if iso else ""
+
+
+def model_of(e) -> str | None:
+    t = e.turn or {}
+    return t.get("resolved_model") or t.get("model")
+
+
+def response_entry(entries: List, *, by_key: bool):
+    """The last assistant message: newest by key (log), or last in reading order (show)."""
+    cands = [e for e in entries if e.role == "assistant"]
+    if not cands:
+        raise NotFound("no assistant message in what was selected")
+    return max(cands, key=lambda e: e.key) if by_key else cands[-1]
+
+
+def print_response(repo, e, json_: bool) -> None:
+    if json_:
+        output.emit_json({"id": e.id, "text": e.text, "model": model_of(e), "started_at": api.iso((e.turn or {}).get("started_at"))})
+    else:
+        sys.stdout.write(e.text + ("" if e.text.endswith("\n") else "\n"))
+
+
+def print_extract(entries: List, *, last: bool, json_: bool) -> None:
+    found = []
+    for e in entries:
+        blocks = views.code_blocks(e.text)
+        if blocks:
+            found.append({"id": e.id, "code": blocks[-1] if last else blocks[0]})
+    if json_:
+        output.emit_json(found)
+        return
+    for b in found:
+        sys.stdout.write(b["code"] + "\n")
+
+
+def usage_line(e) -> str | None:
+    u = views.usage(e)
+    if u is None:
+        return None
+    bits = []
+    if u["input_tokens"] is not None:
+        bits.append(f"{u['input_tokens']} input")
+    if u["output_tokens"] is not None:
+        bits.append(f"{u['output_tokens']} output")
+    if not bits and u["details"]:
+        bits.append(", ".join(f"{k} {v}" for k, v in sorted(u["details"].items()) if isinstance(v, (int, float))))
+    return "Usage:  " + (", ".join(bits) + " tokens" if bits else "(not recorded)")
+
+
+def totals_line(entries: List) -> str:
+    t = views.usage_totals(entries)
+    return (f"Total:  {t['input_tokens']} input, {t['output_tokens']} output tokens "
+            f"({t['total_tokens']} in all) over {t['turns']} turn(s)")
+
+
+def print_short(entries: List, *, json_: bool, usage: bool) -> None:
+    rows = views.short(entries, lambda e: e.key)
+    if json_:
+        for r in rows:
+            r["started_at"] = api.iso(r["started_at"])
+            if not usage:
+                r.pop("usage")
+        doc = {"turns": rows, "usage": views.usage_totals(entries)} if usage else rows
+        output.emit_json(doc)
+        return
+    for r in rows:
+        head = [when(api.iso(r["started_at"])) or "(no time)", r["model"] or "", r["thread"] or ""]
+        output.styled([(short(r["messages"][-1]), "yellow"), ("  " + "  ".join(h for h in head if h), "dim")])
+        if r["prompt"] is not None:
+            output.line(f"  > {r['prompt']}")
+        if r["response"] is not None:
+            output.line(f"  < {r['response']}")
+        if r["tool_calls"]:
+            output.line(f"  tools: {', '.join(r['tool_calls'])}", "magenta")
+        if usage and r["usage"]:
+            output.line(f"  usage: {r['usage']['input_tokens']} input, {r['usage']['output_tokens']} output", "dim")
+    if usage:
+        output.line(totals_line(entries), "bold")
+
+
+def entry_json(repo, e, *, usage: bool, truncate: bool) -> dict:
+    d = e.to_json(repo)
+    if usage:
+        d["usage"] = views.usage(e)
+    return views.truncate_json(d) if truncate else d
+
+
+def stream_json(repo, entries, *, usage: bool, truncate: bool) -> None:
+    """An array written entry by entry (first row at once); with usage, an object whose
+    ``usage`` totals follow the entries."""
+    if not usage:
+        output.emit_json_lines_array(entry_json(repo, e, usage=False, truncate=truncate) for e in entries)
+        return
+    seen: list = []
+
+    def gen():
+        for e in entries:
+            if views.usage(e) is not None:
+                seen.append(e)
+            yield entry_json(repo, e, usage=True, truncate=truncate)
+
+    sys.stdout.write('{"entries": ')
+    output.emit_json_lines_array(gen())
+    sys.stdout.write(', "usage": ' + output.json.dumps(views.usage_totals(seen)) + "}\n")

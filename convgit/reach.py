@@ -1,0 +1,98 @@
+"""Reachability in the derived index: which threads reach a message, and which indexed
+messages no thread reaches any more.
+
+The index never deletes a message row (a message's earliest turn is learned once, from the
+reflog entry that brought it; a row deleted and re-indexed later would lose it). A thread that
+is deleted, or moved to a message that is not a descendant of its old tip, can leave messages
+behind that no thread reaches; a rebuilt index would not hold them. Their rowids are kept in
+the ``unreachable`` table (and taken out of the full-text index, so that ranking statistics are
+a rebuilt index's), and every query that lists messages from the index (status, paging) leaves
+them out, so that each answers the same before and after a rebuild. A
+message that becomes reachable again (a fork of an old id, ``update-ref`` back) leaves the
+table. Both walks stop at the first message whose state does not change, so they cost the
+number of messages that changed state, not the size of the store.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .fts import fts_add, fts_remove
+
+
+def after_catch_up(db, known: dict[str, tuple], refs: dict[str, str], only: set[str] | None) -> None:
+    """Keep ``unreachable`` right after the threads in ``refs`` were caught up.
+
+    ``known``: name → (tip, reflog size) before; ``refs``: the caught-up name → tip;
+    ``only``: the catch-up covered just these names (a commit, which never leaves a message
+    behind: it only creates threads or fast-forwards them).
+    """
+    moved_from = [old[0] for name, old in known.items()
+                  if (name in refs and refs[name] != old[0]) or (only is None and name not in refs)]
+    if db.execute("SELECT 1 FROM unreachable LIMIT 1").fetchone() is not None:
+        for name, tip in refs.items():
+            old = known.get(name)
+            if old is None or old[0] != tip:
+                _mark_reachable(db, tip)
+    if moved_from and only is None:
+        tips = {r[0] for r in db.execute("SELECT tip FROM threads")}
+        for old in moved_from:
+            if old not in tips:
+                _mark_unreachable_from(db, old, tips)
+
+
+def reset(db) -> None:
+    """Empty what is derived from message rows (before the first rows are added)."""
+    if db.execute("SELECT 1 FROM unreachable LIMIT 1").fetchone() is not None:
+        db.execute("DELETE FROM unreachable")
+    if db.execute("SELECT 1 FROM message_fts_docsize LIMIT 1").fetchone() is not None:
+        db.execute("INSERT INTO message_fts (message_fts) VALUES ('delete-all')")
+
+
+def _mark_reachable(db, oid: str | None) -> None:
+    while oid is not None:
+        row = db.execute("SELECT rowid, parent FROM messages WHERE id=?", (oid,)).fetchone()
+        if row is None:
+            return
+        if db.execute("DELETE FROM unreachable WHERE rowid=?", (row[0],)).rowcount == 0:
+            return  # reachable already, and so is everything above it
+        fts_add(db, row[0])
+        oid = row[1]
+
+
+def _reaches_tip(db, rid: int, oid: str, tips: set[str]) -> bool:
+    """Does any thread tip lie in the subtree below ``oid`` (itself included)?"""
+    todo = [(rid, oid)]
+    while todo:
+        r, o = todo.pop()
+        if o in tips:
+            return True
+        if db.execute("SELECT 1 FROM unreachable WHERE rowid=?", (r,)).fetchone() is not None and r != rid:
+            continue  # a subtree known to hold no tip
+        todo.extend(db.execute("SELECT rowid, id FROM messages WHERE parent=?", (o,)).fetchall())
+    return False
+
+
+def _mark_unreachable_from(db, oid: str | None, tips: set[str]) -> None:
+    while oid is not None:
+        row = db.execute("SELECT rowid, parent FROM messages WHERE id=?", (oid,)).fetchone()
+        if row is None or _reaches_tip(db, row[0], oid, tips):
+            return
+        if db.execute("INSERT OR IGNORE INTO unreachable VALUES (?)", (row[0],)).rowcount:
+            fts_remove(db, row[0])
+        oid = row[1]
+
+
+def threads_reaching(db, oid: str, *, limit: int = 20, max_walk: int = 50_000) -> tuple[list[str], int, bool]:
+    """(first ``limit`` thread names by name, how many threads, whether the count is a lower
+    bound) for the threads whose history holds ``oid``: those whose tip is ``oid`` or below it.
+    The walk down the subtree stops after ``max_walk`` messages."""
+    walked, names = db.execute(
+        """WITH RECURSIVE d(id) AS (SELECT ? UNION ALL
+             SELECT m.id FROM messages m JOIN d ON m.parent = d.id LIMIT ?)
+           SELECT count(DISTINCT d.id), json_group_array(h.name) FILTER (WHERE h.name IS NOT NULL)
+           FROM d LEFT JOIN threads h ON h.tip = d.id""",
+        (oid, max_walk),
+    ).fetchone()
+    found = sorted(json.loads(names)) if names else []
+    return found[:limit], len(found), walked >= max_walk

@@ -1,0 +1,128 @@
+"""``convgit status``: what a store holds and what it costs, in one look."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+
+def _du(path: Path) -> tuple[int, int]:
+    """(allocated bytes, files) under ``path``: what ``du`` would count."""
+    total = files = 0
+    stack = [str(path)]
+    while stack:
+        d = stack.pop()
+        try:
+            it = os.scandir(d)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+        with it:
+            for e in it:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    else:
+                        st = e.stat(follow_symlinks=False)
+                        total += getattr(st, "st_blocks", 0) * 512 or st.st_size
+                        files += 1
+                except FileNotFoundError:
+                    continue  # removed meanwhile (gc, a lock file)
+    return total, files
+
+
+def last_gc(store: Path) -> dict | None:
+    """The last complete record of ``gc.log`` (JSON lines written by gc), or None."""
+    try:
+        lines = (store / "gc.log").read_text("utf-8", errors="replace").splitlines()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    for line in reversed(lines):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a torn last line
+        if isinstance(rec, dict) and rec.get("finished_at") is not None:
+            return rec
+    return None
+
+
+def status(repo) -> dict:
+    """Counts, sizes, deduplication and the state of the index and of gc.
+
+    ``message_refs`` is the number of messages the threads hold, each thread counted in full
+    (root to tip); ``messages`` the messages stored once, reachable from a thread.
+    ``dedup_ratio`` = message_refs / messages: what storing every thread's history separately
+    would take, over what is stored.
+    """
+    from .query import healing_call
+
+    return healing_call(repo, _status, repo)
+
+
+def _status(repo) -> dict:
+    from .repository import FORMAT_VERSION
+
+    from .index import INDEX_FILE, SCHEMA_VERSION, Index
+
+    store = repo.path
+    t0 = time.perf_counter()
+    idx = repo._index
+    if idx is None:  # open without catching up, to tell how fresh it was
+        idx = repo._index = Index(repo, autorefresh=False)
+    was_rebuilt = idx.rebuilt
+    stale: list[str] = []
+    if not was_rebuilt and not idx.refs_unchanged():  # else nothing can have moved
+        refs = repo.refs.read_all()
+        known = {n: t for n, t in idx.db.execute("SELECT name, tip FROM threads")}
+        stale = sorted(n for n in set(refs) | set(known) if refs.get(n) != known.get(n))
+        idx.refresh()
+    db = idx.db
+    q = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
+    messages = q("SELECT count(*) FROM messages") - q("SELECT count(*) FROM unreachable")
+    refs_total = q("SELECT coalesce(sum(m.depth + 1), 0) FROM threads h JOIN messages m ON m.id = h.tip")
+    text_bytes = q(
+        "SELECT coalesce(sum(length(CAST(p.text AS BLOB))), 0) FROM parts p "
+        "WHERE p.text IS NOT NULL AND p.message_rowid NOT IN (SELECT rowid FROM unreachable)"
+    )
+    loose = sum(1 for _ in repo.objects.iter_loose())
+    packs = repo.objects.packs(reload=True)
+    packed = sum(p.count for p in packs)
+    total, files = _du(store)
+    obj_bytes, _ = _du(store / "objects")
+    pack_bytes, _ = _du(store / "objects" / "pack")
+    index_bytes = sum(getattr(p.stat(), "st_blocks", 0) * 512 for p in store.glob(INDEX_FILE + "*") if p.is_file())
+    built = db.execute("SELECT value FROM meta WHERE key='built_at'").fetchone()
+    gc = last_gc(store)
+    return {
+        "store": str(store),
+        "format_version": FORMAT_VERSION,
+        "head": repo.refs.read_head(),
+        "threads": q("SELECT count(*) FROM threads"),
+        "turns": q("SELECT count(*) FROM turns WHERE thread IS NOT NULL"),
+        "messages": messages,
+        "message_refs": refs_total,
+        "dedup_ratio": round(refs_total / messages, 3) if messages else None,
+        "text_bytes": text_bytes,
+        "objects": {"loose": loose, "packed": packed, "packs": len(packs)},
+        "bytes": {
+            "total": total,
+            "objects_loose": obj_bytes - pack_bytes,
+            "packs": pack_bytes,
+            "index": index_bytes,
+            "other": total - obj_bytes - index_bytes,
+            "files": files,
+        },
+        "index": {
+            "path": str(idx.path),
+            "schema_version": SCHEMA_VERSION,
+            "up_to_date": not stale and not was_rebuilt,
+            "rebuilt_now": was_rebuilt,
+            "stale_threads": len(stale),
+            "built_at": int(built[0]) if built else None,
+        },
+        "last_gc": gc.get("finished_at") if gc else None,
+        "last_gc_record": gc,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }

@@ -1,0 +1,104 @@
+"""convgit status (issue 5): counts, dedup ratio, text bytes, objects, bytes on disk, index
+freshness and last gc."""
+
+from __future__ import annotations
+
+import json
+
+import convgit
+from convgit import api
+from convgit.repository import Repository
+
+from cli_helpers import cli, dumps, env, ok, proj  # noqa: F401  (fixtures)
+from store_helpers import conv, fast_repo
+
+
+def _store(tmp_path):
+    repo = fast_repo(tmp_path / "st")
+    convgit.commit(repo, conv("u1", "a1", "u2", "a2"), thread="t1")
+    convgit.commit(repo, conv("u1", "a1", "u3", "café"), thread="t2", on_conflict="fork")
+    convgit.commit(repo, conv("x", "y"), thread="t3")
+    return repo
+
+
+def test_counts_and_dedup(tmp_path):
+    repo = _store(tmp_path)
+    st = convgit.status(repo)
+    assert (st["threads"], st["messages"], st["message_refs"]) == (3, 8, 10)
+    assert st["dedup_ratio"] == 1.25
+    assert st["turns"] == 3
+    assert st["text_bytes"] == len("u1a1u2a2u3caféxy".encode())  # each stored text once
+    assert st["format_version"] == 1 and st["store"] == str(repo.path) and st["head"] == "main"
+    # 8 messages + 3 turns, all loose
+    assert st["objects"] == {"loose": 11, "packed": 0, "packs": 0}
+    b = st["bytes"]
+    assert b["total"] >= b["objects_loose"] + b["index"] > 0 and b["packs"] == 0
+    assert st["last_gc"] is None and st["last_gc_record"] is None
+    # a deleted thread's messages are no longer counted (the index keeps them as unreachable)
+    convgit.delete_thread(repo, "t3")
+    st = convgit.status(repo)
+    assert (st["threads"], st["messages"], st["message_refs"], st["turns"]) == (2, 6, 8, 2)
+    repo.close()
+
+
+def test_packed_objects_after_gc(tmp_path):
+    repo = _store(tmp_path)
+    api.gc(repo, prune="never")
+    st = convgit.status(repo)
+    assert st["objects"]["loose"] == 0 and st["objects"]["packed"] >= 11 and st["objects"]["packs"] >= 1
+    assert st["bytes"]["packs"] > 0
+    repo.close()
+
+
+def test_last_gc_from_gc_log(tmp_path):
+    repo = _store(tmp_path)
+    (repo.path / "gc.log").write_text(
+        json.dumps({"started_at": 1, "finished_at": "2024-06-01T00:00:00Z", "pruned": 3}) + "\n"
+        + json.dumps({"started_at": 2}) + "\n"  # a gc that did not finish
+        + '{"started_at": 3, "finished'  # a torn line
+    )
+    st = convgit.status(repo)
+    assert st["last_gc"] == "2024-06-01T00:00:00Z" and st["last_gc_record"]["pruned"] == 3
+    repo.close()
+
+
+def test_index_freshness(tmp_path):
+    repo = _store(tmp_path)
+    path = repo.path
+    repo.close()
+    with Repository.open(path) as r:
+        st = convgit.status(r)
+        assert st["index"]["up_to_date"] and st["index"]["stale_threads"] == 0
+    with Repository.open(path) as other:  # another process moves a thread
+        convgit.commit(other, conv("x", "y", "z", "w"), thread="t3")
+        (path / "refs" / "threads" / "t1").write_text(other.refs.read("t2") + "\n")
+    idx = path / "index.sqlite"
+    import sqlite3
+
+    db = sqlite3.connect(idx)
+    db.execute("UPDATE threads SET tip = 'stale' WHERE name = 't3'")  # as if the index missed the commit
+    db.commit()
+    db.close()
+    with Repository.open(path) as r:
+        r._index = None
+        st = convgit.status(r)
+        assert not st["index"]["up_to_date"] and st["index"]["stale_threads"] == 2
+        assert st["messages"] == 8 - 2 + 2  # t1's own two are left behind; t3 grew by two
+        assert convgit.status(r)["index"]["up_to_date"]  # caught up now
+    (idx).unlink()
+    with Repository.open(path) as r:
+        r._index = None
+        st = convgit.status(r)
+        assert st["index"]["rebuilt_now"] and st["messages"] == 8
+
+
+def test_status_cli(cli, proj):
+    ok(cli("commit", "-", "--json", "--thread", "main", input=dumps(conv("hello", "hi"))))
+    out = ok(cli("status")).out
+    for label in ("Store", "Threads", "Turns", "Messages", "Text", "Objects", "On disk", "Index", "Last gc"):
+        assert f"\n{label} " in "\n" + out, label
+    assert "dedup 1.00x" in out and "never (no gc.log)" in out
+    doc = ok(cli("status", "--json")).json()
+    assert {"store", "format_version", "threads", "turns", "messages", "message_refs", "dedup_ratio", "text_bytes",
+            "objects", "bytes", "index", "last_gc"} <= set(doc)
+    assert doc["messages"] == 2 and doc["threads"] == 1
