@@ -32,7 +32,7 @@ from .objects import Turn
 from .refs import ANY
 
 ON_CONFLICT = ("reject", "fork")
-PACK_THRESHOLD = 256  # a bulk commit with at least this many objects writes one pack
+PACK_THRESHOLD = 17  # a bulk commit with more objects than a per-file-fsync batch writes one pack
 _MAX_RETRIES = 20
 
 
@@ -489,33 +489,19 @@ def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None)
                 mine = {oid for oid, _ in objs} & written
                 written -= mine
                 news.append(len(mine))
-        else:
-            repo.objects.fsync = False
-            try:
-                news = [repo.objects.write_many(objs, missing=missing) if objs else 0 for objs in per_plan]
-            finally:
-                repo.objects.fsync = fsync
-            if fsync:
-                from . import fsio
-
-                fsio.sync_filesystem(repo.objects.path)
+        else:  # a few objects: loose, each file and directory fsynced (parents first)
+            news = [repo.objects.write_many(objs, missing=missing) if objs else 0 for objs in per_plan]
         crash_point("commit_after_objects")
-        # Phase 2: refs (each CAS under its lock), then one durable flush: the commit point.
-        repo.refs.fsync = False
+        # Phase 2: refs, each a durable compare-and-swap: a power loss may leave some of the
+        # batch's threads moved and others not (each conversation is its own commit), never
+        # a torn ref file.
         retry: list[int] = []
-        try:
-            for i, plan in enumerate(plans):
-                if plan.move_ref or plan.turn:
-                    try:
-                        _move_ref(repo, plan, now)
-                    except (RefStale, RefExists, NotFound):
-                        retry.append(i)
-        finally:
-            repo.refs.fsync = fsync
-        if fsync:
-            from . import fsio
-
-            fsio.sync_filesystem(repo.path)
+        for i, plan in enumerate(plans):
+            if plan.move_ref or plan.turn:
+                try:
+                    _move_ref(repo, plan, now)
+                except (RefStale, RefExists, NotFound):
+                    retry.append(i)
         crash_point("commit_after_ref")
         ok = [i for i in range(len(plans)) if i not in set(retry)]
         results: list[CommitResult | None] = [None] * len(plans)

@@ -82,6 +82,8 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
     rep.loose = len(loose)
     for oid in loose:
         _check_object(objects, oid, types, refs_of, add, lambda o=oid: _read_loose_raw(objects, o))
+    for name, why in sorted(objects.bad_packs.items()):
+        add(Problem("error", "pack", f"{why} (the objects it lists cannot be read)"))
     for p in objects.packs():
         rep.packs += 1
         for msg in p.verify(objects=False):  # each object is checked below
@@ -93,16 +95,9 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
             _check_object(objects, oid, types, refs_of, add, lambda o=oid, p=p: p.read(o))
     rep.objects = len(types) + sum(1 for pr in rep.problems if pr.kind in ("object_corrupt",) and pr.oid and pr.oid not in types)
 
-    # 2. References between objects: present, readable, and of the right type.
-    for oid, refs in refs_of.items():
-        kind = types[oid]
-        for r, expect in refs:
-            if r not in types:
-                gone = not objects.contains(r)
-                add(Problem("error", "object_missing" if gone else "object_corrupt",
-                            f"{kind} {oid} references {r}, which is {'missing' if gone else 'corrupt'}", r))
-            elif types[r] != expect:
-                add(Problem("error", "bad_reference", f"{kind} {oid} references {r}, a {types[r]} where a {expect} belongs", oid))
+    # 2. References between objects: present, readable, and of the right type. (Checked after
+    #    reachability below: a broken link from an unreachable object is a dangling leftover of
+    #    an interrupted write or prune, a warning as in git; from a reachable one, corruption.)
 
     # 3. Refs, HEAD, reflogs.
     roots: list[str] = []
@@ -162,6 +157,20 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
         reach.add(o)
         todo.extend(r for r, _ in refs_of.get(o, ()) if r in types and r not in reach)
     rep.reachable = len(reach)
+    for oid, refs in refs_of.items():
+        kind = types[oid]
+        sev = "error" if oid in reach else "warning"
+        for r, expect in refs:
+            if r not in types:
+                gone = not objects.contains(r)
+                if sev == "error":
+                    add(Problem(sev, "object_missing" if gone else "object_corrupt",
+                                f"{kind} {oid} references {r}, which is {'missing' if gone else 'corrupt'}", r))
+                else:
+                    add(Problem(sev, "dangling", f"unreachable {kind} {oid} references {r}, which is "
+                                f"{'missing' if gone else 'corrupt'} (left by an interrupted write; gc prunes it)", r))
+            elif types[r] != expect:
+                add(Problem("error", "bad_reference", f"{kind} {oid} references {r}, a {types[r]} where a {expect} belongs", oid))
     unreachable = [o for o in types if o not in reach]
     if unreachable:
         add(Problem("info", "unreachable", f"{len(unreachable)} unreachable object(s) (gc prunes them after the grace period)"))
@@ -170,6 +179,12 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
     temps = [os.path.join(dp, f) for dp, _, fs in os.walk(repo.path) for f in fs if f.startswith(fsio.TMP_PREFIX)]
     if temps:
         add(Problem("warning", "temp", f"{len(temps)} temporary file(s) left by interrupted writes"))
+    from .gc import leftover_quarantines, orphan_packs
+
+    for q in leftover_quarantines(objects):
+        add(Problem("warning", "temp", f"{q.relative_to(repo.path)}: quarantine left by an interrupted merge (gc removes it)"))
+    for op in orphan_packs(objects):
+        add(Problem("warning", "temp", f"{op.relative_to(repo.path)}: pack without an index, left by an interrupted write (gc removes it)"))
 
     # 6. The index agrees with the objects.
     if check_index and not rep.errors:  # with damaged objects a rebuild differs by design
@@ -184,7 +199,7 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
         for t in temps:
             try:
                 if os.stat(t).st_mtime < cutoff:
-                    os.unlink(t)
+                    fsio.unlink(t)
                     n += 1
             except FileNotFoundError:
                 pass
@@ -241,7 +256,7 @@ def _check_index(repo) -> list[str]:
         return [f"index.sqlite is unreadable: {e}"]
     from .index import Index
 
-    with tempfile.TemporaryDirectory(dir=repo.path) as td:
+    with tempfile.TemporaryDirectory(dir=repo.path, prefix=fsio.TMP_PREFIX) as td:  # a crash leaves a tmp_ gc removes
         fresh = Index(repo, path=Path(td) / "index.sqlite", autorefresh=False)
         try:
             want = fresh.dump()

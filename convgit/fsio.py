@@ -5,6 +5,15 @@ holds the durability rules: objects are written to a temp file in their final di
 fsynced, made read-only and linked into place (an existing file is success); refs are
 replaced by rename of a fsynced lock file followed by an fsync of their directory.
 An fsync error is fatal for the operation: it is raised as StorageFailed and never retried.
+
+Every mutation below is an ``os.*`` call made through this module's ``os`` name (never
+``open()``, ``pathlib`` or ``shutil``), so a test can substitute one object for ``fsio.os``
+and see, record or fail each of them (tests/reliability/crashsim.py). Only the derived
+SQLite index is written by SQLite itself.
+
+A directory created with ``fsync`` asked for has its parent fsynced, and a file created by
+``append_line`` has its directory fsynced: a new directory entry is durable only once its
+directory is.
 """
 
 from __future__ import annotations
@@ -13,12 +22,14 @@ import ctypes
 import errno
 import fcntl
 import os
+import random
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from .config import crash_point
 from .errors import Locked, StorageFailed
 
 TMP_PREFIX = "tmp_"
@@ -70,11 +81,37 @@ def sync_filesystem(path: os.PathLike | str) -> None:
         os.sync()
 
 
-def makedirs(path: Path) -> None:
+def makedirs(path: os.PathLike | str, *, fsync: bool = False) -> None:
+    """Create ``path`` and missing parents. With ``fsync``, each new directory's parent is
+    fsynced after it is made, so the new entries survive a power loss."""
+    path = Path(path)
+    missing = []
+    p = path
+    while not os.path.isdir(p):
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o777)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise _storage_error("mkdir", d, FileExistsError(17, "exists and is not a directory")) from None
+        except OSError as e:
+            raise _storage_error("mkdir", d, e) from e
+        if fsync:
+            fsync_dir(d.parent)
+
+
+def _write_all(fd: int, data, path: os.PathLike | str) -> None:
+    view = memoryview(data)
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
     except OSError as e:
-        raise _storage_error("mkdir", path, e) from e
+        raise _storage_error("write", path, e) from e
 
 
 def write_object_file(final: str, data: bytes, *, fsync: bool, probe: bool = True) -> bool:
@@ -85,9 +122,17 @@ def write_object_file(final: str, data: bytes, *, fsync: bool, probe: bool = Tru
     and renamed into place (a same-content file renamed over another is harmless: objects
     are named by their bytes). The caller fsyncs the directory. ``probe=False`` skips the
     existence check for objects the caller just found missing.
+
+    An existing file of the wrong size (the empty file a power loss can leave) is not trusted:
+    it is rewritten.
     """
-    if probe and freshen(final):
-        return False
+    if probe:
+        try:
+            size = os.stat(final).st_size
+        except FileNotFoundError:
+            size = None
+        if size == len(data) and freshen(final):
+            return False
     d = os.path.dirname(final)
     tmp = f"{d}/{TMP_PREFIX}{os.getpid()}_{time.monotonic_ns()}"
     try:
@@ -102,13 +147,8 @@ def write_object_file(final: str, data: bytes, *, fsync: bool, probe: bool = Tru
     except OSError as e:
         raise _storage_error("create", tmp, e) from e
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-        except OSError as e:
-            raise _storage_error("write", tmp, e) from e
+        _write_all(fd, data, tmp)
+        crash_point("object_after_write")
         if fsync:
             fsync_fd(fd, tmp)
     except BaseException:
@@ -116,11 +156,13 @@ def write_object_file(final: str, data: bytes, *, fsync: bool, probe: bool = Tru
         _unlink_quiet(tmp)
         raise
     os.close(fd)
+    crash_point("object_after_fsync")
     try:
         os.rename(tmp, final)
     except OSError as e:
         _unlink_quiet(tmp)
         raise _storage_error("rename", final, e) from e
+    crash_point("object_after_rename")
     return True
 
 
@@ -133,15 +175,24 @@ def freshen(path: str | Path) -> bool:
         return False
 
 
-def replace_file(path: Path, data: bytes, *, fsync: bool, tmp: Path | None = None) -> None:
-    """Atomically replace ``path`` with ``data`` (temp + fsync + rename + fsync dir)."""
+def replace_file(path: Path, data: bytes, *, fsync: bool, tmp: Path | None = None,
+                 point: str | None = None) -> None:
+    """Atomically replace ``path`` with ``data`` (temp + fsync + rename + fsync dir).
+
+    ``point``: a crash point between the temp file's fsync and the rename (tests).
+    """
+    path = Path(path)
     tmp = tmp or path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            _write_all(fd, data, tmp)
             if fsync:
-                fsync_fd(f.fileno(), tmp)
+                fsync_fd(fd, tmp)
+        finally:
+            os.close(fd)
+        if point:
+            crash_point(point)
         os.rename(tmp, path)
     except OSError as e:
         _unlink_quiet(tmp)
@@ -154,17 +205,42 @@ def replace_file(path: Path, data: bytes, *, fsync: bool, tmp: Path | None = Non
 
 
 def append_line(path: Path, line: str, *, fsync: bool) -> None:
+    """Append one line. A file this call creates has its directory fsynced too."""
+    path = Path(path)
+    makedirs(path.parent, fsync=fsync)
+    created = True
     try:
-        makedirs(path.parent)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, line.encode("utf-8"))
-            if fsync:
-                fsync_fd(fd, path)
-        finally:
-            os.close(fd)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        except FileExistsError:
+            created = False
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     except OSError as e:
         raise _storage_error("append", path, e) from e
+    try:
+        _write_all(fd, line.encode("utf-8"), path)
+        if fsync:
+            fsync_fd(fd, path)
+    finally:
+        os.close(fd)
+    if fsync and created:
+        fsync_dir(path.parent)
+
+
+def truncate(path: Path, size: int) -> None:
+    """Cut a file back to ``size`` bytes (undo an append)."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise _storage_error("truncate", path, e) from e
+    try:
+        os.ftruncate(fd, size)
+    except OSError as e:
+        raise _storage_error("truncate", path, e) from e
+    finally:
+        os.close(fd)
 
 
 def rename(src: Path, dst: Path) -> None:
@@ -190,13 +266,98 @@ def _unlink_quiet(path: Path) -> None:
         pass
 
 
+def rmdir(path: os.PathLike | str) -> bool:
+    """Remove an empty directory. False (and nothing done) if it is missing or not empty."""
+    try:
+        os.rmdir(path)
+        return True
+    except OSError:
+        return False
+
+
+def rmtree(path: os.PathLike | str) -> None:
+    """Remove a directory and everything in it, quietly (leftovers of failed operations)."""
+    path = os.fspath(path)
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return
+    for n in names:
+        p = os.path.join(path, n)
+        if os.path.isdir(p) and not os.path.islink(p):
+            rmtree(p)
+        else:
+            _unlink_quiet(p)
+    rmdir(path)
+
+
 def write_new_file(path: Path, data: bytes) -> None:
     """Create a small file that must not exist yet (store skeleton files)."""
     try:
-        with open(path, "xb") as f:
-            f.write(data)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as e:
         raise _storage_error("create", path, e) from e
+    try:
+        _write_all(fd, data, path)
+    finally:
+        os.close(fd)
+
+
+class NewFile:
+    """A new file written in pieces (packs): buffered, then ``sync()`` and ``close()``.
+
+    Used as a context manager, an exception closes and removes the file.
+    """
+
+    _BUF = 1 << 20
+
+    def __init__(self, path: os.PathLike | str, mode: int = 0o666) -> None:
+        self.path = path
+        try:
+            self.fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        except OSError as e:
+            raise _storage_error("create", path, e) from e
+        self._buf = bytearray()
+
+    def write(self, data) -> None:
+        self._buf += data
+        if len(self._buf) >= self._BUF:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._buf:
+            _write_all(self.fd, self._buf, self.path)
+            self._buf = bytearray()
+
+    def sync(self) -> None:
+        self._flush()
+        fsync_fd(self.fd, self.path)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            try:
+                self._flush()
+            finally:
+                os.close(self.fd)
+                self.fd = None
+
+    def abort(self) -> None:
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
+        _unlink_quiet(self.path)
+
+    def __enter__(self) -> "NewFile":
+        return self
+
+    def __exit__(self, typ, exc, tb) -> None:
+        if typ is not None:
+            self.abort()
+        else:
+            self.close()
 
 
 @contextmanager
@@ -245,7 +406,7 @@ def try_flock(path: Path, *, shared: bool) -> int | None:
 
 def _acquire(fd: int, kind: int, timeout: float, path: Path) -> None:
     deadline = time.monotonic() + timeout
-    delay = 0.001
+    delay = 0.0005
     while True:
         try:
             fcntl.flock(fd, kind | fcntl.LOCK_NB)
@@ -253,5 +414,6 @@ def _acquire(fd: int, kind: int, timeout: float, path: Path) -> None:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 raise Locked(f"{path} is locked by another process (waited {timeout:g}s)")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+            # Short, jittered polls: a waiter must notice a brief gap between other holders.
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.01)

@@ -125,6 +125,11 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
             if not dry_run:
                 recover(repo)
             _run(repo, stats, grace, now, dry_run)
+        if not dry_run:
+            # The index is rebuilt from what is left after the store lock is released: writers
+            # need not wait for it (it is a cache; a commit racing the rebuild is caught up on
+            # the next refresh, which compares every ref with the tip the index recorded).
+            _finish_index_and_stats(repo, stats)
     finally:
         os.close(gc_fd)
     stats.seconds = round(time.perf_counter() - t0, 3)
@@ -199,6 +204,12 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
     all_ids = set(loose) | set(packed_ids)
     stats.objects_before = len(all_ids)
 
+    # A damaged pack index (or a pack without its file): what it holds is unknown, so nothing
+    # may be pruned. (Damaged pack data stops the mark below, which reads what it keeps.)
+    damaged = sorted(objects.bad_packs) + [p.idx_path.name for p in packs if not p.idx_ok()]
+    damaged += [p.pack_path.name + " is missing" for p in packs if not p.pack_path.exists()]
+    if damaged:
+        raise GcRefused(f"gc refused: damaged pack(s): {'; '.join(damaged)}; run convgit fsck")
     expire_s = repo.config.reflog_expire_days * 86400
     roots, rewrites = _roots(repo, now, expire_s)
     stats.reflog_expired = sum(
@@ -278,15 +289,23 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
             p.close()
             fsio.unlink(p.idx_path)  # the idx first: readers stop looking in it
             fsio.unlink(p.pack_path)
-    if repo.config.fsync:
-        fsio.fsync_dir(objects.pack_dir) if objects.pack_dir.exists() else None
     _remove_empty_fanout(objects)
     stats.temp_removed = _remove_stale_temp(repo, grace if grace is not None else float("inf"), now)
+    if repo.config.fsync:  # every deletion durable in one flush (not one fsync per fan-out directory)
+        fsio.sync_filesystem(repo.path)
     crash_point("gc_before_index")
 
-    # 4. The index: rebuilt from what is left.
+
+def _finish_index_and_stats(repo, stats: GcStats) -> None:
+    # 4. The index: rebuilt from what is left when objects were pruned (their rows go);
+    # otherwise only caught up (packing changes no content, expired reflogs are re-read), which
+    # leaves other processes' open index connections valid.
+    objects = repo.objects
     objects.packs(reload=True)
-    repo.index.rebuild()
+    if stats.pruned:
+        repo.index.rebuild()
+    else:
+        repo.index.refresh()
     loose_after = list(objects.iter_loose())
     stats.loose_after = len(loose_after)
     stats.packs_after = len(objects.packs())
@@ -297,27 +316,62 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
 def _remove_empty_fanout(objects) -> None:
     for d in os.listdir(objects.path):
         if len(d) == 2:
-            try:
-                os.rmdir(objects.path / d)  # only succeeds when empty; writers recreate it
-            except OSError:
-                pass
+            fsio.rmdir(objects.path / d)  # only succeeds when empty; writers recreate it
 
 
 def _remove_stale_temp(repo, grace: float, now: float) -> int:
-    """Temp files (``tmp_*``) older than the grace period, anywhere in the store."""
+    """Leftovers of interrupted writes older than the grace period: temp files (``tmp_*``)
+    anywhere in the store, merge quarantine directories (``objects/incoming-*``) and packs
+    whose index was never written. Runs under the exclusive lock, so no writer owns them."""
     n = 0
+
+    def old(p) -> bool:
+        try:
+            return now - os.stat(p).st_mtime >= grace
+        except FileNotFoundError:
+            return False
+
     for dp, _, files in os.walk(repo.path):
         for f in files:
             if not f.startswith(fsio.TMP_PREFIX):
                 continue
             p = os.path.join(dp, f)
-            try:
-                if now - os.stat(p).st_mtime >= grace:
-                    os.unlink(p)
-                    n += 1
-            except FileNotFoundError:
-                pass
+            if old(p):
+                fsio.unlink(p)
+                n += 1
+    for d in os.listdir(repo.path):  # scratch directories (fsck's throw-away index)
+        p = repo.path / d
+        if d.startswith(fsio.TMP_PREFIX) and p.is_dir() and old(p):
+            fsio.rmtree(p)
+            n += 1
+    objects = repo.objects
+    for q in leftover_quarantines(objects):
+        if old(q):
+            fsio.rmtree(q)
+            n += 1
+    for p in orphan_packs(objects):
+        if old(p):
+            fsio.unlink(p)
+            n += 1
     return n
+
+
+def leftover_quarantines(objects) -> list:
+    """Quarantine directories a killed merge left behind (a finished or failed one removes its own)."""
+    try:
+        return sorted(objects.path / d for d in os.listdir(objects.path) if d.startswith("incoming-"))
+    except FileNotFoundError:
+        return []
+
+
+def orphan_packs(objects) -> list:
+    """``pack-*.pack`` files without their ``.idx`` (an interrupted move): no reader sees them."""
+    try:
+        names = set(os.listdir(objects.pack_dir))
+    except FileNotFoundError:
+        return []
+    return sorted(objects.pack_dir / n for n in names
+                  if n.startswith("pack-") and n.endswith(".pack") and n[:-5] + ".idx" not in names)
 
 
 def last_gc(repo) -> dict | None:

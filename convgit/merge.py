@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +26,7 @@ from .config import crash_point
 from .errors import ConvgitError, InvalidInput, NotAStore, ObjectCorrupt, ObjectMissing, SourceCorrupt
 from .graph import references
 from .ids import check_thread_name, is_oid
-from .objects import Message
+from .objects import AttachmentPart, Message, ReasoningPart, TextPart, Turn
 from .pack import write_pack
 from .refs import ANY
 
@@ -71,7 +71,7 @@ class StoreSource:
         return list(dict.fromkeys(e.turn for e in self.repo.refs.read_log(name) if e.turn))
 
     def size(self, oid: str) -> int | None:
-        return 0 if self.repo.objects.contains(oid) else None
+        return self.repo.objects.stored_size(oid)
 
     def read_raw(self, oid: str) -> bytes | None:
         try:
@@ -122,13 +122,36 @@ def merge(repo, src: str | Path, *, dry_run: bool = False) -> MergeReport:
             raise InvalidInput("cannot merge a store into itself")
         with repo.exclusive_lock():
             recover(repo)
-            _merge(repo, source, report, dry_run)
+            _merge(repo, _Guarded(source), report, dry_run)
     finally:
         source.close()
     if not dry_run:
         repo.index.refresh()
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
+
+
+class _Guarded:
+    """A merge source whose every read failure is a SourceCorrupt (a bundle is a file anyone
+    can hand us: an unreadable row or a bad page must be a clear error, never a crash)."""
+
+    def __init__(self, source) -> None:
+        self._s = source
+
+    def __getattr__(self, name):
+        fn = getattr(self._s, name)
+        if name not in ("refs", "turns", "size", "read_raw"):
+            return fn
+
+        def call(*args):
+            try:
+                return fn(*args)
+            except ConvgitError:
+                raise
+            except (sqlite3.Error, OSError, ValueError, TypeError) as e:
+                raise SourceCorrupt(f"merge source cannot be read: {e}") from e
+
+        return call
 
 
 def _limit(repo) -> int:
@@ -149,14 +172,19 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
     # 2. Every object new here, re-hashed and decoded; one bad object and nothing is taken.
     new_ids: list[str] = []
     seen: set[str] = set()
-    todo = [(t, "thread") for t in incoming.values()] + [(t, "turn") for ts in turns.values() for t in ts]
+    # (id, who names it, the type it must have): a thread's tip is a message, a reflog's turn
+    # a turn; each object's references are typed by _typed_refs.
+    todo = [(t, "thread", "message") for t in incoming.values()] + [(t, "turn", "turn") for ts in turns.values() for t in ts]
     limit = _limit(repo)
     while todo:
-        oid, by = todo.pop()
-        if oid in seen or repo.objects.contains(oid):
-            continue
+        oid, by, want = todo.pop()
         if not is_oid(oid):
             raise SourceCorrupt(f"merge source: {by} names {oid!r}, not an object id")
+        if oid in seen:
+            continue
+        if repo.objects.contains(oid):
+            _check_local_type(repo, oid, want, by)
+            continue
         seen.add(oid)
         size = source.size(oid)
         if size is not None and size > limit:
@@ -172,9 +200,11 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
             raise SourceCorrupt(f"merge source: {e.message}", oid=oid) from e
         if not codec.is_canonical(data, obj):
             raise SourceCorrupt(f"merge source: object {oid} is not canonically encoded", oid=oid)
+        if codec.type_name(obj) != want:
+            raise SourceCorrupt(f"merge source: {by} names {oid} as a {want}; it is a {codec.type_name(obj)}", oid=oid)
         new_ids.append(oid)
         report.new_bytes += len(data)
-        todo.extend((r, oid) for r in references(obj) if r not in seen)
+        todo.extend((r, oid, t) for r, t in _typed_refs(obj) if r not in seen)
     report.new_objects = len(new_ids)
     for name, tip in incoming.items():
         if tip not in seen and not repo.objects.contains(tip):
@@ -186,14 +216,14 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
         try:
             idx = write_pack(quarantine, new_ids, lambda o: source.read_raw(o) or b"", fsync=repo.config.fsync)
             crash_point("merge_after_quarantine")
-            fsio.makedirs(repo.objects.pack_dir)
+            fsio.makedirs(repo.objects.pack_dir, fsync=repo.config.fsync)
             fsio.rename(idx.with_suffix(".pack"), repo.objects.pack_dir / idx.with_suffix(".pack").name)
             crash_point("merge_mid_migrate")
             fsio.rename(idx, repo.objects.pack_dir / idx.name)
             if repo.config.fsync:
                 fsio.fsync_dir(repo.objects.pack_dir)
         finally:
-            shutil.rmtree(quarantine, ignore_errors=True)
+            fsio.rmtree(quarantine)
         repo.objects.packs(reload=True)
     crash_point("merge_before_refs")
 
@@ -212,9 +242,46 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
             plan.append({"thread": target, "old": old, "new": new, "turns": new_turns, "action": action})
     if dry_run or not plan:
         return
-    _write_journal(repo, plan)
-    _apply(repo, plan)
+    # A merge that fails (an error, not a crash) leaves nothing behind: the refs it moved are
+    # put back and its journal goes, so no later writer rolls it forward. A crash leaves the
+    # journal and the next writer finishes the merge; so does a failure whose own rollback
+    # failed (finishing it is then the only all-or-nothing outcome).
+    try:
+        _write_journal(repo, plan)
+        _apply(repo, plan)
+    except _RollbackFailed as e:
+        raise e.original from None
+    except BaseException:
+        try:
+            fsio.unlink(repo.path / JOURNAL)
+        except ConvgitError:
+            pass
+        raise
     fsio.unlink(repo.path / JOURNAL)
+
+
+def _typed_refs(obj) -> list[tuple[str, str]]:
+    """An object's references with the type each must have."""
+    out: list[tuple[str, str]] = []
+    if isinstance(obj, Message):
+        if obj.parent:
+            out.append((obj.parent, "message"))
+        for p in obj.parts:
+            if isinstance(p, (TextPart, ReasoningPart, AttachmentPart)) and p.blob:
+                out.append((p.blob, "blob"))
+    elif isinstance(obj, Turn):
+        out.extend((r, "message") for r in references(obj))
+    return out
+
+
+def _check_local_type(repo, oid: str, want: str, by: str) -> None:
+    """An id the source names that is already stored here must still be of the right type."""
+    try:
+        obj = repo.objects.read(oid)
+    except ConvgitError:
+        return  # a damaged local object is fsck's business, not the source's
+    if codec.type_name(obj) != want:
+        raise SourceCorrupt(f"merge source: {by} names {oid} as a {want}; it is a {codec.type_name(obj)}", oid=oid)
 
 
 def _classify(repo, name: str, mine: str | None, tip: str, source, dry_run: bool) -> tuple[str, str]:
@@ -271,6 +338,11 @@ def _write_journal(repo, plan) -> None:
     fsio.replace_file(repo.path / JOURNAL, json.dumps(plan).encode(), fsync=repo.config.fsync)
 
 
+class _RollbackFailed(Exception):
+    def __init__(self, original: BaseException) -> None:
+        self.original = original
+
+
 def _apply(repo, plan) -> None:
     """Move every ref of the plan; on failure, put back the ones already moved."""
     done = []
@@ -280,13 +352,16 @@ def _apply(repo, plan) -> None:
                 crash_point("merge_mid_refs")
             _apply_one(repo, e)
             done.append(e)
-    except BaseException:
+    except BaseException as err:
+        ok = True
         for e in reversed(done):
             try:
-                if e["new"] != e["old"]:
+                if e["new"] != e["old"]:  # (old None: the created thread is deleted again)
                     repo.refs.update(e["thread"], e["old"], expected=e["new"], message="merge: rolled back")
             except ConvgitError:
-                pass
+                ok = False
+        if not ok:
+            raise _RollbackFailed(err) from err
         raise
 
 

@@ -19,7 +19,7 @@ from .ids import is_oid
 from .objects import Object
 from .pack import Pack, write_pack
 
-# Below this many objects a batch is made durable file by file; above it, one syncfs(2).
+# Up to this many objects a batch is made durable file by file; above it, written as one pack.
 _SYNCFS_THRESHOLD = 16
 
 
@@ -31,6 +31,7 @@ class ObjectStore:
         self.fsync = fsync
         self._packs: dict[str, Pack] | None = None
         self._packs_sig: tuple | None = None
+        self.bad_packs: dict[str, str] = {}  # pack index that cannot be loaded -> why
 
     def _file(self, oid: str) -> str:
         return f"{self._root}/{oid[:2]}/{oid[2:]}"
@@ -50,6 +51,7 @@ class ObjectStore:
             if sig is not None:
                 names = sorted(n for n in os.listdir(self.pack_dir) if n.endswith(".idx") and n.startswith("pack-"))
             new: dict[str, Pack] = {}
+            bad: dict[str, str] = {}
             for n in names:
                 if n in old:
                     new[n] = old.pop(n)
@@ -58,6 +60,9 @@ class ObjectStore:
                     new[n] = Pack(self.pack_dir / n)
                 except FileNotFoundError:
                     continue  # removed by gc meanwhile
+                except ObjectCorrupt as e:
+                    bad[n] = e.message  # fsck reports it; gc refuses; reads say "corrupt"
+            self.bad_packs = bad
             for p in old.values():
                 p.close()
             self._packs, self._packs_sig = new, sig
@@ -81,6 +86,21 @@ class ObjectStore:
         # callers that act on a miss, hold the store lock, so gc cannot move objects meanwhile.)
         return os.path.exists(self._file(oid)) or self._pack_with(oid) is not None
 
+    def stored_size(self, oid: str) -> int | None:
+        """The size in bytes of a stored object (without reading it), or None if absent."""
+        if not is_oid(oid):
+            return None
+        try:
+            return os.stat(self._file(oid)).st_size
+        except FileNotFoundError:
+            pass
+        for reload in (False, True):
+            for p in self.packs(reload=reload):
+                n = p.size(oid)
+                if n is not None:
+                    return n
+        return None
+
     def is_loose(self, oid: str) -> bool:
         return os.path.exists(self._file(oid))
 
@@ -96,13 +116,25 @@ class ObjectStore:
                 if data is None:
                     data = self._read_packed(oid, reload=True)
                     if data is None:
+                        damaged = self.damaged_packs()
+                        if damaged:  # it may be in a pack whose index cannot be trusted
+                            raise ObjectCorrupt(
+                                f"object {oid} is not readable: damaged pack index {', '.join(damaged)}", oid=oid)
                         raise ObjectMissing(f"object {oid} is missing", oid=oid)
                     return data
             else:
                 return data  # packs verify what they return
         if codec.hash_bytes(data) != oid:
+            packed = self._read_packed(oid, reload=False)  # a good packed copy wins
+            if packed is not None:
+                return packed
             raise ObjectCorrupt(f"object {oid} is corrupt: its bytes hash to another id", oid=oid)
         return data
+
+    def damaged_packs(self) -> list[str]:
+        """Pack indexes that do not load or fail their checksum (checked once per pack)."""
+        packs = self.packs()
+        return sorted(self.bad_packs) + [p.idx_path.name for p in packs if not p.idx_ok()]
 
     def _read_packed(self, oid: str, *, reload: bool) -> bytes | None:
         for p in self.packs(reload=reload):
@@ -196,36 +228,46 @@ class ObjectStore:
         return True
 
     def write_many(self, items: Iterable[tuple[str, bytes]], *, missing: frozenset[str] | set[str] = frozenset()) -> int:
-        """Write objects as loose files, durable before returning. Returns how many were new.
+        """Write objects, durable before returning (with ``fsync``). Returns how many were new.
 
-        Small batches fsync each file and its directory; large ones write without fsync and
-        then flush the whole file system once (one syncfs instead of thousands of fsyncs).
+        Small batches are loose files, each file and its directory fsynced; larger ones are
+        one pack. Without ``fsync`` (throw-away stores, or a caller that flushes the file
+        system itself): loose files, nothing synced.
         ``missing``: ids the caller has just seen absent (their existence probe is skipped).
+
+        ``items`` come in dependency order (a message after its parent and blobs, a turn after
+        its messages). In small batches each object's directory entry is made durable before
+        the next object is written, so a power loss never leaves a stored object whose
+        references are lost: stored messages stay closed under "parent of", which
+        graph.longest_stored_prefix relies on. (Objects of one batch rarely share a fan-out
+        directory, so this costs no more fsyncs than syncing each directory once at the end.)
         """
         items = list(items)
         for oid, data in items:
             if codec.hash_bytes(data) != oid:
                 raise ObjectCorrupt(f"refusing to store bytes under the wrong id {oid}", oid=oid)
         per_file = self.fsync and len(items) <= _SYNCFS_THRESHOLD
+        if self.fsync and not per_file:
+            # Many objects: one pack, not loose files and a syncfs. A power loss before a
+            # syncfs could keep any subset of the loose files' entries (a message without its
+            # parent); a pack's objects become visible together, when its idx is renamed in.
+            return len(self.write_packed(items, missing=missing))
         dirs: set[str] = set()
         new = 0
         has_packs = bool(self.packs())
-        fanout_new = per_file and any(not os.path.isdir(f"{self._root}/{oid[:2]}") for oid, _ in items)
+        new_fanouts = {oid[:2] for oid, _ in items if not os.path.isdir(f"{self._root}/{oid[:2]}")} if per_file else set()
         for oid, data in items:
             if oid not in missing and has_packs and not os.path.exists(self._file(oid)) and self._freshen_packed(oid):
                 continue
             f = self._file(oid)
             if fsio.write_object_file(f, data, fsync=per_file, probe=oid not in missing):
                 new += 1
-                dirs.add(os.path.dirname(f))
-        if self.fsync and new:
-            if per_file:
-                for d in sorted(dirs):
-                    fsio.fsync_dir(d)
-                if fanout_new:
-                    fsio.fsync_dir(self.path)  # the new fan-out directory's entry
-            else:
-                fsio.sync_filesystem(self.path)
+                if per_file:
+                    d = os.path.dirname(f)
+                    if oid[:2] in new_fanouts and d not in dirs:
+                        fsio.fsync_dir(self.path)  # a new fan-out directory's entry
+                    dirs.add(d)
+                    fsio.fsync_dir(d)  # this object's entry, before any object that refers to it
         return new
 
     def write_packed(self, items: Iterable[tuple[str, bytes]], *, missing: frozenset[str] | set[str] = frozenset()) -> set[str]:
@@ -235,7 +277,7 @@ class ObjectStore:
         for oid, b in items:
             if oid in data:
                 continue
-            if oid not in missing and (self._freshen_loose(oid) or self._freshen_packed(oid)):
+            if oid not in missing and (self._freshen_loose(oid, len(b)) or self._freshen_packed(oid)):
                 continue
             data[oid] = b
         if not data:
@@ -244,5 +286,12 @@ class ObjectStore:
         self.packs(reload=True)
         return set(data)
 
-    def _freshen_loose(self, oid: str) -> bool:
+    def _freshen_loose(self, oid: str, size: int) -> bool:
+        """A loose copy of the right size exists: refresh its mtime (a wrong-sized one, such as
+        the empty file a power loss can leave, does not count)."""
+        try:
+            if os.stat(self._file(oid)).st_size != size:
+                return False
+        except FileNotFoundError:
+            return False
         return fsio.freshen(self._file(oid))

@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Iterator
 from blake3 import blake3
 
 from . import fsio
-from .errors import ObjectCorrupt, StorageFailed
+from .errors import ObjectCorrupt
 
 PACK_MAGIC = b"CGPACK\x00\x01"
 IDX_MAGIC = b"CGIDX\x00\x00\x01"
@@ -75,6 +75,13 @@ class Pack:
         self.checksum = bytes(idx[end : end + 32])
         self._pack_f = None
         self._pack = None
+        self._idx_ok: bool | None = None
+
+    def idx_ok(self) -> bool:
+        """Does the index match its checksum? (Computed once; used when a lookup misses.)"""
+        if self._idx_ok is None:
+            self._idx_ok = blake3(self._idx[:-32]).digest() == self._idx[-32:]
+        return self._idx_ok
 
     # -- lookup -----------------------------------------------------------------------------
 
@@ -121,6 +128,13 @@ class Pack:
             out.append(h)
             i += 1
         return out
+
+    def size(self, oid: str) -> int | None:
+        """An object's size (uncompressed) from the index, or None if not in this pack."""
+        i = self._find(bytes.fromhex(oid))
+        if i < 0:
+            return None
+        return struct.unpack_from(">I", self._idx, self._size_at + 4 * i)[0]
 
     def read(self, oid: str) -> bytes | None:
         i = self._find(bytes.fromhex(oid))
@@ -178,7 +192,10 @@ class Pack:
         idx = self._idx
         if blake3(idx[:-32]).digest() != idx[-32:]:
             problems.append(f"{self.idx_path.name}: index checksum mismatch")
-        pack = self._open_pack()
+        try:
+            pack = self._open_pack()
+        except ObjectCorrupt as e:
+            return problems + [e.message]
         if len(pack) < _HDR + 32 or pack[:8] != PACK_MAGIC:
             return problems + [f"{self.pack_path.name}: not a pack"]
         if blake3(pack[:-32]).digest() != pack[-32:]:
@@ -225,41 +242,33 @@ def write_pack(pack_dir: Path, oids: Iterable[str], get: Callable[[str], bytes],
     order = list(dict.fromkeys(oids))
     if not order:
         return None
-    fsio.makedirs(pack_dir)
+    fsio.makedirs(pack_dir, fsync=fsync)
     seen: dict[bytes, tuple[int, int]] = {}
     cctx = _zstd().ZstdCompressor(level=_ZLEVEL) if compress else None
     tmp_pack = pack_dir / f"{fsio.TMP_PREFIX}pack_{os.getpid()}_{time.monotonic_ns()}"
     header = PACK_MAGIC + struct.pack(">I", len(order))
     h = blake3(header)
-    try:
-        with open(tmp_pack, "wb", buffering=1 << 20) as f:
-            f.write(header)
-            off = _HDR
-            for oid in order:
-                data = get(oid)
-                if blake3(data).hexdigest() != oid:
-                    raise ObjectCorrupt(f"refusing to pack bytes under the wrong id {oid}", oid=oid)
-                enc, stored = RAW, data
-                if cctx is not None and len(data) > 64:
-                    z = cctx.compress(data)
-                    if len(z) < len(data):
-                        enc, stored = ZSTD, z
-                entry = _ENTRY.pack(enc, len(stored)) + stored
-                f.write(entry)
-                h.update(entry)
-                seen[bytes.fromhex(oid)] = (off, len(data))
-                off += len(entry)
-            checksum = h.digest()
-            f.write(checksum)
-            f.flush()
-            if fsync:
-                fsio.fsync_fd(f.fileno(), tmp_pack)
-    except OSError as e:
-        fsio._unlink_quiet(tmp_pack)
-        raise StorageFailed(f"cannot write a pack in {pack_dir}: {e.strerror}") from e
-    except BaseException:
-        fsio._unlink_quiet(tmp_pack)
-        raise
+    with fsio.NewFile(tmp_pack) as f:  # every write through fsio; an error removes the temp file
+        f.write(header)
+        off = _HDR
+        for oid in order:
+            data = get(oid)
+            if blake3(data).hexdigest() != oid:
+                raise ObjectCorrupt(f"refusing to pack bytes under the wrong id {oid}", oid=oid)
+            enc, stored = RAW, data
+            if cctx is not None and len(data) > 64:
+                z = cctx.compress(data)
+                if len(z) < len(data):
+                    enc, stored = ZSTD, z
+            entry = _ENTRY.pack(enc, len(stored)) + stored
+            f.write(entry)
+            h.update(entry)
+            seen[bytes.fromhex(oid)] = (off, len(data))
+            off += len(entry)
+        checksum = h.digest()
+        f.write(checksum)
+        if fsync:
+            f.sync()
     name = f"pack-{checksum.hex()}"
     final_pack = pack_dir / f"{name}.pack"
     fsio.rename(tmp_pack, final_pack)

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 from . import fsio
 from .config import crash_point
-from .errors import InvalidRefName, NotFound, ObjectCorrupt, ObjectMissing, RefExists, RefStale
+from .errors import InvalidRefName, NotFound, ObjectCorrupt, ObjectMissing, RefExists, RefStale, StorageFailed
 from .ids import ZERO_OID, check_thread_name, is_oid, short
 
 ANY = object()  # "do not check the old value"
@@ -81,6 +81,8 @@ class RefStore:
             with open(path, "rb") as f:
                 raw = f.read(200)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            if os.path.islink(path):  # never made by convgit; not "absent" (gc must not ignore it)
+                raise ObjectCorrupt(f"thread {name!r} is corrupt: its ref file is a dangling symlink", ref=name) from None
             return None
         value = raw.decode("ascii", "replace").strip()
         if not is_oid(value):
@@ -155,7 +157,7 @@ class RefStore:
             if exists is not None and not exists(new):
                 raise ObjectMissing(f"cannot point thread {name!r} at missing object {new}", oid=new)
         self._check_df_conflict(path, name)
-        fsio.makedirs(path.parent)
+        fsio.makedirs(path.parent, fsync=self.fsync)
         with self._locked(path):
             old = self._read_path(path, name)
             if expected is not ANY and old != expected:
@@ -175,9 +177,16 @@ class RefStore:
                 return old
             crash_point("ref_after_lock")
             if new is not None:
-                self._append_log(name, old, new, turn, message, time_ms)
-                tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
-                fsio.replace_file(path, f"{new}\n".encode(), fsync=self.fsync, tmp=tmp)
+                log_size = self._log_size(name)
+                try:
+                    self._append_log(name, old, new, turn, message, time_ms)
+                    tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+                    fsio.replace_file(path, f"{new}\n".encode(), fsync=self.fsync, tmp=tmp, point="ref_after_tmp_fsync")
+                except StorageFailed:
+                    # An fsync failed (maybe after the rename): the move did not happen. Put the
+                    # old value and the reflog back, still under the lock, and report it.
+                    self._undo(path, name, old, new, log_size)
+                    raise
                 crash_point("ref_after_rename")
                 return old
             self._append_log(name, old, None, None, message or "delete", time_ms)
@@ -188,6 +197,28 @@ class RefStore:
         # After the lock file is gone: directories left empty go, so ``a/b`` leaves room for ``a``.
         self._prune_empty_dirs(path.parent)
         return old
+
+    def _log_size(self, name: str) -> int | None:
+        try:
+            return os.stat(self.log_path(name)).st_size
+        except FileNotFoundError:
+            return None
+
+    def _undo(self, path: Path, name: str, old: str | None, new: str, log_size: int | None) -> None:
+        """Best effort after a failed update: the ref back at ``old``, the reflog line gone."""
+        try:
+            if self._read_path(path, name) == new:
+                if old is None:
+                    fsio.unlink(path)
+                else:
+                    fsio.replace_file(path, f"{old}\n".encode(), fsync=False)
+            lp = self.log_path(name)
+            if log_size is None:
+                fsio.unlink(lp)
+            else:
+                fsio.truncate(lp, log_size)
+        except Exception:  # the original error is the one to report
+            pass
 
     def rename(self, old_name: str, new_name: str, *, message: str = "") -> str:
         """Rename a thread (ref and reflog). Fails if the new name exists."""
@@ -204,7 +235,7 @@ class RefStore:
                 raise RefExists(f"thread {new_name!r} conflicts with threads named {new_name}/…", thread=new_name)
             return self._rename_up(old_name, new_name, message)
         self._check_df_conflict(dst, new_name)
-        fsio.makedirs(dst.parent)
+        fsio.makedirs(dst.parent, fsync=self.fsync)
         first, second = sorted([src, dst])
         with self._locked(first), self._locked(second):
             tip = self._read_path(src, old_name)
@@ -217,7 +248,7 @@ class RefStore:
             if ldst.exists():
                 self._archive_log(new_name)
             if lsrc.exists():
-                fsio.makedirs(ldst.parent)
+                fsio.makedirs(ldst.parent, fsync=self.fsync)
                 fsio.rename(lsrc, ldst)
             tmp = dst.with_name(f"{fsio.TMP_PREFIX}{dst.name}.{os.getpid()}.{time.monotonic_ns()}")
             fsio.replace_file(dst, f"{tip}\n".encode(), fsync=self.fsync, tmp=tmp)
@@ -255,9 +286,7 @@ class RefStore:
         for base in (self.threads_dir, self.logs_dir):
             p = base / d.relative_to(self.threads_dir) if base is self.logs_dir else d
             while p != base and base in p.parents:
-                try:
-                    os.rmdir(p)
-                except OSError:
+                if not fsio.rmdir(p):
                     break
                 p = p.parent
 
@@ -268,9 +297,7 @@ class RefStore:
                 not (f.endswith(".lock") or f.startswith((fsio.TMP_PREFIX, ".")))
                 for _, _, files in os.walk(path) for f in files
             ):
-                import shutil
-
-                shutil.rmtree(path, ignore_errors=True)  # only leftovers of deleted threads
+                fsio.rmtree(path)  # only leftovers of deleted threads
                 return
             raise RefExists(f"thread {name!r} conflicts with threads named {name}/…", thread=name)
         p = path.parent
@@ -292,7 +319,7 @@ class RefStore:
         if not src.exists():
             return
         dst = self.deleted_logs_dir / f"{name}.{int(time.time() * 1000)}"
-        fsio.makedirs(dst.parent)
+        fsio.makedirs(dst.parent, fsync=self.fsync)
         fsio.rename(src, dst)
 
     def read_log(self, name: str) -> list[ReflogEntry]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -42,7 +42,7 @@ class Repository:
         if path.exists() and not {p.name for p in path.iterdir()} <= skeleton:
             raise NotAStore(f"{path} exists and is not an empty directory or a convgit store")
         for sub in ("objects", "refs/threads", "logs"):
-            fsio.makedirs(path / sub)
+            fsio.makedirs(path / sub, fsync=True)  # each new directory's entry made durable
         _write_if_missing(path / "config.toml", DEFAULT_CONFIG_TOML.encode())
         _write_if_missing(path / "HEAD", f"ref: refs/threads/{default_thread}\n".encode())
         # The format file last: a store is complete once it exists.
@@ -84,10 +84,18 @@ class Repository:
 
     # -- locks ------------------------------------------------------------------------------
 
+    # Writers share the store lock; gc and merge take it exclusively (so gc never races a
+    # writer). Shared holders that overlap without pause would starve an exclusive locker, so
+    # both pass a turnstile first: ``queue.lock``, which writers hold shared only while they
+    # take the store lock and an exclusive locker holds while it waits and works. New writers
+    # then queue behind a waiting gc and the running ones drain.
+
     @contextmanager
     def write_lock(self) -> Iterator[None]:
-        """Writers share the store lock; gc takes it exclusively (so gc never races a writer)."""
-        with fsio.flock(self.path / "lock", shared=True, timeout=self.config.lock_timeout):
+        t = self.config.lock_timeout
+        with ExitStack() as held:
+            with fsio.flock(self.path / "queue.lock", shared=True, timeout=t):
+                held.enter_context(fsio.flock(self.path / "lock", shared=True, timeout=t))
             if (self.path / "merge-journal.json").exists():  # a merge died mid-way: finish it
                 from .merge import recover
 
@@ -97,7 +105,8 @@ class Repository:
     @contextmanager
     def exclusive_lock(self, timeout: float | None = None) -> Iterator[None]:
         t = self.config.lock_timeout if timeout is None else timeout
-        with fsio.flock(self.path / "lock", shared=False, timeout=t):
+        with fsio.flock(self.path / "queue.lock", shared=False, timeout=t), \
+                fsio.flock(self.path / "lock", shared=False, timeout=t):
             yield
 
     # -- the index --------------------------------------------------------------------------

@@ -1,0 +1,480 @@
+"""T5: simulated power loss and fsync failures.
+
+- Every file-system mutation goes through convgit.fsio (the recorder's model of the tree equals
+  the real tree after a workload of every kind of operation).
+- B3 sweep: every workload of up to 3 operations from {commit a, commit b, fork, gc, merge};
+  for each, every crash state a power loss could leave (crashsim.py) is checked: the store
+  opens, fsck finds no error (temp files and unreachable objects are not errors), every
+  acknowledged operation is visible (after the next writer's merge recovery, the refs are those
+  after the last acknowledged operation or after the one in flight: all or nothing), and every
+  acknowledged commit's turn is in its thread's reflog. Figure: 0 failing states.
+- Mutations (each must produce failing states): no object fsync, no directory fsync, new
+  directories without a parent fsync, a new reflog file without a directory fsync.
+- EIO from the n-th fsync (n = 1..k): the operation raises StorageFailed, refs unchanged, no
+  temp file left, the next commit works.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+import convgit
+from convgit import errors, fsio
+from convgit.fsck import fsck
+from convgit.gc import gc
+from convgit.merge import JOURNAL, merge, recover
+from convgit.repository import Repository
+
+from .crashsim import FailingFsync, Recorder, TreeWriter, crash_states
+from .helpers import NOW, chain_texts, history, new_store, temp_files, user
+
+OPS = ("commit a", "commit b", "fork", "gc", "merge")
+THREAD_B = "team/b"  # nested: its refs/ and logs/ directories are made by the workload
+
+
+# -- the stores -----------------------------------------------------------------------------
+
+
+def _make_base(dest: Path) -> Path:
+    """Thread a (2 messages), a deleted thread (unreachable objects for gc to prune)."""
+    repo = new_store(dest)
+    convgit.commit(repo, {"messages": [user("a0"), user("a1")]}, thread="a", now_ms=NOW)
+    convgit.commit(repo, {"messages": [user("old")]}, thread="old", now_ms=NOW)
+    convgit.delete_thread(repo, "old")
+    repo.index  # the index exists (it is outside the model either way)
+    path = repo.path
+    repo.close()
+    return path
+
+
+def _make_source(dest: Path) -> Path:
+    """A store to merge from: a ahead of the base's a, and a new nested thread."""
+    repo = new_store(dest, fsync=False)
+    convgit.commit(repo, {"messages": [user("a0"), user("a1"), user("from src")]}, thread="a", now_ms=NOW)
+    convgit.commit(repo, {"messages": [user("src x")]}, thread="src/x", now_ms=NOW)
+    path = repo.path
+    repo.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    base = tmp_path_factory.mktemp("powerloss")
+    root = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else base
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="convgit-b3-", dir=root))
+    try:
+        yield {"template": _make_base(work / "template"), "source": _make_source(work / "source"), "work": work}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# -- running a workload under the recorder ------------------------------------------------------
+
+
+def _run_op(repo, op: str, step: int, source: Path):
+    """Run one operation; returns (thread, turn) of what it recorded, if any."""
+    if op == "commit a":
+        r = convgit.commit(repo, {"messages": history(repo, "a") + [user(f"a{step}")]}, thread="a", now_ms=NOW + step)
+        return ("a", r.turn)
+    if op == "commit b":
+        r = convgit.commit(repo, {"messages": history(repo, THREAD_B) + [user(f"b{step}")]}, thread=THREAD_B,
+                           now_ms=NOW + step)
+        return (THREAD_B, r.turn)
+    if op == "commit long":  # a first commit of more than 16 new objects
+        r = convgit.commit(repo, {"messages": history(repo, "long") + [user(f"long {step}.{i}") for i in range(20)]},
+                           thread="long", now_ms=NOW + step)
+        return ("long", r.turn)
+    if op == "commit_many":  # bulk ingestion below the pack threshold (3 x 8 messages)
+        convgit.commit_many(repo, [{"messages": [user(f"bulk {step}.{j}.{i}") for i in range(8)]} for j in range(3)],
+                            now_ms=NOW + step)
+        return None
+    if op == "fork":
+        r = convgit.fork(repo, "a", f"fork{step}", now_ms=NOW + step)
+        return (r.thread, r.turn)
+    if op == "gc":
+        gc(repo, prune="now")
+        return None
+    if op == "merge":
+        merge(repo, source)
+        return None
+    raise ValueError(op)
+
+
+class Node:
+    """A recorded prefix of a workload: the store after it, the recorder's model and log."""
+
+    def __init__(self, store: Path, rec: Recorder, ops: tuple, refs: list, turns: list):
+        self.store, self.rec, self.ops, self.refs, self.turns = store, rec, ops, refs, turns
+
+
+def _clone_store(src: Path, dst: Path) -> None:
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, symlinks=True)
+
+
+def _extend(node: Node, op: str, dst: Path, source: Path, mp) -> Node:
+    """Copy the node's store, continue its recording with one more operation."""
+    _clone_store(node.store, dst)
+    rec = node.rec.fork(dst)
+    with mp.context() as m:
+        rec.install(m)
+        repo = Repository.open(dst)
+        try:
+            turn = _run_op(repo, op, len(node.ops) + 1, source)
+        finally:
+            repo.close()
+    refs_after = _refs(dst)
+    rec.mark(op, refs_after)
+    return Node(dst, rec, node.ops + (op,), node.refs + [refs_after], node.turns + [turn])
+
+
+def _refs(store: Path) -> dict:
+    with Repository.open(store) as r:
+        return r.refs.read_all()
+
+
+def _root_node(stores, dst: Path) -> Node:
+    _clone_store(stores["template"], dst)
+    rec = Recorder(dst)
+    return Node(dst, rec, (), [_refs(dst)], [])
+
+
+# -- the invariants of one crash state ----------------------------------------------------
+
+
+def check_state(tree: dict, acked: int, node: Node, writer: TreeWriter) -> list[str]:
+    """Problems with one crash state ([] = it is fine)."""
+    store = Path(writer.dest)
+    writer.write(tree)
+    try:
+        repo = Repository.open(store)
+    except errors.ConvgitError as e:
+        return [f"store does not open: {e.message}"]
+    problems: list[str] = []
+    with repo:
+        rep = fsck(repo, check_index=False)
+        problems += [f"fsck: {p.kind}: {p.message}" for p in rep.errors]
+        allowed = node.refs[acked: acked + 2]  # after the last acked op, or after the one in flight
+        try:
+            refs = repo.refs.read_all()
+        except errors.ConvgitError as e:
+            return problems + [f"refs unreadable: {e.message}"]
+        for name in sorted(set(refs) | {n for a in allowed for n in a}):
+            if refs.get(name) not in {a.get(name) for a in allowed}:
+                problems.append(f"ref {name} at {refs.get(name)}, expected one of {[a.get(name) for a in allowed]}")
+        if (store / JOURNAL).exists():
+            writer.dirty()  # recovery writes: the next state is laid out afresh
+            with repo.exclusive_lock():
+                recover(repo)
+            refs = repo.refs.read_all()
+        if refs not in allowed:
+            problems.append(f"refs after recovery are not those of a whole number of operations: {sorted(refs)}")
+        for t in node.turns[:acked]:
+            if t is None or t[1] is None:
+                continue
+            thread, turn = t
+            if thread in refs and turn not in {e.turn for e in repo.refs.read_log(thread)}:
+                problems.append(f"acknowledged turn {turn[:12]} of {thread} missing from its reflog")
+        for name, tip in refs.items():
+            try:
+                chain_texts(repo, tip)
+            except errors.ConvgitError as e:
+                problems.append(f"thread {name} unreadable: {e.message}")
+        problems += _closure_problems(repo)
+    return problems
+
+
+def _closure_problems(repo) -> list[str]:
+    """Stored messages are closed under "parent of" (graph.longest_stored_prefix's binary
+    search relies on it: a stored child without its parent would make a later re-send skip
+    writing the parent)."""
+    from convgit.objects import Message
+
+    out = []
+    for oid in repo.objects.iter_oids():
+        try:
+            obj = repo.objects.read(oid)
+        except errors.ConvgitError:
+            continue  # fsck reports it
+        if isinstance(obj, Message) and obj.parent and not repo.objects.contains(obj.parent):
+            out.append(f"stored message {oid[:12]} without its parent {obj.parent[:12]}")
+    return out
+
+
+def explore_node(node: Node, writer: TreeWriter, seen: dict, stats: dict, *, first_cut: int, cap: int = 64,
+                 stop_at_first: bool = False) -> list[str]:
+    """Check every crash state of the node's last operation (cuts from ``first_cut`` on)."""
+    failures = []
+    for st in crash_states(node.rec, cap=cap, seed=len(node.ops)):
+        if st.cut < first_cut:
+            continue
+        stats["states"] += 1
+        key = (st.key(), st.acked)
+        if key in seen:
+            res = seen[key]
+        else:
+            res = check_state(st.tree, st.acked, node, writer)
+            seen[key] = res
+            stats["checked"] += 1
+        if res:
+            stats["failing"] += 1
+            failures.append(f"{' > '.join(node.ops)} @ op {st.cut}/{len(node.rec.ops)} "
+                            f"(acked {st.acked}, data {'kept' if st.keep_data else 'lost'}, dirs kept {st.kept_dirs}): {res[:2]}")
+            if stop_at_first:
+                break
+    return failures
+
+
+def sweep(stores, mp, *, depth: int = 3, ops=OPS, cap: int = 64, stop_at_first: bool = False) -> tuple[dict, list[str]]:
+    """Every workload of 1..depth operations, explored as a tree of recorded prefixes."""
+    work = stores["work"] / f"sweep-{time.monotonic_ns()}"
+    work.mkdir()
+    writer = TreeWriter(work / "state" / ".convgit")
+    stats = {"workloads": 0, "states": 0, "checked": 0, "failing": 0, "ops_recorded": 0}
+    seen: dict = {}
+    failures: list[str] = []
+    audit: list[str] = []
+    level = [_root_node(stores, work / "n")]
+    counter = itertools.count()
+    for _ in range(depth):
+        nxt = []
+        for node in level:
+            for op in ops:
+                child = _extend(node, op, work / f"n{next(counter)}", stores["source"], mp)
+                stats["workloads"] += 1
+                stats["ops_recorded"] += len(child.rec.ops) - len(node.rec.ops)
+                audit += child.rec.audit()
+                failures += explore_node(child, writer, seen, stats, first_cut=len(node.rec.ops) + 1, cap=cap,
+                                         stop_at_first=stop_at_first)
+                if stop_at_first and failures:
+                    return stats, failures
+                nxt.append(child)
+            if node.store.name != "n":
+                shutil.rmtree(node.store, ignore_errors=True)
+        level = nxt
+    for node in level:
+        shutil.rmtree(node.store, ignore_errors=True)
+    assert audit == [], audit[:5]
+    return stats, failures
+
+
+# -- the tests ----------------------------------------------------------------------------------
+
+
+def test_every_file_system_mutation_goes_through_fsio(stores, monkeypatch, tmp_path):
+    """The recorder sees every mutation: after commits (new thread, nested thread, append),
+    fork, rename, delete, merge, gc and fsck --repair, its model of the store equals the disk."""
+    node = _root_node(stores, stores["work"] / "audit")
+    rec = node.rec
+    with monkeypatch.context() as m:
+        rec.install(m)
+        repo = Repository.open(node.store)
+        for i, op in enumerate(["commit a", "commit b", "fork", "merge", "commit b", "gc"]):
+            _run_op(repo, op, i + 1, stores["source"])
+        convgit.rename_thread(repo, "fork3", "renamed/fork")
+        convgit.delete_thread(repo, "renamed/fork")
+        convgit.commit(repo, {"messages": [user("z")]}, thread="renamed", now_ms=NOW + 50)
+        (repo.path / "objects" / "incoming-1-2").mkdir()  # a killed merge's leftovers, made outside
+        rec.mkdir(str(repo.path / "objects" / "incoming-1-3"))
+        for q in (repo.path / "objects").glob("incoming-*"):
+            os.utime(q, (0, 0))
+        try:
+            gc(repo, prune="now")
+        except errors.ConvgitError:
+            pass
+        fsck(repo, repair=True)
+        repo.close()
+    problems = rec.audit()
+    # the directory made behind the recorder's back is the one expected difference
+    assert [p for p in problems if "incoming-1-2" not in p] == [], problems
+    assert any("incoming-1-2" in p for p in problems), "the audit should notice a change made outside fsio"
+    kinds = {op[0] for op in rec.ops}
+    assert {"link", "rename", "unlink", "mkdir", "rmdir", "data", "fsync", "fsyncdir"} <= kinds, kinds
+
+
+def test_b3_sweep_every_crash_state_of_every_workload_of_up_to_3_operations(stores, monkeypatch, capsys):
+    t0 = time.perf_counter()
+    stats, failures = sweep(stores, monkeypatch, depth=3)
+    with capsys.disabled():
+        print(f"\n[T5.1] {stats['workloads']} workloads, {stats['ops_recorded']} fs operations recorded, "
+              f"{stats['states']} crash states ({stats['checked']} distinct checked), "
+              f"{stats['failing']} failing, {time.perf_counter() - t0:.1f}s")
+    assert failures == [], f"{len(failures)} failing state(s):\n" + "\n".join(failures[:10])
+    assert stats["workloads"] == 5 + 25 + 125
+
+
+# Mutations: each broken variant must make some crash state fail.
+
+def _no_object_fsync(m):
+    real = fsio.write_object_file
+    m.setattr(fsio, "write_object_file", lambda final, data, *, fsync, probe=True: real(final, data, fsync=False, probe=probe))
+
+
+def _no_dir_fsync(m):
+    m.setattr(fsio, "fsync_dir", lambda path: None)
+
+
+def _mkdir_without_parent_fsync(m):
+    real = fsio.makedirs
+    m.setattr(fsio, "makedirs", lambda path, *, fsync=False: real(path, fsync=False))
+
+
+def _append_without_dir_fsync(m):
+    real_dir = fsio.fsync_dir
+
+    def append_line(path, line, *, fsync):
+        fsio.makedirs(Path(path).parent, fsync=fsync)
+        fd = fsio.os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            fsio._write_all(fd, line.encode(), path)
+            if fsync:
+                fsio.fsync_fd(fd, path)
+        finally:
+            fsio.os.close(fd)
+    del real_dir
+    m.setattr(fsio, "append_line", append_line)
+
+
+def _large_batches_loose_then_syncfs(m):
+    """The old large-batch path: loose files written without fsync, then one syncfs."""
+    from convgit.object_store import ObjectStore
+
+    real = ObjectStore.write_many
+
+    def write_many(self, items, *, missing=frozenset()):
+        items = list(items)
+        if not self.fsync or len(items) <= 16:
+            return real(self, items, missing=missing)
+        new = sum(fsio.write_object_file(self._file(o), d, fsync=False) for o, d in items)
+        fsio.sync_filesystem(self.path)
+        return new
+
+    m.setattr(ObjectStore, "write_many", write_many)
+
+
+MUTATIONS = {
+    "no_object_fsync": (_no_object_fsync, ("commit a",)),
+    "no_dir_fsync": (_no_dir_fsync, ("commit a",)),
+    "mkdir_without_parent_fsync": (_mkdir_without_parent_fsync, ("commit b",)),
+    "new_reflog_without_dir_fsync": (_append_without_dir_fsync, ("fork",)),
+    "large_batch_loose_then_syncfs": (_large_batches_loose_then_syncfs, ("commit long",)),
+}
+
+
+def test_a_long_first_commit_survives_power_loss_all_or_nothing(stores, monkeypatch, capsys):
+    """More than 16 new objects in one commit: every crash state keeps the store closed
+    under "parent of" and the commit all or nothing."""
+    stats, failures = sweep(stores, monkeypatch, depth=2, ops=("commit long", "commit a", "gc"))
+    with capsys.disabled():
+        print(f"\n[T5.1 long] {stats['workloads']} workloads, {stats['states']} crash states, {stats['failing']} failing")
+    assert failures == [], failures[:5]
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_mutation_power_loss_sweep_catches(stores, monkeypatch, capsys, mutation):
+    breaker, ops = MUTATIONS[mutation]
+    with monkeypatch.context() as m:
+        breaker(m)
+        stats, failures = sweep(stores, m, depth=1, ops=ops)
+    with capsys.disabled():
+        print(f"\n[T5.1-M {mutation}] {ops}: {stats['failing']} of {stats['states']} crash states fail; e.g. "
+              f"{failures[0][:300] if failures else '-'}")
+    assert failures, f"the {mutation} variant went unnoticed: {stats}"
+
+
+# -- EIO from fsync -------------------------------------------------------------------------------
+
+
+def _op_commit(repo, i):
+    return convgit.commit(repo, {"messages": history(repo, "a") + [user(f"eio {i}")]}, thread="a", now_ms=NOW + 1000 + i)
+
+
+def _op_new_thread(repo, i):
+    return convgit.commit(repo, {"messages": [user(f"new thread {i}")]}, thread=f"n/t{i}", now_ms=NOW + 1000 + i)
+
+
+def _op_fork(repo, i):
+    return convgit.fork(repo, "a", f"eio-fork-{i}", now_ms=NOW + 1000 + i)
+
+
+def _op_merge(stores):
+    return lambda repo, i: merge(repo, stores["source"])
+
+
+def _op_gc(repo, i):
+    return gc(repo, prune="now")
+
+
+def _eio_case(stores, tmp_path, monkeypatch, op, n):
+    store = tmp_path / f"eio-{n}" / ".convgit"
+    _clone_store(stores["template"], store)
+    with Repository.open(store) as r:
+        refs_before = r.refs.read_all()
+        log_a_before = (store / "logs/refs/threads/a").read_bytes()
+    proxy = FailingFsync(fail_at=n)
+    with monkeypatch.context() as m:
+        proxy.install(m)
+        repo = Repository.open(store)
+        try:
+            op(repo, n)
+            raised = None
+        except errors.StorageFailed as e:
+            raised = e
+        finally:
+            repo.close()
+    return store, proxy, raised, refs_before, log_a_before
+
+
+@pytest.mark.parametrize("name", ["commit", "new_thread", "fork", "merge", "gc"])
+def test_eio_from_the_nth_fsync_fails_the_operation_and_changes_nothing(stores, tmp_path, monkeypatch, name, capsys):
+    op = {"commit": _op_commit, "new_thread": _op_new_thread, "fork": _op_fork, "merge": _op_merge(stores),
+          "gc": _op_gc}[name]
+    # k: how many fsyncs the operation makes (counted on a clean run)
+    counter = FailingFsync(0)
+    store = tmp_path / "count" / ".convgit"
+    _clone_store(stores["template"], store)
+    with monkeypatch.context() as m:
+        counter.install(m)
+        with Repository.open(store) as r:
+            op(r, 0)
+    k = counter.count
+    assert k >= 2, k
+    for n in range(1, k + 1):
+        store, proxy, raised, refs_before, log_before = _eio_case(stores, tmp_path, monkeypatch, op, n)
+        where = f"{name}: EIO at fsync {n}/{k} ({proxy.failed_on})"
+        assert isinstance(raised, errors.StorageFailed), where
+        assert raised.exit_code == 40, where
+        with Repository.open(store) as r:
+            assert r.refs.read_all() == refs_before, where
+            if name in ("commit", "fork"):
+                assert (store / "logs/refs/threads/a").read_bytes() == log_before, where
+            assert temp_files(store) == [], (where, temp_files(store))
+            assert not (store / JOURNAL).exists(), where
+            # the next commit works (no manual unlock, no repair), and the store is sound
+            nxt = _op_commit(r, 10_000 + n)
+            assert r.refs.read("a") == nxt.tip, where
+            assert fsck(r).errors == [], (where, [p.message for p in fsck(r).errors])
+    with capsys.disabled():
+        print(f"\n[T5.3 {name}] EIO injected at each of its {k} fsyncs: StorageFailed, refs unchanged, next commit ok")
+    # and one past the last fsync: nothing fails (the count is exact)
+    store, proxy, raised, _, _ = _eio_case(stores, tmp_path, monkeypatch, op, k + 1)
+    assert raised is None and proxy.count == k
+
+
+def test_bulk_commit_many_survives_power_loss(stores, monkeypatch):
+    """Each conversation of a batch is its own commit: after a power loss some of the batch's
+    threads may have moved and others not (each to an allowed value, checked per thread), but
+    nothing is torn, lost once acknowledged, or unreadable."""
+    stats, failures = sweep(stores, monkeypatch, depth=1, ops=("commit_many",))
+    whole = "refs after recovery are not those of a whole number of operations"
+    real = [f for f in failures if f.count('", "') + 1 > f.count(whole) or whole not in f]
+    assert real == [], f"{len(real)} of {stats['states']} states fail: {real[:2]}"
