@@ -372,6 +372,7 @@ def test_8_processes_writing_the_same_200_objects_store_each_once(repo):
     assert set(repo.objects.iter_oids()) == {oid for oid, _ in items}
     for oid, data in items:
         assert repo.objects.read_bytes(oid) == data
+    for f in files:
         assert stat.S_IMODE(f.stat().st_mode) == 0o444
         assert f.stat().st_nlink == 1
     # and they read back through a store that did not write them
