@@ -6,15 +6,8 @@ import typer
 
 from .. import api
 from . import output
+from .cmd_maintenance import _size
 from .app import app, get_repo
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 @app.command("status")
