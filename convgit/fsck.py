@@ -88,7 +88,7 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
         rep.packs += 1
         for msg in p.verify(objects=False):  # each object is checked below
             add(Problem("error", "pack", msg))
-        for oid in p.ids():
+        for oid in p.ids_in_pack_order():  # each chunk decompressed once
             rep.packed += 1
             if oid in types:
                 continue

@@ -220,8 +220,9 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
         # A reachable object is missing: the store is already damaged. Fail closed.
         raise GcRefused(f"gc refused: object {oid} (referenced by {by or 'a ref or reflog'}) is missing; run convgit fsck")
 
+    mark_order: list[str] = []  # packed in this order: a thread's messages side by side
     try:
-        reachable = mark_reachable(objects, roots, on_missing=missing)
+        reachable = mark_reachable(objects, roots, on_missing=missing, order=mark_order)
     except ObjectCorrupt as e:
         raise GcRefused(f"gc refused: {e.message}; run convgit fsck") from e
     crash_point("gc_after_mark")
@@ -248,8 +249,10 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
     stats.pruned_ids = sorted(doomed)
 
     keep_packed = reachable  # everything reachable ends up in packs; young unreachable stays as it is
-    loose_to_pack = [oid for oid in loose if oid in keep_packed]
-    repack_all = len(packs) > AUTO_PACK_LIMIT or any(oid in packed_ids for oid in doomed)
+    loose_set = set(loose)
+    loose_to_pack = [oid for oid in mark_order if oid in loose_set]
+    repack_all = (len(packs) > AUTO_PACK_LIMIT or any(p.version < 2 for p in packs)  # v1: one object per chunk
+                  or any(oid in packed_ids for oid in doomed))
     if dry_run:
         stats.status = "dry-run"
         stats.packed = len(loose_to_pack)
@@ -264,7 +267,7 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
 
     # 2. One new pack with what is kept, durable before anything is deleted.
     if repack_all:
-        to_pack = sorted(keep_packed | {o for o in young if o in packed_ids})
+        to_pack = mark_order + sorted(o for o in young - keep_packed if o in packed_ids)
         old_packs = packs
     else:
         to_pack = loose_to_pack

@@ -70,9 +70,11 @@ def references(obj) -> list[str]:
     return out
 
 
-def mark_reachable(objects, roots, *, on_missing=None) -> set[str]:
+def mark_reachable(objects, roots, *, on_missing=None, order: list[str] | None = None) -> set[str]:
     """Every id reachable from ``roots`` (messages, blobs, turns). A missing object calls
-    ``on_missing(oid, referrer)`` (default: raise ObjectMissing)."""
+    ``on_missing(oid, referrer)`` (default: raise ObjectMissing). ``order``, when given, gets
+    each id appended as it is reached (depth first: a thread's chain, tip to root, side by
+    side: the order gc packs them in)."""
     from .errors import ObjectMissing
 
     seen: set[str] = set()
@@ -89,6 +91,8 @@ def mark_reachable(objects, roots, *, on_missing=None) -> set[str]:
             on_missing(oid, by)
             continue
         seen.add(oid)
+        if order is not None:
+            order.append(oid)
         for ref in references(obj):
             if ref not in seen:
                 todo.append((ref, oid))

@@ -1,23 +1,30 @@
 """Packfiles: many objects in one compressed file, with an index for O(log n) lookup by id.
 
-``objects/pack/pack-<checksum>.pack``::
+``objects/pack/pack-<checksum>.pack`` (version 2; docs/format.md §9 is normative)::
 
-    b"CGPACK\\x00\\x01"   magic + format version 1
-    u32 count
-    count × entry:      u8 encoding (0 raw, 1 zstd) · u32 stored length · stored bytes
+    b"CGPACK\\x00\\x02"   magic + format version
+    u32 count           objects in the pack
+    chunks:             u8 encoding (0 raw, 1 zstd) · u32 stored length · stored bytes
     32 bytes            BLAKE3 of everything above (the pack's checksum and name)
+
+A chunk holds the bytes of one or more objects laid end to end, compressed together (up to
+CHUNK_TARGET bytes of small objects, so a conversation's messages, written next to each
+other, share one compression window; an object of CHUNK_TARGET bytes or more is a chunk of
+its own).
 
 ``objects/pack/pack-<checksum>.idx``::
 
-    b"CGIDX\\x00\\x00\\x01"  magic + version 1
+    b"CGIDX\\x00\\x00\\x02"  magic + version
     u32 count
     256 × u32           fan-out: how many ids start with a byte <= i
     count × 32 bytes    ids, raw, sorted
-    count × u64         offset of each id's entry in the pack
+    count × u64         offset of the chunk holding each id, in the pack
+    count × u32         offset of the object in its chunk's uncompressed bytes
     count × u32         each object's size in bytes (uncompressed)
     32 bytes            the pack's checksum
     32 bytes            BLAKE3 of everything above in the idx
 
+Version 1 (still read, no longer written) has one object per chunk and no in-chunk offsets.
 All integers big-endian. Both files are written to temp names, fsynced and renamed (the pack
 first: an idx only ever names a complete pack). Every object read from a pack is re-hashed.
 """
@@ -29,6 +36,7 @@ import os
 import struct
 import time
 from bisect import bisect_left
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -37,12 +45,14 @@ from blake3 import blake3
 from . import fsio
 from .errors import ObjectCorrupt
 
-PACK_MAGIC = b"CGPACK\x00\x01"
-IDX_MAGIC = b"CGIDX\x00\x00\x01"
+PACK_MAGIC_V1, PACK_MAGIC = b"CGPACK\x00\x01", b"CGPACK\x00\x02"
+IDX_MAGIC_V1, IDX_MAGIC = b"CGIDX\x00\x00\x01", b"CGIDX\x00\x00\x02"
 RAW, ZSTD = 0, 1
 _ENTRY = struct.Struct(">BI")
 _HDR = 12  # magic + count
 _ZLEVEL = 3
+CHUNK_TARGET = 64 * 1024  # small objects are compressed together up to this many bytes
+_CACHED_CHUNKS = 8  # decompressed chunks kept per pack (a thread's messages share a chunk)
 
 
 def _zstd():
@@ -61,14 +71,16 @@ class Pack:
         with open(idx_path, "rb") as f:
             self._idx = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(f.fileno()).st_size else b""
         idx = self._idx
-        if len(idx) < _HDR + 1024 + 64 or idx[:8] != IDX_MAGIC:
+        if len(idx) < _HDR + 1024 + 64 or idx[:8] not in (IDX_MAGIC, IDX_MAGIC_V1):
             raise ObjectCorrupt(f"{idx_path.name}: not a pack index")
+        self.version = 2 if idx[:8] == IDX_MAGIC else 1
         (self.count,) = struct.unpack_from(">I", idx, 8)
         n = self.count
         self._fan = struct.unpack_from(">256I", idx, _HDR)
         self._ids_at = _HDR + 1024
         self._off_at = self._ids_at + 32 * n
-        self._size_at = self._off_at + 8 * n
+        self._in_at = self._off_at + 8 * n  # version 2: offsets inside the chunks
+        self._size_at = self._in_at + (4 * n if self.version == 2 else 0)
         end = self._size_at + 4 * n
         if len(idx) != end + 64 or self._fan[255] != n:
             raise ObjectCorrupt(f"{idx_path.name}: pack index has the wrong size")
@@ -76,6 +88,7 @@ class Pack:
         self._pack_f = None
         self._pack = None
         self._idx_ok: bool | None = None
+        self._chunks: OrderedDict[int, bytes] = OrderedDict()
 
     def idx_ok(self) -> bool:
         """Does the index match its checksum? (Computed once; used when a lookup misses.)"""
@@ -136,14 +149,32 @@ class Pack:
             return None
         return struct.unpack_from(">I", self._idx, self._size_at + 4 * i)[0]
 
+    def _where(self, i: int) -> tuple[int, int, int]:
+        """(chunk offset in the pack, offset in the chunk, size) of the i-th id."""
+        (off,) = struct.unpack_from(">Q", self._idx, self._off_at + 8 * i)
+        (size,) = struct.unpack_from(">I", self._idx, self._size_at + 4 * i)
+        inner = struct.unpack_from(">I", self._idx, self._in_at + 4 * i)[0] if self.version == 2 else 0
+        return off, inner, size
+
     def read(self, oid: str) -> bytes | None:
         i = self._find(bytes.fromhex(oid))
         if i < 0:
             return None
-        (off,) = struct.unpack_from(">Q", self._idx, self._off_at + 8 * i)
-        (size,) = struct.unpack_from(">I", self._idx, self._size_at + 4 * i)
+        off, inner, size = self._where(i)
+        chunk = self._chunk(oid, off, inner + size)
+        data = chunk[inner : inner + size]
+        if len(data) != size or blake3(data).hexdigest() != oid:
+            raise ObjectCorrupt(f"object {oid} is corrupt in {self.pack_path.name}: its bytes hash to another id", oid=oid)
+        return data
+
+    def _chunk(self, oid: str, off: int, need: int) -> bytes:
+        """The uncompressed bytes of the chunk at ``off`` (which must hold at least ``need``)."""
+        chunk = self._chunks.get(off)
+        if chunk is not None:
+            self._chunks.move_to_end(off)
+            return chunk
         pack = self._open_pack()
-        if off + _ENTRY.size > len(pack):
+        if off < _HDR or off + _ENTRY.size > len(pack):
             raise ObjectCorrupt(f"object {oid}: entry beyond the end of {self.pack_path.name}", oid=oid)
         enc, n = _ENTRY.unpack_from(pack, off)
         start = off + _ENTRY.size
@@ -151,17 +182,31 @@ class Pack:
             raise ObjectCorrupt(f"object {oid}: truncated in {self.pack_path.name}", oid=oid)
         stored = pack[start : start + n]
         if enc == RAW:
-            data = bytes(stored)
+            chunk = bytes(stored)
         elif enc == ZSTD:
+            # A chunk of several objects is under 2 x CHUNK_TARGET; a bigger one holds the one
+            # object asked for. A frame claiming more (damage, or a hostile pack) is refused
+            # before anything is allocated.
+            limit = max(2 * CHUNK_TARGET, need)
+            zstd = _zstd()
             try:
-                data = _zstd().ZstdDecompressor().decompress(stored, max_output_size=size)
+                claimed = zstd.frame_content_size(stored)
+                if claimed > limit:
+                    raise ValueError(f"the frame claims {claimed} bytes, more than its chunk can hold")
+                chunk = zstd.ZstdDecompressor().decompress(stored, max_output_size=limit)
             except Exception as e:
                 raise ObjectCorrupt(f"object {oid}: does not decompress in {self.pack_path.name}: {e}", oid=oid) from e
         else:
             raise ObjectCorrupt(f"object {oid}: unknown encoding {enc} in {self.pack_path.name}", oid=oid)
-        if blake3(data).hexdigest() != oid:
-            raise ObjectCorrupt(f"object {oid} is corrupt in {self.pack_path.name}: its bytes hash to another id", oid=oid)
-        return data
+        self._chunks[off] = chunk
+        if len(self._chunks) > _CACHED_CHUNKS:
+            self._chunks.popitem(last=False)
+        return chunk
+
+    def ids_in_pack_order(self) -> list[str]:
+        """Every id, in the order the objects lie in the pack (reading them in this order
+        decompresses each chunk once)."""
+        return [self._id(i).hex() for i in sorted(range(self.count), key=self._where)]
 
     def _open_pack(self):
         if self._pack is None:
@@ -183,6 +228,7 @@ class Pack:
         if self._pack_f is not None:
             self._pack_f.close()
         self._pack = self._pack_f = None
+        self._chunks.clear()
 
     # -- verification (fsck) ----------------------------------------------------------------
 
@@ -196,8 +242,9 @@ class Pack:
             pack = self._open_pack()
         except ObjectCorrupt as e:
             return problems + [e.message]
-        if len(pack) < _HDR + 32 or pack[:8] != PACK_MAGIC:
-            return problems + [f"{self.pack_path.name}: not a pack"]
+        magic = PACK_MAGIC if self.version == 2 else PACK_MAGIC_V1
+        if len(pack) < _HDR + 32 or pack[:8] != magic:
+            return problems + [f"{self.pack_path.name}: not a pack (or not the version its index says)"]
         if blake3(pack[:-32]).digest() != pack[-32:]:
             problems.append(f"{self.pack_path.name}: pack checksum mismatch")
         if pack[-32:] != self.checksum:
@@ -211,9 +258,10 @@ class Pack:
             if raw <= prev:
                 problems.append(f"{self.idx_path.name}: ids not sorted at {i}")
             prev = raw
-            if objects:
+        if objects:
+            for oid in self.ids_in_pack_order():
                 try:
-                    self.read(raw.hex())
+                    self.read(oid)
                 except ObjectCorrupt as e:
                     problems.append(e.message)
         return problems
@@ -235,15 +283,17 @@ class _IdView:
 def write_pack(pack_dir: Path, oids: Iterable[str], get: Callable[[str], bytes], *, fsync: bool = True,
                compress: bool = True) -> Path | None:
     """Write one pack (+ idx) holding the objects ``oids`` (duplicates stored once), whose
-    bytes ``get(oid)`` returns; they are fetched one at a time, so a pack of any size
-    streams. Returns the idx path, or None when there is nothing to write. Durable on return
-    when ``fsync``: pack and idx are fsynced before their renames, the directory after.
+    bytes ``get(oid)`` returns; they are fetched one at a time and stored in this order, so a
+    pack of any size streams and objects given side by side (a conversation's messages)
+    share a compressed chunk. Returns the idx path, or None when there is nothing to write.
+    Durable on return when ``fsync``: pack and idx are fsynced before their renames, the
+    directory after.
     """
     order = list(dict.fromkeys(oids))
     if not order:
         return None
     fsio.makedirs(pack_dir, fsync=fsync)
-    seen: dict[bytes, tuple[int, int]] = {}
+    where: dict[bytes, tuple[int, int, int]] = {}  # raw id -> (chunk offset, offset inside, size)
     cctx = _zstd().ZstdCompressor(level=_ZLEVEL) if compress else None
     tmp_pack = pack_dir / f"{fsio.TMP_PREFIX}pack_{os.getpid()}_{time.monotonic_ns()}"
     header = PACK_MAGIC + struct.pack(">I", len(order))
@@ -251,20 +301,37 @@ def write_pack(pack_dir: Path, oids: Iterable[str], get: Callable[[str], bytes],
     with fsio.NewFile(tmp_pack) as f:  # every write through fsio; an error removes the temp file
         f.write(header)
         off = _HDR
-        for oid in order:
-            data = get(oid)
-            if blake3(data).hexdigest() != oid:
-                raise ObjectCorrupt(f"refusing to pack bytes under the wrong id {oid}", oid=oid)
-            enc, stored = RAW, data
-            if cctx is not None and len(data) > 64:
-                z = cctx.compress(data)
-                if len(z) < len(data):
+        buf: list[bytes] = []
+        fill = 0
+
+        def flush() -> None:
+            nonlocal off, fill
+            raw = b"".join(buf)
+            enc, stored = RAW, raw
+            if cctx is not None and len(raw) > 64:
+                z = cctx.compress(raw)
+                if len(z) < len(raw):
                     enc, stored = ZSTD, z
             entry = _ENTRY.pack(enc, len(stored)) + stored
             f.write(entry)
             h.update(entry)
-            seen[bytes.fromhex(oid)] = (off, len(data))
             off += len(entry)
+            buf.clear()
+            fill = 0
+
+        for oid in order:
+            data = get(oid)
+            if blake3(data).hexdigest() != oid:
+                raise ObjectCorrupt(f"refusing to pack bytes under the wrong id {oid}", oid=oid)
+            if buf and (fill + len(data) > CHUNK_TARGET or len(data) >= CHUNK_TARGET):
+                flush()
+            where[bytes.fromhex(oid)] = (off, fill, len(data))
+            buf.append(data)
+            fill += len(data)
+            if fill >= CHUNK_TARGET:
+                flush()
+        if buf:
+            flush()
         checksum = h.digest()
         f.write(checksum)
         if fsync:
@@ -272,7 +339,7 @@ def write_pack(pack_dir: Path, oids: Iterable[str], get: Callable[[str], bytes],
     name = f"pack-{checksum.hex()}"
     final_pack = pack_dir / f"{name}.pack"
     fsio.rename(tmp_pack, final_pack)
-    ids = sorted(seen)
+    ids = sorted(where)
     fan = [0] * 256
     for raw in ids:
         fan[raw[0]] += 1
@@ -280,14 +347,14 @@ def write_pack(pack_dir: Path, oids: Iterable[str], get: Callable[[str], bytes],
     for i in range(256):
         acc += fan[i]
         fan[i] = acc
+    rows = [where[r] for r in ids]
     parts = [IDX_MAGIC, struct.pack(">I", len(ids)), struct.pack(">256I", *fan), b"".join(ids)]
-    parts.append(b"".join(struct.pack(">Q", seen[r][0]) for r in ids))
-    parts.append(b"".join(struct.pack(">I", seen[r][1]) for r in ids))
+    parts.append(struct.pack(f">{len(rows)}Q", *(r[0] for r in rows)))
+    parts.append(struct.pack(f">{len(rows)}I", *(r[1] for r in rows)))
+    parts.append(struct.pack(f">{len(rows)}I", *(r[2] for r in rows)))
     parts.append(checksum)
     idx = b"".join(parts)
     idx += blake3(idx).digest()
     final_idx = pack_dir / f"{name}.idx"
     fsio.replace_file(final_idx, idx, fsync=fsync)  # fsyncs the directory (both renames)
     return final_idx
-
-

@@ -1,0 +1,155 @@
+"""Packs, format version 2: objects compressed together in chunks (docs/format.md §9)."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import convgit
+from convgit import api, errors
+from convgit.codec import hash_bytes
+from convgit.pack import CHUNK_TARGET, Pack, write_pack
+
+from cli_helpers import cli_env, run_process
+
+
+def _pack(tmp_path, blobs: list[bytes], **kw) -> tuple[Pack, list[str]]:
+    ids = [hash_bytes(b) for b in blobs]
+    data = dict(zip(ids, blobs))
+    idx = write_pack(tmp_path / "pack", ids, data.__getitem__, fsync=False, **kw)
+    return Pack(idx), ids
+
+
+def _chunks(p: Pack) -> set[int]:
+    return {p._where(i)[0] for i in range(p.count)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=300), st.binary(min_size=CHUNK_TARGET - 10, max_size=CHUNK_TARGET + 10),
+                          st.text(max_size=5000).map(str.encode)), max_size=40),
+       st.booleans())
+def test_every_object_reads_back_whatever_the_sizes(tmp_path_factory, blobs, compress):
+    if not blobs:
+        return
+    p, ids = _pack(tmp_path_factory.mktemp("p"), blobs, compress=compress)
+    assert p.version == 2 and p.count == len(set(ids))
+    for oid, b in zip(ids, blobs):
+        assert p.read(oid) == b and p.size(oid) == len(b)
+    assert p.verify() == []
+    assert sorted(p.ids_in_pack_order()) == sorted(set(ids))
+    # in pack order, the objects come in the order they were given (duplicates once)
+    assert p.ids_in_pack_order() == list(dict.fromkeys(ids))
+
+
+def test_small_objects_share_chunks_and_big_ones_have_their_own(tmp_path):
+    small = [f"message {i}: the model answered with a careful list of steps".encode() * 20 for i in range(200)]
+    big = os.urandom(CHUNK_TARGET + 1)
+    p, ids = _pack(tmp_path, small[:100] + [big] + small[100:])
+    offsets = [p._where(i) for i in range(p.count)]
+    assert len(_chunks(p)) < 10  # 200 objects of ~1.2 KB in 64 KiB chunks
+    big_at = [w for w in offsets if w[2] == len(big)][0]
+    assert big_at[1] == 0 and sum(1 for w in offsets if w[0] == big_at[0]) == 1
+    # compressed together, they take far less than each compressed on its own
+    import zstandard
+
+    alone = sum(len(zstandard.ZstdCompressor(level=3).compress(b)) for b in small)
+    assert p.pack_path.stat().st_size - len(big) < alone / 3
+
+
+def test_a_damaged_chunk_loses_its_objects_only(tmp_path):
+    blobs = [(f"{i} " * 3000).encode() for i in range(40)]  # ~6-12 KB each: several chunks
+    p, ids = _pack(tmp_path, blobs)
+    first = p._where(p._find(bytes.fromhex(ids[0])))[0]
+    data = bytearray(p.pack_path.read_bytes())
+    data[first + 20] ^= 0x40
+    os.chmod(p.pack_path, 0o644)
+    p.pack_path.write_bytes(bytes(data))
+    p = Pack(p.idx_path)
+    in_chunk = {oid for oid in ids if p._where(p._find(bytes.fromhex(oid)))[0] == first}
+    assert 1 < len(in_chunk) < len(ids)
+    bad = set()
+    for oid, blob in zip(ids, blobs):
+        try:
+            assert p.read(oid) == blob  # never wrong data
+        except errors.ObjectCorrupt as e:
+            assert oid in e.message
+            bad.add(oid)
+    assert bad and bad <= in_chunk  # the damage stays inside its chunk
+    problems = p.verify()
+    assert all(any(oid in m for m in problems) for oid in bad)
+
+
+def test_a_frame_claiming_a_huge_size_is_refused_before_allocating(tmp_path):
+    """A hostile or damaged pack whose zstd frame header claims 4 GiB: ObjectCorrupt, no
+    4 GiB allocation (the frame's content size is checked against what the chunk can hold)."""
+    blob = b"x" * 1000
+    p, [oid] = _pack(tmp_path, [blob])
+    off = p._where(0)[0]
+    data = bytearray(p.pack_path.read_bytes())
+    enc, n = struct.unpack_from(">BI", data, off)
+    assert enc == 1
+    frame = bytes(data[off + 5: off + 5 + n])
+    # rewrite the frame header: single-segment flag with an 8-byte content size of 4 GiB
+    import zstandard
+
+    params = zstandard.get_frame_parameters(frame)
+    assert params.content_size == 1000
+    fhd = frame[4]
+    assert fhd & 0x20  # single segment, content size field present
+    fcs_len = {0: 1, 1: 2, 2: 4, 3: 8}[fhd >> 6]
+    new_fhd = (fhd & 0x3F) | 0xC0
+    header = frame[:4] + bytes([new_fhd]) + frame[5:5]  # no window descriptor in single-segment
+    rest = frame[5 + fcs_len:]
+    hostile = header + struct.pack("<Q", 4 << 30) + rest
+    assert zstandard.frame_content_size(hostile) == 4 << 30
+    data[off: off + 5 + n] = struct.pack(">BI", 1, len(hostile)) + hostile
+    os.chmod(p.pack_path, 0o644)
+    p.pack_path.write_bytes(bytes(data))
+    with pytest.raises(errors.ObjectCorrupt, match="claims"):
+        Pack(p.idx_path).read(oid)
+
+
+def test_gc_packs_a_thread_together_and_the_store_shrinks(tmp_path):
+    repo = convgit.init(tmp_path / ".convgit")
+    words = "the model answered with a careful list of steps and a short code block".split()
+    text = 0
+    for c in range(30):
+        msgs = [{"role": "user" if i % 2 == 0 else "assistant",
+                 "content": f"c{c} m{i} " + " ".join(words[(i + j) % len(words)] for j in range(150))} for i in range(10)]
+        text += sum(len(m["content"]) for m in msgs)
+        api.commit(repo, {"messages": msgs}, thread=f"t{c}")
+    stats = api.gc(repo, prune="now")
+    assert stats.packed == 30 * 11
+    [p] = repo.objects.packs(reload=True)
+    size = p.pack_path.stat().st_size + p.idx_path.stat().st_size
+    assert size < 0.35 * text
+    # a thread's messages lie side by side: a 10-message thread spans at most 2 chunks
+    chunk_of = {oid: p._where(p._find(bytes.fromhex(oid)))[0] for oid in p.ids()}
+    for c in range(30):
+        ids = [e.id for e in api.log(repo, f"t{c}")]
+        assert len({chunk_of[i] for i in ids}) <= 2
+    assert api.fsck(repo).ok
+
+
+def test_gc_rewrites_a_version_1_pack(tmp_path):
+    """The checked-in format-1 store has a version-1 pack: gc repacks it into version 2 and
+    every answer stays the same."""
+    import shutil
+    from pathlib import Path
+
+    src = Path(__file__).parent / "data" / "store-v1" / ".convgit"
+    shutil.copytree(src, tmp_path / ".convgit")
+    env = cli_env(tmp_path)
+    before = run_process(["log", "--all", "--json"], cwd=tmp_path, env=env)
+    with convgit.Repository.open(tmp_path / ".convgit") as repo:
+        assert {p.version for p in repo.objects.packs()} == {1}
+        api.gc(repo, prune="never")
+        assert {p.version for p in repo.objects.packs(reload=True)} == {2}
+        assert not list(repo.objects.iter_loose())
+    after = run_process(["log", "--all", "--json"], cwd=tmp_path, env=env)
+    assert before.rc == 0 and after.rc == 0 and after.json() == before.json()
+    assert run_process(["fsck"], cwd=tmp_path, env=env).rc == 0
