@@ -140,44 +140,98 @@ class BundleSource:
         self.db.close()
 
 
+def _lenient_text(raw: bytes):
+    """SQLite TEXT as str, or the raw bytes when they are not UTF-8 (verify reports them
+    instead of failing the whole read)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+
+
+def _show(value) -> str:
+    """A value read from a bundle, for a problem's text."""
+    if isinstance(value, str):
+        return value
+    return f"{value!r} ({'not UTF-8' if isinstance(value, bytes) else 'not'} text)"
+
+
 def verify_bundle(path: str | Path) -> BundleInfo:
-    """Check a bundle: format, every object's hash and encoding, closure, ref names and tips."""
+    """Check a bundle: format, every object's hash, encoding and storage class, closure, the
+    type of every reference (a tip and a parent are messages, a blob reference a blob, a
+    reflog's turn a turn: what ``merge`` requires, checked with its own rules), ref names.
+
+    Anything wrong is a problem in the result, never an exception: a row that is not UTF-8
+    text, an object stored as TEXT, or a table SQLite cannot read. (The size limits are the
+    destination's, so only ``merge`` checks them.)"""
     src = BundleSource(path)
+    src.db.text_factory = _lenient_text
     info = BundleInfo(str(path))
     try:
-        types: dict[str, str] = {}
-        refs_needed: list[tuple[str, str]] = []
-        for oid, data in src.db.execute("SELECT id, data FROM objects"):
-            info.objects += 1
-            if not isinstance(data, bytes) or not is_oid(oid) or codec.hash_bytes(data) != oid:
-                info.problems.append(f"object {oid!r}: bytes do not hash to its id")
-                continue
-            info.bytes += len(data)
-            try:
-                obj = codec.decode(data, oid)
-            except ObjectCorrupt as e:
-                info.problems.append(e.message)
-                continue
-            if not codec.is_canonical(data, obj):
-                info.problems.append(f"object {oid}: not in canonical encoding")
-            types[oid] = codec.type_name(obj)
-            refs_needed.extend((r, oid) for r in references(obj))
-        for r, by in refs_needed:
-            if r not in types:
-                info.problems.append(f"object {by} references {r}, which the bundle lacks")
-        for name, tip in src.refs().items():
-            try:
-                check_thread_name(name)
-            except InvalidInput as e:
-                info.problems.append(f"ref {name!r}: {e.message}")
-                continue
-            info.threads[name] = tip
-            if types.get(tip) != "message":
-                info.problems.append(f"thread {name!r} points at {tip}, which is not a message in the bundle")
-        for name in info.threads:
-            for t in src.turns(name):
-                if types.get(t) != "turn":
-                    info.problems.append(f"thread {name!r} lists turn {t}, which the bundle lacks")
+        _verify(src, info)
+    except (sqlite3.Error, OSError) as e:  # a missing table, a damaged page
+        info.problems.append(f"the bundle cannot be read: {e}")
     finally:
         src.close()
     return info
+
+
+def _verify(src: BundleSource, info: BundleInfo) -> None:
+    from .merge import _typed_refs as typed_refs  # the rules merge applies (merge imports us)
+
+    types: dict[str, str] = {}
+    bad: set[str] = set()  # present, but failed a check (reported once, not again by referrers)
+    refs_needed: list[tuple[str, str, str]] = []  # (id, wanted type, referrer)
+    for oid, kind, data in src.db.execute("SELECT id, typeof(data), data FROM objects"):
+        info.objects += 1
+        if not isinstance(oid, str) or not is_oid(oid):
+            info.problems.append(f"object {_show(oid)}: not an object id")
+            continue
+        if kind != "blob" or not isinstance(data, bytes):
+            info.problems.append(f"object {oid}: stored as {kind}, not as a blob of bytes")
+            bad.add(oid)
+            continue
+        if codec.hash_bytes(data) != oid:
+            info.problems.append(f"object {oid}: bytes do not hash to its id")
+            bad.add(oid)
+            continue
+        info.bytes += len(data)
+        try:
+            obj = codec.decode(data, oid)
+        except ObjectCorrupt as e:
+            info.problems.append(e.message)
+            bad.add(oid)
+            continue
+        if not codec.is_canonical(data, obj):
+            info.problems.append(f"object {oid}: not in canonical encoding")
+        types[oid] = codec.type_name(obj)
+        refs_needed.extend((r, want, oid) for r, want in typed_refs(obj))
+
+    def check(oid, want: str, by: str) -> None:
+        if oid in bad:
+            return
+        have = types.get(oid)
+        if have is None:
+            info.problems.append(f"{by} names {_show(oid)}, which the bundle lacks")
+        elif have != want:
+            info.problems.append(f"{by} names {oid} as a {want}; it is a {have}")
+
+    for r, want, by in refs_needed:
+        check(r, want, f"object {by}")
+    for name, tip in src.db.execute("SELECT name, tip FROM refs ORDER BY name"):
+        if not isinstance(name, str):
+            info.problems.append(f"ref {_show(name)}: a thread name must be text")
+            continue
+        try:
+            check_thread_name(name)
+        except InvalidInput as e:
+            info.problems.append(f"ref {name!r}: {e.message}")
+            continue
+        if not isinstance(tip, str):
+            info.problems.append(f"thread {name!r} points at {_show(tip)}, not an object id")
+            continue
+        info.threads[name] = tip
+        check(tip, "message", f"thread {name!r}")
+    for name in info.threads:
+        for (t,) in src.db.execute("SELECT turn FROM turns WHERE thread=? ORDER BY seq", (name,)):
+            check(t, "turn", f"the turn list of thread {name!r}")

@@ -36,11 +36,16 @@ def ancestry_ids(objects, tip: str | None) -> list[str]:
 
 
 def longest_stored_prefix(objects, ids: list[str]) -> int:
-    """How many leading ids of a chain are already stored.
+    """How many leading ids of a chain (root first, each the parent of the next) are stored,
+    with nothing missing before them: ``ids[:k]`` are all stored, ``ids[k]`` is not.
 
     Stored messages are closed under "parent of" (a message is only written after its parent
     and gc keeps ancestors of what it keeps), so membership is monotone along the chain and a
-    binary search needs only log2(n) existence checks.
+    binary search needs only log2(n) existence checks. That holds for what convgit writes, not
+    for a store whose files were deleted by hand: so the prefix found is checked id by id (an
+    existence check, no read: a few ms for 1,000 ids) and ends before the first hole, which
+    makes a commit write the missing messages again (healing the store) instead of
+    acknowledging a history whose middle is gone.
     """
     lo, hi = 0, len(ids)
     while lo < hi:
@@ -49,7 +54,41 @@ def longest_stored_prefix(objects, ids: list[str]) -> int:
             lo = mid + 1
         else:
             hi = mid
-    return lo
+    hole = first_missing(objects, ids, lo - 1)  # ids[lo - 1] itself was just found stored
+    return hole if hole < lo - 1 else lo
+
+
+def first_missing(objects, ids: list[str], end: int | None = None) -> int:
+    """The index of the first of ``ids[:end]`` that is not stored (``end`` if all are).
+
+    The common answer is "all", so the probe is cheap where the store lets it be: a loose
+    file's existence, or a lookup in the pack indexes already loaded, trying first where the
+    previous id was (a chain's old part sits in packs, its recent part in loose files). Only
+    an id found in neither is asked of ``objects.contains``, which re-reads the pack list."""
+    end = len(ids) if end is None else end
+    is_loose = getattr(objects, "is_loose", None)
+    packs = getattr(objects, "packs", None)
+    if is_loose is None or packs is None:
+        for i in range(end):
+            if not objects.contains(ids[i]):
+                return i
+        return end
+    loaded = packs()
+
+    def in_packs(oid: str) -> bool:
+        return any(p.contains(oid) for p in loaded)
+
+    probes = (is_loose, in_packs)
+    for i in range(end):
+        oid = ids[i]
+        if probes[0](oid):
+            continue
+        if probes[1](oid):
+            probes = probes[::-1]
+            continue
+        if not objects.contains(oid):
+            return i
+    return end
 
 
 def references(obj) -> list[str]:

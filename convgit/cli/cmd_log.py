@@ -7,6 +7,7 @@ from typing import List, Optional
 import typer
 
 from .. import api, views
+from ..errors import ObjectMissing
 from ..ids import short
 from ..objects import AttachmentPart, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from . import output
@@ -89,7 +90,7 @@ def log_cmd(
         V.print_short(list(entries), json_=json_, usage=usage)
         return
     if json_:
-        V.stream_json(repo, entries, usage=usage, truncate=truncate)
+        V.print_entries_json(repo, entries, usage=usage, truncate=truncate)
         return
     tips: dict[str, list[str]] = {}
     for n, t in repo.refs.read_all().items():
@@ -166,6 +167,7 @@ def show_cmd(
     tip, thread = resolve_with_thread(repo, "HEAD" if rev is None else rev)
     if rev is None:
         thread = repo.refs.read_head()
+    _check_stored(repo, tip, thread)
     entries = api.conversation(repo, tip)
     if response or extract or extract_last:
         chosen = [V.response_entry(entries, by_key=False)] if response else [e for e in entries if e.role == "assistant"]
@@ -194,6 +196,19 @@ def show_cmd(
             output.line()
     if usage:
         output.line(V.totals_line(entries), "bold")
+
+
+def _check_stored(repo, tip: str, thread: str | None) -> None:
+    """A revision that resolved to an id whose object is gone (a thread's tip, or NAME~N) is a
+    damaged store, not an unknown revision: object_missing naming the id (resolving the id
+    again, as ``api.conversation`` does, would call it not_found)."""
+    if repo.objects.contains(tip):
+        return
+    try:
+        repo.objects.read_bytes(tip)  # a damaged pack index says object_corrupt, not missing
+    except ObjectMissing:
+        where = f"thread {thread!r} points at" if thread else "the revision names"
+        raise ObjectMissing(f"{where} object {tip}, which is missing", oid=tip, thread=thread) from None
 
 
 def truncate_text(text: str) -> str:

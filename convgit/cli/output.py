@@ -47,9 +47,9 @@ def emit_json(doc: Any) -> None:
     sys.stdout.write("\n")
 
 
-def emit_json_lines_array(items) -> None:
-    """A JSON array written item by item, so the first row appears before the last is read."""
-    out = sys.stdout
+def emit_json_lines_array(items, out=None) -> None:
+    """A JSON array written item by item to ``out`` (default stdout), one row a line."""
+    out = sys.stdout if out is None else out
     first = True
     out.write("[")
     for item in items:

@@ -1,0 +1,212 @@
+"""A store damaged by hand (an object file deleted or flipped): a re-sent history heals it,
+reading commands fail with the right code and, under --json, one valid JSON document."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import convgit
+from cli_helpers import assert_error, cli, conv, dumps, env, ok, proj, run  # noqa: F401
+from convgit import codec, graph
+from convgit.gc import gc
+from convgit.repository import Repository
+
+FIVE = conv("m1", "m2", "m3", "m4", "m5")
+SIX = conv("m1", "m2", "m3", "m4", "m5", "m6")
+
+
+def _loose(store: Path, oid: str) -> Path:
+    return store / "objects" / oid[:2] / oid[2:]
+
+
+def _delete(store: Path, oid: str) -> bytes:
+    f = _loose(store, oid)
+    data = f.read_bytes()
+    f.chmod(0o644)
+    f.unlink()
+    return data
+
+
+def _flip_last_byte(store: Path, oid: str) -> None:
+    f = _loose(store, oid)
+    data = bytearray(f.read_bytes())
+    data[-1] ^= 0x01
+    f.chmod(0o644)
+    f.write_bytes(bytes(data))
+
+
+def _rev(cli, rev: str) -> str:
+    return ok(cli("rev-parse", rev)).out.strip()
+
+
+# -- a re-sent history heals a hole ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("trusted", [False, True], ids=["stateless", "thread"])
+def test_a_resent_history_writes_a_hand_deleted_message_again(cli, proj, trusted):
+    store = proj / ".convgit"
+    thread = ["--thread", "main"] if trusted else []
+    first = json.loads(ok(cli("commit", "-", *thread, "--json", input=dumps(FIVE))).out)
+    m3 = _rev(cli, f"{first['thread']}~2")
+    data = _delete(store, m3)
+    assert_error(cli("fsck", "--json"), "fsck_failed")
+
+    r = json.loads(ok(cli("commit", "-", *thread, "--json", input=dumps(SIX))).out)
+
+    assert _loose(store, m3).read_bytes() == data and codec.hash_bytes(data) == m3  # back, intact
+    assert r["new_objects"] == 3  # m3, m6 and the turn: not acknowledged on a broken chain
+    if trusted:
+        assert r["status"] == "appended" and r["thread"] == "main" and r["appended_messages"] == 1
+    rep = json.loads(ok(cli("fsck", "--json")).out)
+    assert rep["status"] == "ok" and rep["errors"] == 0, rep
+    log = json.loads(ok(cli("log", r["tip"], "--json")).out)
+    assert [e["text"] for e in log] == ["m6", "m5", "m4", "m3", "m2", "m1"]
+    assert len(json.loads(ok(cli("log", first["tip"], "--json")).out)) == 5  # the old tip reads again
+
+
+def _chain(repo, thread: str) -> list[str]:
+    return graph.ancestry_ids(repo.objects, repo.refs.read(thread))
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """Thread t: m1..m3 in a pack, m4..m8 loose."""
+    repo = Repository.init(tmp_path / ".convgit")
+    convgit.commit(repo, {"messages": conv("m1", "m2", "m3")}, thread="t")
+    gc(repo)
+    convgit.commit(repo, {"messages": conv("m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8")}, thread="t")
+    yield repo
+    repo.close()
+
+
+def test_longest_stored_prefix_stops_before_a_hole(mixed):
+    ids = _chain(mixed, "t")
+    assert [mixed.objects.is_loose(o) for o in ids] == [False] * 3 + [True] * 5
+    new = ids + ["ab" * 32]
+    assert graph.longest_stored_prefix(mixed.objects, new) == 8
+    assert graph.longest_stored_prefix(mixed.objects, ids) == 8
+    assert graph.longest_stored_prefix(mixed.objects, []) == 0
+    _delete(mixed.path, ids[5])
+    assert graph.longest_stored_prefix(mixed.objects, new) == 5
+    assert graph.first_missing(mixed.objects, ids) == 5
+    _delete(mixed.path, ids[3])
+    assert graph.longest_stored_prefix(mixed.objects, new) == 3
+    assert graph.first_missing(mixed.objects, ids, 3) == 3
+
+
+def test_longest_stored_prefix_only_checks_existence(mixed, monkeypatch):
+    """The common path (nothing missing) reads no object: existence checks only."""
+    ids = _chain(mixed, "t")
+
+    def boom(oid):
+        raise AssertionError("read")
+
+    monkeypatch.setattr(mixed.objects, "read", boom)
+    monkeypatch.setattr(mixed.objects, "read_bytes", boom)
+    assert graph.longest_stored_prefix(mixed.objects, ids + ["cd" * 32]) == 8
+
+
+def test_first_missing_sees_an_object_packed_after_the_pack_list_was_loaded(mixed):
+    """gc may pack loose objects meanwhile: an id in neither probe is asked of the store."""
+    ids = _chain(mixed, "t")
+    mixed.objects.packs()  # loaded before gc runs
+    other = Repository.open(mixed.path)
+    gc(other)
+    other.close()
+    assert not any(mixed.objects.is_loose(o) for o in ids)
+    assert graph.first_missing(mixed.objects, ids) == len(ids)
+
+
+# -- log --json on a damaged history: one JSON document --------------------------------------
+
+
+def _two_threads(cli) -> tuple[str, str]:
+    ok(cli("commit", "-", "--thread", "a", input=dumps(conv("a1", "a2", "a3", "a4"))))
+    ok(cli("commit", "-", "--thread", "b", input=dumps(conv("b1", "b2"))))
+    return _rev(cli, "a~2"), _rev(cli, "a")
+
+
+@pytest.mark.parametrize("damage,code", [("missing", "object_missing"), ("corrupt", "object_corrupt")])
+@pytest.mark.parametrize("args", [["log", "a"], ["log", "--all"], ["log", "a", "--usage"], ["log", "--all", "-n", "1"],
+                                  ["log", "a", "--reverse"]],
+                         ids=["thread", "all", "usage", "all-n1", "reverse"])
+def test_log_json_that_meets_damage_mid_walk_prints_only_the_error_document(cli, proj, args, damage, code):
+    victim, tip = _two_threads(cli)
+    store = proj / ".convgit"
+    _delete(store, victim) if damage == "missing" else _flip_last_byte(store, victim)
+    r = cli(*args, "--json")
+    if args[-2:] == ["-n", "1"]:  # the walk stops before the damage
+        assert [e["text"] for e in json.loads(ok(r).out)] == ["a4"]
+        return
+    doc = assert_error(r, code)  # stdout is exactly one JSON document: the error
+    assert json.loads(r.out) == doc and doc["details"]["oid"] == victim
+    r = cli(*args)  # the human form streams what it could read, then the error on stderr
+    assert r.rc != 0 and "Traceback" not in r.err and f"[{code}]" in r.err
+
+
+def test_log_json_on_a_sound_history_is_unchanged(cli, proj):
+    _two_threads(cli)
+    out = ok(cli("log", "--all", "--json")).out
+    assert [e["text"] for e in json.loads(out)] == ["a4", "a3", "a2", "a1", "b2", "b1"]
+    assert out.startswith("[\n  {") and out.endswith("}\n]\n")
+
+
+# -- show with a missing tip -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("json_", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("rev", ["a", "HEAD", "a~1"])
+def test_show_of_a_missing_object_is_object_missing(cli, proj, rev, json_):
+    ok(cli("commit", "-", "--thread", "a", input=dumps(conv("a1", "a2", "a3"))))
+    ok(cli("switch", "a"))
+    victim = _rev(cli, rev)
+    _delete(proj / ".convgit", victim)
+    r = cli("show", rev, *(["--json"] if json_ else []))
+    doc = assert_error(r, "object_missing")
+    if json_:
+        assert doc["details"]["oid"] == victim and victim in doc["error_message"]
+    else:
+        assert victim in r.err
+
+
+def test_show_of_an_unknown_id_is_still_not_found(cli, proj):
+    ok(cli("commit", "-", "--thread", "a", input=dumps(conv("a1"))))
+    assert_error(cli("show", "ab" * 32, "--json"), "not_found")
+    assert_error(cli("show", "nope"), "not_found")
+
+
+def test_log_json_held_in_a_temporary_file_beyond_the_memory_spool(cli, proj, monkeypatch):
+    """Past SPOOL_BYTES the document goes to a temporary file: the same bytes on stdout, and
+    damage met after the spill still prints only the error document."""
+    from convgit.cli import views as V
+
+    import tempfile
+
+    spools = []
+
+    class Spy(tempfile.SpooledTemporaryFile):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            spools.append(self)
+
+    victim, _ = _two_threads(cli)
+    whole = ok(cli("log", "--all", "--json")).out
+    monkeypatch.setattr(V.tempfile, "SpooledTemporaryFile", Spy)
+    monkeypatch.setattr(V, "SPOOL_BYTES", 64)
+    assert ok(cli("log", "--all", "--json")).out == whole
+    assert [sp._rolled for sp in spools] == [True]  # it did go to a file
+    _delete(proj / ".convgit", victim)
+    r = cli("log", "--all", "--json")
+    assert json.loads(r.out) == assert_error(r, "object_missing")
+
+
+def test_log_json_error_document_alone_in_a_real_process(run, cli, proj):
+    victim, _ = _two_threads(cli)
+    _flip_last_byte(proj / ".convgit", victim)
+    r = run("log", "--all", "--json")
+    doc = assert_error(r, "object_corrupt")
+    assert json.loads(r.out) == doc and doc["details"]["oid"] == victim
+    assert json.loads(ok(run("log", "b", "--json")).out)[0]["text"] == "b2"
