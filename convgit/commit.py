@@ -25,7 +25,7 @@ from .errors import (
     RefStale,
     SchemaValidationFailed,
 )
-from .graph import iter_ancestry, longest_stored_prefix
+from .graph import first_missing, read_message
 from .ids import check_thread_name, short
 from .ingest import Chain, Payload, build_chain
 from .objects import Turn
@@ -70,11 +70,35 @@ class _Plan:
     status: str
     thread: str | None
     expected: object  # ANY | None | oid
-    stored: int  # leading messages already stored
+    stored: int  # leading messages already stored (where the history meets the store)
     old_tip: str | None
     forked_from: dict | None = None
     turn: tuple[str, bytes] | None = None
     move_ref: bool = True
+    holes: tuple[int, ...] = ()  # messages before ``stored`` that are missing (deleted by hand)
+
+    @property
+    def new_ids(self) -> list[str]:
+        """The messages this commit writes: the holes it heals, then the new tail."""
+        ids = self.chain.ids
+        return [ids[i] for i in self.holes] + ids[self.stored:]
+
+    @property
+    def new_messages(self) -> int:
+        return len(self.holes) + len(self.chain.ids) - self.stored
+
+    def objects(self) -> list[tuple[str, bytes]]:
+        """Every object to write, in dependency order: each hole's blobs and message (their
+        parents are stored or come earlier), the tail's, then the turn."""
+        c = self.chain
+        out: list[tuple[str, bytes]] = []
+        for i in self.holes:
+            out.extend(c.blobs[i])
+            out.append((c.ids[i], c.data[i]))
+        out.extend(c.objects_from(self.stored))
+        if self.turn:
+            out.append(self.turn)
+        return out
 
 
 class _View:
@@ -96,6 +120,14 @@ class _View:
     def contains(self, oid: str) -> bool:
         return oid in self.pending_objects or self.repo.objects.contains(oid)
 
+    # The cheap probes graph.first_missing looks for (a loose file's existence, the pack
+    # indexes already loaded); an object a batch will write counts as present.
+    def is_loose(self, oid: str) -> bool:
+        return oid in self.pending_objects or self.repo.objects.is_loose(oid)
+
+    def packs(self, *, reload: bool = False) -> list:
+        return self.repo.objects.packs(reload=reload)
+
     def threads_at(self, tip: str) -> list[str]:
         names = {n for n in self.repo.index.threads_at(tip) if n not in self.pending_refs}
         names.update(n for n, t in self.pending_refs.items() if t == tip)
@@ -116,75 +148,155 @@ class _View:
         return self.repo.index.thread_for_upstream(source, upstream)
 
     def stored_prefix(self, ids: list[str]) -> int:
-        if not self.pending_objects:
-            return longest_stored_prefix(self.repo.objects, ids)
-        lo, hi = 0, len(ids)
+        """How many leading ids of a chain are stored with nothing missing before them
+        (graph.longest_stored_prefix, with what the batch will write counted as stored):
+        ``ids[k:]`` is what a commit of this chain must write."""
+        end, holes = self.stored_run(ids)
+        return holes[0] if holes else end
+
+    def stored_run(self, ids: list[str]) -> tuple[int, tuple[int, ...]]:
+        """``(end, holes)``: where the chain leaves the store (``ids[end - 1]`` stored,
+        ``ids[end]`` not), found by binary search as in graph.longest_stored_prefix (stored
+        messages are closed under "parent of", so log2(n) probes), and the indexes before it
+        that are missing all the same: messages whose files were deleted by hand. The thread
+        decision uses ``end`` (the history still ends where it did); the commit writes the
+        holes again, healing the store. The hole check is graph.first_missing: one existence
+        probe per id, no read.
+
+        A search that probes a hole stops there; if the chain's last message is stored, so
+        was all of it (the holes apart): ``end`` is the whole chain. (A search that stopped
+        at a hole with new messages after it is caught by the decision, which knows the
+        thread's tip.)"""
+        n = len(ids)
+        lo, hi = 0, n
         while lo < hi:
             mid = (lo + hi) // 2
             if self.contains(ids[mid]):
                 lo = mid + 1
             else:
                 hi = mid
-        return lo
+        if lo < n - 1 and self.contains(ids[-1]):
+            lo = n
+        return lo, self.holes_before(ids, lo)
 
-    def ancestry(self, tip: str) -> list[str]:
-        return [oid for oid, _ in iter_ancestry(self.repo.objects, tip)]
+    def holes_before(self, ids: list[str], end: int) -> tuple[int, ...]:
+        """The indexes of the missing ids among ``ids[:end]``."""
+        first = first_missing(self, ids, end)
+        if first >= end:
+            return ()
+        return (first, *(i for i in range(first + 1, end) if not self.contains(ids[i])))
+
+    def iter_history(self, tip: str):
+        """Ids from ``tip`` back to the root, each yielded before it is read (a walk that
+        stops at an id never needs that object)."""
+        oid: str | None = tip
+        while oid is not None:
+            yield oid
+            oid = read_message(self.repo.objects, oid).parent
 
 
 # -- deciding -------------------------------------------------------------------------------
 
 
 def _decide(view: _View, payload: Payload, chain: Chain, thread: str | None, on_conflict: str, now_ms: int) -> _Plan:
+    """The plan for one payload. ``stored`` (where the history leaves the store) decides the
+    thread, as if nothing were missing; ``holes`` (messages before it deleted by hand) are
+    only written again."""
     ids = chain.ids
     tip = chain.tip
-    k = view.stored_prefix(ids)
+    k, holes = view.stored_run(ids)
     trusted = thread
     src, up = payload.turn.source, payload.turn.upstream_thread_id
     if trusted is None and src and up:
         trusted = view.thread_for_upstream(src, up)
         if trusted is None:
-            return _Plan(payload, chain, "created", _upstream_name(view, src, up, tip, now_ms), None, k, None)
+            return _Plan(payload, chain, "created", _upstream_name(view, src, up, tip, now_ms), None, k, None,
+                         holes=holes)
     if trusted is not None:
-        return _decide_trusted(view, payload, chain, trusted, on_conflict, k, now_ms)
+        return _decide_trusted(view, payload, chain, trusted, on_conflict, k, holes, now_ms)
+    return _decide_untrusted(view, payload, chain, k, holes, now_ms)
+
+
+def _decide_untrusted(view, payload, chain, k, holes, now_ms) -> _Plan:
+    ids = chain.ids
+    tip = chain.tip
     if k == len(ids):
         names = view.threads_at(tip)
         if names:
-            return _Plan(payload, chain, "deduplicated", names[0], tip, k, tip, move_ref=False)
+            return _Plan(payload, chain, "deduplicated", names[0], tip, k, tip, move_ref=False, holes=holes)
         if payload.turn.is_call() or payload.has_response:
             # A call whose every message is old, ending mid-thread: the turn is still new and
             # needs a thread to hang on.
             return _Plan(payload, chain, "created", _auto_name(view, tip, now_ms), None, k, None,
-                         forked_from={"thread": view.thread_containing(tip), "message": tip, "threads": []})
+                         forked_from={"thread": view.thread_containing(tip), "message": tip, "threads": []},
+                         holes=holes)
         # Reported only: no ref moves and no turn is written.
-        return _Plan(payload, chain, "deduplicated", view.thread_containing(tip), ANY, k, tip, move_ref=False)
+        return _Plan(payload, chain, "deduplicated", view.thread_containing(tip), ANY, k, tip, move_ref=False,
+                     holes=holes)
     prefix_tip = ids[k - 1] if k else None
     if prefix_tip is not None:
         names = view.threads_at(prefix_tip)
         if len(names) == 1:
-            return _Plan(payload, chain, "appended", names[0], prefix_tip, k, prefix_tip)
-        forked = None
-        if k:
-            holder = names[0] if names else view.thread_containing(prefix_tip)
-            forked = {"thread": holder, "message": prefix_tip, "threads": names}
+            return _Plan(payload, chain, "appended", names[0], prefix_tip, k, prefix_tip, holes=holes)
+        holder = names[0] if names else view.thread_containing(prefix_tip)
+        if not names and holder is not None:
+            end = _end_past_a_hole(view, ids, k, holder)
+            if end is not None:  # decide from there, as if nothing were missing
+                return _decide_untrusted(view, payload, chain, end, view.holes_before(ids, end), now_ms)
+        forked = {"thread": holder, "message": prefix_tip, "threads": names}
     else:
         forked = None
-    return _Plan(payload, chain, "created", _auto_name(view, tip, now_ms), None, k, None, forked_from=forked)
+    return _Plan(payload, chain, "created", _auto_name(view, tip, now_ms), None, k, None, forked_from=forked,
+                 holes=holes)
 
 
-def _decide_trusted(view, payload, chain, thread, on_conflict, k, now_ms) -> _Plan:
+def _end_past_a_hole(view: _View, ids: list[str], k: int, holder: str) -> int | None:
+    """Where the history really leaves the store when the binary search stopped at a hole
+    (``ids[k]`` deleted by hand, maybe a thread's tip), or None. Asked only when the history
+    would fork mid-thread: the thread holding the prefix has its tip further on in this
+    history, or a thread holds the history's last message (the index still knows it)."""
+    at = _index_after(ids, view.read_ref(holder), k)
+    if at is not None:
+        return at + 1
+    if view.thread_containing(ids[-1]) is not None:
+        return len(ids)
+    return None
+
+
+def _index_after(ids: list[str], oid: str | None, start: int) -> int | None:
+    """The index of ``oid`` in ``ids[start:]``, or None."""
+    if oid is None:
+        return None
+    try:
+        return ids.index(oid, start)
+    except ValueError:
+        return None
+
+
+def _decide_trusted(view, payload, chain, thread, on_conflict, k, holes, now_ms) -> _Plan:
     ids = chain.ids
     tip = chain.tip
     old = view.read_ref(thread)
     if old is None:
-        return _Plan(payload, chain, "created", thread, None, k, None)
+        return _Plan(payload, chain, "created", thread, None, k, None, holes=holes)
+    at = _index_after(ids, old, k)
+    if at is not None:  # the search stopped at a hole before the thread's tip (or at the tip itself)
+        k = at + 1
+        holes = view.holes_before(ids, k)
     if old == tip:
-        return _Plan(payload, chain, "deduplicated", thread, old, k, old, move_ref=False)
+        return _Plan(payload, chain, "deduplicated", thread, old, k, old, move_ref=False, holes=holes)
     pos = {oid: i for i, oid in enumerate(ids)}
     if old in pos:
-        return _Plan(payload, chain, "appended", thread, old, k, old)
-    history = view.ancestry(old)  # tip .. root
-    if k == len(ids) and tip in set(history):
-        return _Plan(payload, chain, "deduplicated", thread, old, k, old, move_ref=False)
+        return _Plan(payload, chain, "appended", thread, old, k, old, holes=holes)
+    history: list[str] = []  # tip .. root
+    for oid in view.iter_history(old):
+        if oid == tip:
+            # A prefix of the thread. Walked no further than needed: a hole deeper down
+            # (which this payload may be healing) does not stop it.
+            if k < len(ids):
+                k, holes = len(ids), view.holes_before(ids, len(ids))
+            return _Plan(payload, chain, "deduplicated", thread, old, k, old, move_ref=False, holes=holes)
+        history.append(oid)
     hist_set = set(history)
     common = 0
     while common < len(ids) and ids[common] in hist_set:
@@ -198,7 +310,7 @@ def _decide_trusted(view, payload, chain, thread, on_conflict, k, now_ms) -> _Pl
         name = _fork_name(view, thread, tip)
         return _Plan(
             payload, chain, "forked", name, None, k, None,
-            forked_from={"thread": thread, "message": at},
+            forked_from={"thread": thread, "message": at}, holes=holes,
         )
     at = f"after message {short(ids[common - 1])}" if common else "at the first message"
     raise DuplicateConflict(
@@ -314,7 +426,7 @@ def _drop_recorded_turn(repo, plan: _Plan, pending: set[str] | None = None) -> N
 
 
 def _reflog_message(plan: _Plan) -> str:
-    n = len(plan.chain.ids) - plan.stored
+    n = plan.new_messages
     if plan.status == "created":
         return f"commit (new thread): {n} new message(s)"
     if plan.status == "forked":
@@ -370,9 +482,7 @@ def commit_payload(
                 repo.refs.check_free(plan.thread)
             _make_turn(plan, now)
             _drop_recorded_turn(repo, plan)
-            objs = chain.objects_from(plan.stored)
-            if plan.turn:
-                objs.append(plan.turn)
+            objs = plan.objects()
             new = repo.objects.write_many(objs) if objs else 0
             crash_point("commit_after_objects")
             try:
@@ -405,7 +515,6 @@ def _move_ref(repo, plan: _Plan, now_ms: int, *, fsync: bool | None = None) -> N
 def _finish(repo, plans: Sequence[_Plan], news: Sequence[int]) -> list[CommitResult]:
     results = []
     for plan, new in zip(plans, news):
-        n_new = len(plan.chain.ids) - plan.stored
         moved = plan.move_ref
         appended = 0
         if moved:
@@ -421,7 +530,7 @@ def _finish(repo, plans: Sequence[_Plan], news: Sequence[int]) -> list[CommitRes
                 deduplicated=(plan.status == "deduplicated"),
                 appended_messages=appended,
                 new_objects=new,
-                new_messages=n_new,
+                new_messages=plan.new_messages,
                 turn=plan.turn[0] if plan.turn else None,
                 forked_from=plan.forked_from,
             )
@@ -465,7 +574,7 @@ def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None)
             if plan.turn:
                 pending_turns.add(plan.turn[0])
             plans.append(plan)
-            view.pending_objects.update(c.ids[plan.stored:])
+            view.pending_objects.update(plan.new_ids)
             if plan.thread and plan.move_ref:
                 view.pending_refs[plan.thread] = c.tip
                 view.pending_history[plan.thread] = set(c.ids)  # a chain always starts at its root
@@ -476,11 +585,8 @@ def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None)
         per_plan = []
         missing: set[str] = set()
         for plan in plans:
-            objs = plan.chain.objects_from(plan.stored)
-            if plan.turn:
-                objs.append(plan.turn)
-            per_plan.append(objs)
-            missing.update(plan.chain.ids[plan.stored:])
+            per_plan.append(plan.objects())
+            missing.update(plan.new_ids)
         total = sum(len(o) for o in per_plan)
         if total >= PACK_THRESHOLD:
             written = repo.objects.write_packed((x for objs in per_plan for x in objs), missing=missing)

@@ -171,7 +171,11 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
     turns = {name: source.turns(name) for name in incoming}
     # 2. Every object new here, re-hashed and decoded; one bad object and nothing is taken.
     new_ids: list[str] = []
-    seen: set[str] = set()
+    # Every id walked, new or already stored here, with its type (None: a damaged local
+    # object, fsck's business). An id is walked once but may be named many times, each time
+    # as some type: every naming is checked against the type found, so a blob reference to a
+    # thread's tip is refused whichever of the two the walk meets first.
+    walked: dict[str, str | None] = {}
     # (id, who names it, the type it must have): a thread's tip is a message, a reflog's turn
     # a turn; each object's references are typed by _typed_refs.
     todo = [(t, "thread", "message") for t in incoming.values()] + [(t, "turn", "turn") for ts in turns.values() for t in ts]
@@ -180,12 +184,13 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
         oid, by, want = todo.pop()
         if not is_oid(oid):
             raise SourceCorrupt(f"merge source: {by} names {oid!r}, not an object id")
-        if oid in seen:
+        if oid in walked:
+            _check_type(oid, want, walked[oid], by)
             continue
         if repo.objects.contains(oid):
-            _check_local_type(repo, oid, want, by)
+            walked[oid] = _local_type(repo, oid)
+            _check_type(oid, want, walked[oid], by)
             continue
-        seen.add(oid)
         size = source.size(oid)
         if size is not None and size > limit:
             raise SourceCorrupt(f"merge source: object {oid} is {size} bytes, over the limit of {limit}", oid=oid)
@@ -200,12 +205,13 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
             raise SourceCorrupt(f"merge source: {e.message}", oid=oid) from e
         if not codec.is_canonical(data, obj):
             raise SourceCorrupt(f"merge source: object {oid} is not canonically encoded", oid=oid)
-        if codec.type_name(obj) != want:
-            raise SourceCorrupt(f"merge source: {by} names {oid} as a {want}; it is a {codec.type_name(obj)}", oid=oid)
+        _check_type(oid, want, codec.type_name(obj), by)
+        walked[oid] = want
         new_ids.append(oid)
         report.new_bytes += len(data)
-        todo.extend((r, oid, t) for r, t in _typed_refs(obj) if r not in seen)
+        todo.extend((r, oid, t) for r, t in _typed_refs(obj))
     report.new_objects = len(new_ids)
+    seen = set(new_ids)
     for name, tip in incoming.items():
         if tip not in seen and not repo.objects.contains(tip):
             raise SourceCorrupt(f"merge source thread {name!r} points at a missing object", thread=name)
@@ -274,14 +280,19 @@ def _typed_refs(obj) -> list[tuple[str, str]]:
     return out
 
 
-def _check_local_type(repo, oid: str, want: str, by: str) -> None:
-    """An id the source names that is already stored here must still be of the right type."""
+def _local_type(repo, oid: str) -> str | None:
+    """The type of an object already stored here (None if it cannot be read: a damaged local
+    object is fsck's business, not the source's)."""
     try:
-        obj = repo.objects.read(oid)
+        return codec.type_name(repo.objects.read(oid))
     except ConvgitError:
-        return  # a damaged local object is fsck's business, not the source's
-    if codec.type_name(obj) != want:
-        raise SourceCorrupt(f"merge source: {by} names {oid} as a {want}; it is a {codec.type_name(obj)}", oid=oid)
+        return None
+
+
+def _check_type(oid: str, want: str, have: str | None, by: str) -> None:
+    """An id the source names must be of the type it is named as."""
+    if have is not None and have != want:
+        raise SourceCorrupt(f"merge source: {by} names {oid} as a {want}; it is a {have}", oid=oid)
 
 
 def _classify(repo, name: str, mine: str | None, tip: str, source, dry_run: bool) -> tuple[str, str]:

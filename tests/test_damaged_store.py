@@ -10,7 +10,7 @@ import pytest
 
 import convgit
 from cli_helpers import assert_error, cli, conv, dumps, env, ok, proj, run  # noqa: F401
-from convgit import codec, graph
+from convgit import api, codec, graph
 from convgit.gc import gc
 from convgit.repository import Repository
 
@@ -65,6 +65,134 @@ def test_a_resent_history_writes_a_hand_deleted_message_again(cli, proj, trusted
     log = json.loads(ok(cli("log", r["tip"], "--json")).out)
     assert [e["text"] for e in log] == ["m6", "m5", "m4", "m3", "m2", "m1"]
     assert len(json.loads(ok(cli("log", first["tip"], "--json")).out)) == 5  # the old tip reads again
+
+
+def _threads(cli) -> dict[str, str]:
+    return {t["name"]: t["tip"] for t in json.loads(ok(cli("threads", "--json")).out)}
+
+
+def _fsck_ok(cli) -> None:
+    rep = json.loads(ok(cli("fsck", "--json")).out)
+    assert rep["status"] == "ok" and rep["errors"] == 0, rep
+
+
+# Every position of the hole: m4 (index 3) and m5 (the thread's tip) are where the binary
+# search over m1..m6 stops, so they need the thread found through the history it holds.
+@pytest.mark.parametrize("hole", range(5), ids=[f"m{i + 1}" for i in range(5)])
+def test_a_stateless_resend_over_a_hole_appends_to_the_thread_it_continues(cli, proj, hole):
+    """The same outcome as without the hole (the thread moves on by one message), with the
+    missing message written again and counted: not a new thread forked before the hole."""
+    store = proj / ".convgit"
+    first = json.loads(ok(cli("commit", "-", "--json", input=dumps(FIVE))).out)
+    victim = _rev(cli, f"{first['thread']}~{4 - hole}")
+    _delete(store, victim)
+
+    r = json.loads(ok(cli("commit", "-", "--json", input=dumps(SIX))).out)
+
+    assert (r["status"], r["thread"], r["deduplicated"]) == ("appended", first["thread"], False)
+    assert (r["appended_messages"], r["new_messages"], r["new_objects"]) == (1, 2, 3)  # victim, m6, the turn
+    assert r["forked_from"] is None
+    assert _threads(cli) == {first["thread"]: r["tip"]}
+    assert _loose(store, victim).exists()
+    _fsck_ok(cli)
+    log = json.loads(ok(cli("log", first["thread"], "--json")).out)
+    assert [e["text"] for e in log] == ["m6", "m5", "m4", "m3", "m2", "m1"]
+
+
+@pytest.mark.parametrize("trusted", [False, True], ids=["stateless", "thread"])
+@pytest.mark.parametrize("payload,hole", [("whole", h) for h in range(5)] + [("prefix", h) for h in range(4)],
+                         ids=[f"whole-m{h + 1}" for h in range(5)] + [f"prefix-m{h + 1}" for h in range(4)])
+def test_a_resent_history_over_a_hole_is_deduplicated_and_heals_it(cli, proj, trusted, payload, hole):
+    """Nothing moves (the history is the thread or a prefix of it, m1..m4), but the missing
+    message is written again: one new object, one new message, no turn. A prefix ending above
+    the hole does not make the trusted thread's history walk fail on the hole below it."""
+    store = proj / ".convgit"
+    thread = ["--thread", "main"] if trusted else []
+    first = json.loads(ok(cli("commit", "-", *thread, "--json", input=dumps(FIVE))).out)
+    victim = _rev(cli, f"{first['thread']}~{4 - hole}")
+    _delete(store, victim)
+    before = _threads(cli)
+    sent = FIVE if payload == "whole" else FIVE[:4]
+
+    r = json.loads(ok(cli("commit", "-", *thread, "--json", input=dumps(sent))).out)
+
+    assert (r["status"], r["thread"], r["deduplicated"]) == ("deduplicated", first["thread"], True)
+    assert (r["appended_messages"], r["new_messages"], r["new_objects"], r["turn"]) == (0, 1, 1, None)
+    assert _threads(cli) == before
+    assert _loose(store, victim).exists()
+    _fsck_ok(cli)
+
+
+@pytest.mark.parametrize("hole", [0, 2, 3, 4], ids=["m1", "m3", "m4", "m5"])
+@pytest.mark.parametrize("batch", ["alone", "after_another"])
+def test_commit_many_over_a_hole_appends_and_heals(tmp_path, batch, hole):
+    """Bulk ingest makes the same decision and writes the hole again, also when an earlier
+    payload of the batch is pending (its own prefix search then counts pending objects)."""
+    repo = Repository.init(tmp_path / ".convgit")
+    first = convgit.commit(repo, {"messages": FIVE})
+    ids = _chain(repo, first.thread)
+    _delete(repo.path, ids[hole])
+    items = [{"messages": SIX}]
+    if batch == "after_another":
+        items.insert(0, {"messages": conv("other 1", "other 2")})
+    r = convgit.commit_many(repo, items)[-1]
+    assert (r.status, r.thread, r.appended_messages, r.new_messages, r.new_objects) == \
+        ("appended", first.thread, 1, 2, 3)
+    assert repo.objects.is_loose(ids[hole])
+    assert graph.ancestry_ids(repo.objects, repo.refs.read(first.thread)) == ids + [r.tip]
+    assert api.fsck(repo).ok
+    repo.close()
+
+
+def test_an_import_over_a_hole_heals_it_in_a_batch(tmp_path):
+    """The importer's prefix search (shared with commit_many) stops at the hole too, also
+    behind another conversation of the same file."""
+    repo = Repository.init(tmp_path / ".convgit")
+
+    def claude(uuid, texts):
+        return {"uuid": uuid, "name": "Chat", "created_at": "2025-01-01T00:00:00Z", "chat_messages": [
+            {"uuid": f"{uuid}-{i}", "sender": "human" if i % 2 == 0 else "assistant",
+             "created_at": f"2025-01-01T00:00:0{i}Z", "text": t, "content": [{"type": "text", "text": t}]}
+            for i, t in enumerate(texts)]}
+
+    v1 = tmp_path / "v1.json"
+    v1.write_text(json.dumps([claude("c-1", ["q", "a", "q2", "a2"])]))
+    api.import_paths(repo, [str(v1)])
+    (name,) = repo.refs.read_all()
+    ids = _chain(repo, name)
+    _delete(repo.path, ids[1])
+    v2 = tmp_path / "v2.json"
+    v2.write_text(json.dumps([claude("c-0", ["other"]), claude("c-1", ["q", "a", "q2", "a2", "q3"])]))
+    rep = api.import_paths(repo, [str(v2)])
+    assert [c.status for c in rep.conversations] == ["imported", "appended"]
+    assert repo.objects.contains(ids[1])
+    assert graph.ancestry_ids(repo.objects, repo.refs.read(name))[:4] == ids
+    assert api.fsck(repo).ok
+    repo.close()
+
+
+def test_a_resend_reads_no_object_and_probes_each_id_at_most_once_more(tmp_path, monkeypatch):
+    """The common path (nothing missing) of a batch: existence probes only, no object read,
+    at most one probe per message on top of the binary search."""
+    repo = Repository.init(tmp_path / ".convgit")
+    hist = conv(*(f"m{i}" for i in range(200)))
+    first = convgit.commit(repo, {"messages": hist})
+    gc(repo)  # the old part packed, the recent part loose: both probes
+    convgit.commit(repo, {"messages": hist + conv("n1", first="assistant")})
+
+    def boom(oid):
+        raise AssertionError("read")
+
+    probes = []
+    real_loose, real_contains = repo.objects.is_loose, repo.objects.contains
+    monkeypatch.setattr(repo.objects, "read", boom)
+    monkeypatch.setattr(repo.objects, "read_bytes", boom)
+    monkeypatch.setattr(repo.objects, "is_loose", lambda o: probes.append(o) or real_loose(o))
+    monkeypatch.setattr(repo.objects, "contains", lambda o: probes.append(o) or real_contains(o))
+    more = hist + conv("n1", "n2", first="assistant")
+    rs = convgit.commit_many(repo, [{"messages": conv("other")}, {"messages": more}])
+    assert rs[-1].status == "appended" and rs[-1].thread == first.thread and rs[-1].new_messages == 1
+    assert len(probes) <= len(more) + 2 * 10 + 10, len(probes)
 
 
 def _chain(repo, thread: str) -> list[str]:

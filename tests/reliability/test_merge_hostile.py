@@ -457,11 +457,62 @@ def test_mutation_a_merge_that_trusts_claimed_ids_stores_corrupt_objects(dest, g
         assert fsck(r, check_index=False).errors, "the corrupt object should be in the store now"
 
 
-@pytest.mark.xfail(strict=True, reason="merge.py gap (reported): an id already walked as one type is "
-                   "not checked again when another object names it as another type")
 def test_merge_checks_the_type_of_an_object_it_has_already_walked(dest, good_bundle, tmp_path):
     bad = _tampered(good_bundle, tmp_path, "blob_is_a_tip", b_text_blob_is_a_thread_tip)
     rc, out = cli_json(["bundle", "verify", str(bad), "--json"], store=dest.path)
     assert rc == 35 and any("as a blob; it is a message" in p for p in json.loads(out)["problems"]), out
-    with pytest.raises(errors.SourceCorrupt):
+    before_files, before_refs = store_files(dest.path), dest.refs.read_all()
+    with pytest.raises(errors.SourceCorrupt) as e:
         merge(dest, bad)
+    assert "as a blob; it is a message" in e.value.message
+    _assert_nothing_changed(dest, before_files, before_refs)
+
+
+# Without a reflog (whose turns are walked first and reach y's tip as a message), refs are
+# walked last name first: "0-bad" is reached after thread y's tip was walked as a message,
+# "zz-bad" before it (the tip is then first met as a blob).
+@pytest.mark.parametrize("name", ["0-bad", "zz-bad"])
+@pytest.mark.parametrize("kind", ["bundle", "store", "cli"])
+def test_a_blob_reference_to_a_walked_message_is_refused_in_either_walk_order(dest, tmp_path, name, kind):
+    src = new_store(tmp_path / "src2", fsync=False)
+    convgit.commit(src, {"messages": [user("y1"), user("y2")]}, thread="y", now_ms=NOW)
+    tip = src.refs.read("y")
+    mid, m = _enc(_msg("", blob=tip))
+    _plant(src, mid, m)
+    (src.path / "refs/threads" / name).write_text(mid + "\n")
+    (src.path / "logs/refs/threads/y").unlink()
+    if kind == "bundle":
+        where = tmp_path / "b.db"
+        create_bundle(src, where)
+    else:
+        where = src.path.parent
+    src.close()
+    before_files, before_refs = store_files(dest.path), dest.refs.read_all()
+    if kind == "cli":
+        rc, out = cli_json(["merge", str(where), "--json"], store=dest.path)
+        doc = json.loads(out)
+        assert rc == 34 and doc["error_code"] == "source_corrupt", out
+        assert "as a blob; it is a message" in doc["error_message"]
+    else:
+        with pytest.raises(errors.SourceCorrupt) as e:
+            merge(dest, where)
+        assert f"names {tip} as a blob; it is a message" in e.value.message
+    _assert_nothing_changed(dest, before_files, before_refs)
+
+
+def test_a_blob_reference_to_a_local_message_named_twice_is_refused(dest, tmp_path):
+    """An id already stored here is typed once and every naming is checked: a thread of the
+    source names the destination's tip as a message, another message names it as a blob."""
+    src = new_store(tmp_path / "src3", fsync=False)
+    convgit.commit(src, {"messages": [user("mine 1"), user("mine 2")]}, thread="a", now_ms=NOW)
+    tip = src.refs.read("a")
+    assert tip == dest.refs.read("a")
+    mid, m = _enc(_msg("", blob=tip))
+    _plant(src, mid, m)
+    (src.path / "refs/threads/0-bad").write_text(mid + "\n")
+    src.close()
+    before_files, before_refs = store_files(dest.path), dest.refs.read_all()
+    with pytest.raises(errors.SourceCorrupt) as e:
+        merge(dest, src.path.parent)
+    assert f"names {tip} as a blob; it is a message" in e.value.message
+    _assert_nothing_changed(dest, before_files, before_refs)
