@@ -35,7 +35,7 @@ from .objects import (
 from .refs import parse_reflog_line, read_log_file
 from .fts import FTS_SCHEMA
 
-SCHEMA_VERSION = 3  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA)
+SCHEMA_VERSION = 4  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table
 INDEX_FILE = "index.sqlite"
 
 SCHEMA = """
@@ -71,9 +71,11 @@ CREATE TABLE parts (
   tool_call_id TEXT,
   blob TEXT,
   mime_type TEXT,
-  data_json TEXT,
-  PRIMARY KEY (message_rowid, position)
-) WITHOUT ROWID;
+  data_json TEXT
+);
+-- A rowid table, not WITHOUT ROWID: there a row over ~1 KB (most messages' text) spills into
+-- an overflow page of its own, which made this table 2.7 x the text it holds.
+CREATE UNIQUE INDEX parts_message ON parts(message_rowid, position);
 CREATE TABLE turns (
   id TEXT PRIMARY KEY,
   thread TEXT,
