@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .errors import ObjectCorrupt
 from .objects import Message
@@ -109,11 +109,12 @@ def references(obj) -> list[str]:
     return out
 
 
-def mark_reachable(objects, roots, *, on_missing=None, order: list[str] | None = None) -> set[str]:
+def mark_reachable(objects, roots, *, on_missing=None, visit: Callable[[str, bytes], None] | None = None) -> set[str]:
     """Every id reachable from ``roots`` (messages, blobs, turns). A missing object calls
-    ``on_missing(oid, referrer)`` (default: raise ObjectMissing). ``order``, when given, gets
-    each id appended as it is reached (depth first: a thread's chain, tip to root, side by
-    side: the order gc packs them in)."""
+    ``on_missing(oid, referrer)`` (default: raise ObjectMissing). ``visit``, when given, is
+    called with each object's id and verified bytes as it is reached (depth first: a thread's
+    chain, tip to root, one after the other: gc packs them in this order as it reads them)."""
+    from . import codec
     from .errors import ObjectMissing
 
     seen: set[str] = set()
@@ -123,15 +124,19 @@ def mark_reachable(objects, roots, *, on_missing=None, order: list[str] | None =
         if oid in seen:
             continue
         try:
-            obj = objects.read(oid)
+            if visit is None:
+                obj = objects.read(oid)
+            else:
+                data = objects.read_bytes(oid)
+                obj = codec.decode(data, oid)
         except ObjectMissing:
             if on_missing is None:
                 raise ObjectMissing(f"object {oid} (referenced by {by or 'a ref'}) is missing", oid=oid) from None
             on_missing(oid, by)
             continue
         seen.add(oid)
-        if order is not None:
-            order.append(oid)
+        if visit is not None:
+            visit(oid, data)
         for ref in references(obj):
             if ref not in seen:
                 todo.append((ref, oid))

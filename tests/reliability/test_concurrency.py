@@ -318,8 +318,8 @@ def test_mutation_t6501_gc_that_keeps_young_objects_but_not_their_ancestry(tmp_p
     repo, old_tip = _abandoned_store(tmp_path)
     real = gc_mod.mark_reachable
     # gc calls mark_reachable with a list of roots, then with the set of young objects
-    monkeypatch.setattr(gc_mod, "mark_reachable", lambda objects, roots, on_missing=None, order=None:
-                        set(roots) if isinstance(roots, set) else real(objects, roots, on_missing=on_missing, order=order))
+    monkeypatch.setattr(gc_mod, "mark_reachable", lambda objects, roots, on_missing=None, visit=None:
+                        set(roots) if isinstance(roots, set) else real(objects, roots, on_missing=on_missing, visit=visit))
 
     def gc_without_lock():
         with monkeypatch.context() as m:
@@ -514,8 +514,8 @@ def test_mutation_gc_that_skips_bad_refs_deletes_data(tmp_path, monkeypatch, cas
 
     monkeypatch.setattr(gc_mod, "_roots", lenient_roots)
     real_mark = gc_mod.mark_reachable
-    monkeypatch.setattr(gc_mod, "mark_reachable", lambda objects, roots, on_missing=None, order=None:
-                        real_mark(objects, roots, on_missing=lambda o, b: None, order=order))
+    monkeypatch.setattr(gc_mod, "mark_reachable", lambda objects, roots, on_missing=None, visit=None:
+                        real_mark(objects, roots, on_missing=lambda o, b: None, visit=visit))
     with Repository.open(repo.path) as r:
         try:
             gc(r, prune="now")
