@@ -29,7 +29,7 @@ from .graph import first_missing, read_message
 from .ids import check_thread_name, short
 from .ingest import Chain, Payload, build_chain
 from .objects import Turn
-from .refs import ANY
+from .refs import ANY, RefMove
 
 ON_CONFLICT = ("reject", "fork")
 PACK_THRESHOLD = 17  # a bulk commit with more objects than a per-file-fsync batch writes one pack
@@ -496,6 +496,11 @@ def commit_payload(
         raise RefStale("the thread kept moving under concurrent writers; try again")
 
 
+def _ref_move(plan: _Plan, now_ms: int) -> RefMove:
+    return RefMove(plan.thread, plan.chain.tip if plan.move_ref else plan.old_tip, expected=plan.expected,
+                   message=_reflog_message(plan), turn=plan.turn[0] if plan.turn else None, time_ms=now_ms)
+
+
 def _move_ref(repo, plan: _Plan, now_ms: int, *, fsync: bool | None = None) -> None:
     if plan.thread is None:
         return
@@ -601,13 +606,16 @@ def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None)
         # Phase 2: refs, each a durable compare-and-swap: a power loss may leave some of the
         # batch's threads moved and others not (each conversation is its own commit), never
         # a torn ref file.
+        # (Moved in batches: each batch's temp refs and reflog lines made durable with one
+        # syncfs, renamed, then one more syncfs; see RefStore.update_many.)
         retry: list[int] = []
-        for i, plan in enumerate(plans):
-            if plan.move_ref or plan.turn:
-                try:
-                    _move_ref(repo, plan, now)
-                except (RefStale, RefExists, NotFound):
-                    retry.append(i)
+        movers = [i for i, plan in enumerate(plans) if plan.thread is not None and (plan.move_ref or plan.turn)]
+        outcomes = repo.refs.update_many([_ref_move(plans[i], now) for i in movers], exists=repo.objects.contains)
+        for i, out in zip(movers, outcomes):
+            if isinstance(out, (RefStale, RefExists, NotFound)):
+                retry.append(i)
+            elif isinstance(out, Exception):
+                raise out
         crash_point("commit_after_ref")
         ok = [i for i in range(len(plans)) if i not in set(retry)]
         results: list[CommitResult | None] = [None] * len(plans)

@@ -92,8 +92,8 @@ def _run_op(repo, op: str, step: int, source: Path):
         r = convgit.commit(repo, {"messages": history(repo, "long") + [user(f"long {step}.{i}") for i in range(20)]},
                            thread="long", now_ms=NOW + step)
         return ("long", r.turn)
-    if op == "commit_many":  # bulk ingestion below the pack threshold (3 x 8 messages)
-        convgit.commit_many(repo, [{"messages": [user(f"bulk {step}.{j}.{i}") for i in range(8)]} for j in range(3)],
+    if op == "commit_many":  # bulk ingestion: 5 new threads, their refs moved as one batch
+        convgit.commit_many(repo, [{"messages": [user(f"bulk {step}.{j}.{i}") for i in range(4)]} for j in range(5)],
                             now_ms=NOW + step)
         return None
     if op == "fork":
@@ -406,6 +406,14 @@ def _op_fork(repo, i):
     return convgit.fork(repo, "a", f"eio-fork-{i}", now_ms=NOW + 1000 + i)
 
 
+def _op_commit_many(repo, i):
+    """Five conversations appended to or creating threads: one batch of ref moves. (The same
+    objects in every case, so every case makes the same fsyncs.)"""
+    convos = [{"messages": history(repo, "a") + [user("eio bulk")]}]
+    convos += [{"messages": [user(f"eio bulk {j}")]} for j in range(4)]
+    return convgit.commit_many(repo, convos, now_ms=NOW + 1000)
+
+
 def _op_merge(stores):
     return lambda repo, i: merge(repo, stores["source"])
 
@@ -434,10 +442,10 @@ def _eio_case(stores, tmp_path, monkeypatch, op, n):
     return store, proxy, raised, refs_before, log_a_before
 
 
-@pytest.mark.parametrize("name", ["commit", "new_thread", "fork", "merge", "gc"])
+@pytest.mark.parametrize("name", ["commit", "new_thread", "commit_many", "fork", "merge", "gc"])
 def test_eio_from_the_nth_fsync_fails_the_operation_and_changes_nothing(stores, tmp_path, monkeypatch, name, capsys):
-    op = {"commit": _op_commit, "new_thread": _op_new_thread, "fork": _op_fork, "merge": _op_merge(stores),
-          "gc": _op_gc}[name]
+    op = {"commit": _op_commit, "new_thread": _op_new_thread, "commit_many": _op_commit_many, "fork": _op_fork,
+          "merge": _op_merge(stores), "gc": _op_gc}[name]
     # k: how many fsyncs the operation makes (counted on a clean run)
     counter = FailingFsync(0)
     store = tmp_path / "count" / ".convgit"
