@@ -28,7 +28,7 @@ from .graph import references
 from .ids import check_thread_name, is_oid
 from .objects import AttachmentPart, Message, ReasoningPart, TextPart, Turn
 from .pack import write_pack
-from .refs import ANY
+from .refs import ANY, NOT_APPLIED, RefMove
 
 JOURNAL = "merge-journal.json"
 
@@ -355,25 +355,54 @@ class _RollbackFailed(Exception):
 
 
 def _apply(repo, plan) -> None:
-    """Move every ref of the plan; on failure, put back the ones already moved."""
-    done = []
+    """Move every ref of the plan, in batches (RefStore.update_many: two syncfs per 256
+    threads, not four fsyncs per move); on failure, put back the ones already moved."""
+    moves = [m for m in (_move_for(repo, e) for e in plan) if m is not None]
+    results: list = [NOT_APPLIED] * len(moves)
     try:
-        for i, e in enumerate(plan):
-            if i == 1:
+        for lo, hi in ((0, 1), (1, len(moves))):  # the first thread alone, then the rest
+            if lo == 1:
                 crash_point("merge_mid_refs")
-            _apply_one(repo, e)
-            done.append(e)
+            repo.refs.update_many(moves[lo:hi], exists=repo.objects.contains, results=results, offset=lo)
+            for r in results[lo:hi]:
+                if isinstance(r, Exception):
+                    raise r
     except BaseException as err:
         ok = True
-        for e in reversed(done):
-            try:
-                if e["new"] != e["old"]:  # (old None: the created thread is deleted again)
-                    repo.refs.update(e["thread"], e["old"], expected=e["new"], message="merge: rolled back")
+        for m, r in reversed(list(zip(moves, results))):
+            if r is NOT_APPLIED or isinstance(r, Exception) or r == m.new:
+                continue
+            try:  # (r None: the created thread is deleted again)
+                repo.refs.update(m.name, r, expected=m.new, message="merge: rolled back")
             except ConvgitError:
                 ok = False
         if not ok:
             raise _RollbackFailed(err) from err
         raise
+
+
+def _move_for(repo, e) -> RefMove | None:
+    """The ref move of one plan entry: to the incoming tip with its first turn, plus a reflog
+    line for each other incoming turn not recorded yet; None when there is nothing to do."""
+    name, old, new, turns = e["thread"], e["old"], e["new"], list(e["turns"])
+    cur = repo.refs.read(name)
+    first = None
+    if new is not None and cur != new:
+        first = turns.pop(0) if turns else None
+        tip = new
+    else:
+        tip = cur
+    if tip is None:
+        return None
+    if turns:
+        logged = {x.turn for x in repo.refs.read_log(name) if x.turn}
+        turns = [t for t in turns if t not in logged]
+    extra = tuple((t, "merge: recorded turn") for t in turns)
+    if tip == cur:  # nothing moves: only turns to record
+        if not extra:
+            return None
+        return RefMove(name, tip, expected=tip, message=extra[0][1], turn=extra[0][0], extra=extra[1:])
+    return RefMove(name, new, expected=old, message=f"merge: {e['action']}", turn=first, extra=extra)
 
 
 def _apply_one(repo, e) -> None:

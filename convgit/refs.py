@@ -24,6 +24,17 @@ from .ids import ZERO_OID, check_thread_name, is_oid, short
 ANY = object()  # "do not check the old value"
 THREADS = "refs/threads"
 BATCH_REFS = 256  # threads locked and moved together by update_many
+NOT_APPLIED = object()  # update_many: a move not made
+
+
+class _Window:
+    """A list seen from ``offset`` on."""
+
+    def __init__(self, items: list, offset: int) -> None:
+        self.items, self.offset = items, offset
+
+    def __setitem__(self, i: int, v) -> None:
+        self.items[self.offset + i] = v
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,7 @@ class RefMove:
     message: str = ""
     turn: str | None = None
     time_ms: int | None = None
+    extra: tuple[tuple[str, str], ...] = ()  # more (turn, message) lines at the new tip (merge)
 
 
 @dataclass(frozen=True)
@@ -204,10 +216,13 @@ class RefStore:
         self._prune_empty_dirs(path.parent)
         return old
 
-    def update_many(self, moves: list["RefMove"], *, exists: Callable[[str], bool] | None = None) -> list:
+    def update_many(self, moves: list["RefMove"], *, exists: Callable[[str], bool] | None = None,
+                    results: list | None = None, offset: int = 0) -> list:
         """Several compare-and-swaps made durable together (bulk ingest, merge): one result per
         move, the old tip or the error it met (RefStale, RefExists, NotFound, ObjectMissing),
-        in the order given. A storage error is raised, with the batch it hit undone.
+        in the order given. A storage error is raised, with the batch it hit undone (its
+        moves' results set back to NOT_APPLIED; earlier batches stay done). ``results``: a
+        list to fill from ``offset`` on as moves are made (the caller sees how far it got).
 
         Each batch of up to BATCH_REFS threads is locked (in name order), checked, and given
         its reflog lines and temp ref files; one syncfs makes those durable; the temp files
@@ -216,7 +231,13 @@ class RefStore:
         loss keeps, per thread, the old tip or the new one; a reflog line may name a move a
         power loss undid, as with a single update. Two syncs per batch instead of four fsyncs
         per ref. Deleting is not batched (``new`` must be an id)."""
-        results: list = [None] * len(moves)
+        if results is None:
+            results, offset = [NOT_APPLIED] * len(moves), 0
+        out = _Window(results, offset)
+        self._update_all(moves, out, exists)
+        return results[offset:offset + len(moves)]
+
+    def _update_all(self, moves, results: "_Window", exists) -> None:
         if not self.fsync or len(moves) < 4:
             for i, m in enumerate(moves):
                 try:
@@ -224,7 +245,10 @@ class RefStore:
                                              turn=m.turn, exists=exists, time_ms=m.time_ms)
                 except (RefStale, RefExists, NotFound, ObjectMissing) as e:
                     results[i] = e
-            return results
+                    continue
+                for turn, msg in m.extra:
+                    self.update(m.name, m.new, expected=m.new, message=msg, turn=turn, time_ms=m.time_ms)
+            return
         order = sorted(range(len(moves)), key=lambda i: moves[i].name)  # stable: a thread's moves keep their order
         batch: list[int] = []
         names: set[str] = set()
@@ -236,7 +260,6 @@ class RefStore:
             names.add(moves[i].name)
         if batch:
             self._update_batch(moves, batch, results, exists)
-        return results
 
     def _update_batch(self, moves, batch: list[int], results: list, exists) -> None:
         staged: list[tuple[int, Path, Path, str | None, int | None]] = []  # (i, ref, tmp, old, log size)
@@ -260,12 +283,14 @@ class RefStore:
                         results[i] = e
                         continue
                     results[i] = old
-                    if old == m.new and m.turn is None:
+                    if old == m.new and m.turn is None and not m.extra:
                         continue
                     logged.append((m.name, self._log_size(m.name)))
                     t = m.time_ms if m.time_ms is not None else int(time.time() * 1000)
                     fsio.makedirs(self.log_path(m.name).parent, fsync=True)
-                    fsio.append_line(self.log_path(m.name), format_reflog_line(old, m.new, t, m.turn, m.message), fsync=False)
+                    lines = [] if old == m.new and m.turn is None else [format_reflog_line(old, m.new, t, m.turn, m.message)]
+                    lines += [format_reflog_line(m.new, m.new, t, turn, msg) for turn, msg in m.extra]
+                    fsio.append_line(self.log_path(m.name), "".join(lines), fsync=False)
                     if old != m.new:
                         tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
                         fsio.write_new_file(tmp, f"{m.new}\n".encode())
@@ -280,6 +305,8 @@ class RefStore:
                 crash_point("ref_after_rename")
             except StorageFailed:
                 self._undo_batch(moves, staged, logged)
+                for i in batch:
+                    results[i] = NOT_APPLIED
                 raise
 
     def _undo_batch(self, moves, staged, logged) -> None:

@@ -63,6 +63,17 @@ def _make_source(dest: Path) -> Path:
     return path
 
 
+def _make_wide_source(dest: Path) -> Path:
+    """A source whose merge moves six threads at once (refs moved as a batch)."""
+    repo = new_store(dest, fsync=False)
+    convgit.commit(repo, {"messages": [user("a0"), user("a1"), user("from wide")]}, thread="a", now_ms=NOW)
+    for j in range(5):
+        convgit.commit(repo, {"messages": [user(f"wide {j}")]}, thread=f"w/{j}", now_ms=NOW)
+    path = repo.path
+    repo.close()
+    return path
+
+
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
     base = tmp_path_factory.mktemp("powerloss")
@@ -71,7 +82,8 @@ def stores(tmp_path_factory):
 
     work = Path(tempfile.mkdtemp(prefix="convgit-b3-", dir=root))
     try:
-        yield {"template": _make_base(work / "template"), "source": _make_source(work / "source"), "work": work}
+        yield {"template": _make_base(work / "template"), "source": _make_source(work / "source"),
+               "wide": _make_wide_source(work / "wide"), "work": work}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -102,7 +114,10 @@ def _run_op(repo, op: str, step: int, source: Path):
     if op == "gc":
         gc(repo, prune="now")
         return None
-    if op == "merge":
+    if op in ("merge", "merge wide"):
+        # (the wide source sits beside the source, under the same work directory)
+        if op == "merge wide":
+            source = next(p for p in (source.parent / "wide", source.parent.parent / "wide" / source.name) if p.exists())
         merge(repo, source)
         return None
     raise ValueError(op)
@@ -442,10 +457,10 @@ def _eio_case(stores, tmp_path, monkeypatch, op, n):
     return store, proxy, raised, refs_before, log_a_before
 
 
-@pytest.mark.parametrize("name", ["commit", "new_thread", "commit_many", "fork", "merge", "gc"])
+@pytest.mark.parametrize("name", ["commit", "new_thread", "commit_many", "fork", "merge", "merge_wide", "gc"])
 def test_eio_from_the_nth_fsync_fails_the_operation_and_changes_nothing(stores, tmp_path, monkeypatch, name, capsys):
     op = {"commit": _op_commit, "new_thread": _op_new_thread, "commit_many": _op_commit_many, "fork": _op_fork,
-          "merge": _op_merge(stores), "gc": _op_gc}[name]
+          "merge": _op_merge(stores), "merge_wide": lambda repo, i: merge(repo, stores["wide"]), "gc": _op_gc}[name]
     # k: how many fsyncs the operation makes (counted on a clean run)
     counter = FailingFsync(0)
     store = tmp_path / "count" / ".convgit"
@@ -486,3 +501,11 @@ def test_bulk_commit_many_survives_power_loss(stores, monkeypatch):
     whole = "refs after recovery are not those of a whole number of operations"
     real = [f for f in failures if f.count('", "') + 1 > f.count(whole) or whole not in f]
     assert real == [], f"{len(real)} of {stats['states']} states fail: {real[:2]}"
+
+
+def test_a_wide_merge_survives_power_loss(stores, monkeypatch):
+    """A merge moving six threads (its refs go through RefStore.update_many in a batch):
+    every crash state leaves the merge undone or done (or rolled forward by the journal)."""
+    stats, failures = sweep(stores, monkeypatch, depth=1, ops=("merge wide",))
+    assert stats["states"] > 20
+    assert failures == [], f"{len(failures)} of {stats['states']} states fail: {failures[:2]}"
