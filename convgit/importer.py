@@ -35,6 +35,7 @@ from .ingest.sources import Rejected
 from .ingest.model import Conversation, Payload
 from .ingest.tree import Built, build_tree
 from .objects import Turn
+from .refs import RefMove
 
 BATCH_MESSAGES = 10_000  # bounds memory: a batch is planned whole before it is written
 BATCH_CONVERSATIONS = 2_000
@@ -485,46 +486,35 @@ def _write_objects(repo, plans: list[_Plan]) -> int:
         objs.extend(m.turn for m in p.moves if m.turn)
     if not objs:
         return 0
-    fsync = repo.config.fsync
     if len(objs) >= PACK_THRESHOLD:
         return len(repo.objects.write_packed(objs, missing=missing))
-    repo.objects.fsync = False
-    try:
-        new = repo.objects.write_many(objs, missing=missing)
-    finally:
-        repo.objects.fsync = fsync
-    if fsync:
-        from . import fsio
-
-        fsio.sync_filesystem(repo.objects.path)
-    return new
+    # A few objects: each file fsynced before its rename, in dependency order (§6.1). (Loose
+    # files renamed unsynced and flushed by one syncfs could be found empty after a power
+    # loss, and then never rewritten: the power-loss sweep of an import showed it.)
+    return repo.objects.write_many(objs, missing=missing)
 
 
 def _move_refs(repo, plans, now: int) -> set[int]:
-    """Move every planned ref (compare-and-swap each); one flush at the end is the commit
-    point. Returns the slots whose refs moved under us (they are planned again)."""
-    fsync = repo.config.fsync
+    """Move every planned ref, compare-and-swap each, in durable batches (RefStore.update_many,
+    docs/format.md §6.3). Returns the slots whose refs moved under us (they are planned
+    again)."""
+    moves: list[RefMove] = []
+    slots: list[int] = []
+    for slot, conv, p in plans:
+        for m in p.moves:
+            if not (m.move or m.turn):
+                continue
+            n = len(p.new_ids)
+            msg = f"import {conv.source}: {m.status}" + (f", {n} new message(s)" if n else "")
+            moves.append(RefMove(m.thread, m.tip if m.move else m.old, expected=m.expected, message=msg,
+                                 turn=m.turn[0] if m.turn else None, time_ms=now))
+            slots.append(slot)
     failed: set[int] = set()
-    repo.refs.fsync = False
-    try:
-        for slot, conv, p in plans:
-            for m in p.moves:
-                if not (m.move or m.turn):
-                    continue
-                n = len(p.new_ids)
-                msg = f"import {conv.source}: {m.status}" + (f", {n} new message(s)" if n else "")
-                try:
-                    repo.refs.update(m.thread, m.tip if m.move else m.old, expected=m.expected, message=msg,
-                                     turn=m.turn[0] if m.turn else None, exists=repo.objects.contains, time_ms=now)
-                except (RefStale, RefExists, NotFound):
-                    failed.add(slot)
-                    break
-    finally:
-        repo.refs.fsync = fsync
-    if fsync:
-        from . import fsio
-
-        fsio.sync_filesystem(repo.path)
+    for slot, out in zip(slots, repo.refs.update_many(moves, exists=repo.objects.contains)):
+        if isinstance(out, (RefStale, RefExists, NotFound)):
+            failed.add(slot)
+        elif isinstance(out, Exception):
+            raise out
     return failed
 
 
