@@ -22,7 +22,6 @@ from .commit import CommitResult, commit_many as _commit_many, commit_payload
 from .errors import InvalidInput, NotFound, ObjectMissing, RefExists, SchemaValidationFailed
 from .ids import check_thread_name, is_oid, short
 from .ingest import Payload, TurnInfo, parse_payload
-from .ingest.sources import payload_from_document
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
 from .repository import Repository
 
@@ -64,6 +63,9 @@ def to_payload(repo: Repository, data: Any, *, model: str | None = None) -> Payl
             raise PayloadTooLarge(
                 f"input is {size} bytes as JSON; the limit is {repo.config.max_payload_bytes} (limits.max_payload_bytes)"
             )
+        # (imported here: the parsers of a dozen input formats cost ~20-40 ms of every start)
+        from .ingest.sources import payload_from_document
+
         payload = payload_from_document(data)
     if model is not None:
         payload = msgspec.structs.replace(payload, turn=msgspec.structs.replace(payload.turn, model=model))

@@ -53,7 +53,13 @@ class GcStats:
     reflog_expired: int = 0
     temp_removed: int = 0
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per step (scan, mark, pack, sweep, index)
     pruned_ids: list[str] = field(default_factory=list)
+
+    def lap(self, phase: str, t0: list[float]) -> None:
+        now = time.perf_counter()
+        self.phases[phase] = round(self.phases.get(phase, 0.0) + now - t0[0], 3)
+        t0[0] = now
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -194,6 +200,7 @@ def _roots(repo, now: float, expire_s: float):
 
 
 def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -> None:
+    clock = [time.perf_counter()]
     objects = repo.objects
     objects.packs(reload=True)
     loose = list(objects.iter_loose())
@@ -215,6 +222,7 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
         raise GcRefused(f"gc refused: damaged pack(s): {'; '.join(damaged)}; run convgit fsck")
     expire_s = repo.config.reflog_expire_days * 86400
     roots, rewrites = _roots(repo, now, expire_s)
+    stats.lap("scan", clock)
     stats.reflog_expired = sum(
         len(read_log_file(p)) - len(keep) for p, keep in rewrites.items()
     )
@@ -246,6 +254,7 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
             reachable = mark_reachable(objects, roots, on_missing=missing, visit=visit)
         except ObjectCorrupt as e:
             raise GcRefused(f"gc refused: {e.message}; run convgit fsck") from e
+        stats.lap("mark", clock)
         crash_point("gc_after_mark")
         stats.reachable = len(reachable)
 
@@ -304,6 +313,7 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
     finally:
         if writer is not None:
             writer.abort()
+    stats.lap("pack", clock)
     crash_point("gc_after_pack")
     objects.packs(reload=True)
 
@@ -322,6 +332,7 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
     stats.temp_removed = _remove_stale_temp(repo, grace if grace is not None else float("inf"), now)
     if repo.config.fsync:  # every deletion durable in one flush (not one fsync per fan-out directory)
         fsio.sync_filesystem(repo.path)
+    stats.lap("sweep", clock)
     crash_point("gc_before_index")
 
 
@@ -351,20 +362,21 @@ def _unlink_all(paths: list[str]) -> None:
 
 
 def _finish_index_and_stats(repo, stats: GcStats) -> None:
-    # 4. The index: rebuilt from what is left when objects were pruned (their rows go);
-    # otherwise only caught up (packing changes no content, expired reflogs are re-read), which
+    # 4. The index: rebuilt from what is left when objects were pruned (their rows go); caught
+    # up when reflogs were rewritten; otherwise left alone (packing changes no content), which
     # leaves other processes' open index connections valid.
+    clock = [time.perf_counter()]
     objects = repo.objects
     objects.packs(reload=True)
     if stats.pruned:
         repo.index.rebuild()
-    else:
+    elif stats.reflog_expired:
         repo.index.refresh()
-    loose_after = list(objects.iter_loose())
-    stats.loose_after = len(loose_after)
+    stats.loose_after = sum(1 for _ in objects.iter_loose())
     stats.packs_after = len(objects.packs())
-    stats.objects_after = len(set(loose_after) | {o for p in objects.packs() for o in p.ids()})
+    stats.objects_after = stats.objects_before - stats.pruned  # each kept object is still stored
     stats.bytes_after = _disk_usage(repo.path / "objects")
+    stats.lap("index", clock)
 
 
 def _remove_empty_fanout(objects) -> None:
