@@ -235,19 +235,20 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
     # pack in mark order (a thread's messages side by side, sharing a compressed chunk). Every
     # packed object is rewritten too when the packs are many or of version 1.
     repack_all = len(packs) > AUTO_PACK_LIMIT or any(p.version < 2 for p in packs)
-    writer = None if dry_run else PackWriter(objects.pack_dir, fsync=repo.config.fsync)
+    writer = None if dry_run else _Packer(objects, fsync=repo.config.fsync)
     later: list[str] = []  # reachable packed objects, in mark order (for a repack decided after the mark)
     loose_bytes = 0
 
     def visit(oid: str, data: bytes) -> None:
         nonlocal loose_bytes
-        if oid in loose_set:
+        is_loose = oid in loose_set
+        if is_loose:
             loose_bytes += len(data)
         elif not repack_all:
             later.append(oid)
             return
         if writer is not None:
-            writer.add(oid, data, verified=True)
+            writer.add(oid, data, loose=is_loose)
 
     try:
         try:
@@ -296,7 +297,7 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
         assert writer is not None
         if repack_all:
             for oid in later + sorted(o for o in young - reachable if o in packed_ids):
-                writer.add(oid, objects.read_bytes(oid), verified=True)
+                writer.add(oid, objects.read_bytes(oid), loose=False)
             old_packs = packs
         else:
             old_packs = []
@@ -306,10 +307,10 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
             data = "".join(format_reflog_line(e.old, e.new, e.time_ms, e.turn, e.message) for e in keep).encode()
             fsio.replace_file(path, data, fsync=repo.config.fsync)
 
-        # 2. The new pack, durable before anything is deleted.
-        stats.packed = len(writer)
+        # 2. The new pack, durable before anything it replaces is deleted.
         writer.finish()
-        writer = None
+        stats.packed = writer.packed
+        packer, writer = writer, None
     finally:
         if writer is not None:
             writer.abort()
@@ -317,12 +318,14 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
     crash_point("gc_after_pack")
     objects.packs(reload=True)
 
-    # 3. Delete loose copies now packed, unreachable old objects, then replaced packs.
-    sweep = [oid for oid in loose if oid in reachable or oid in doomed]
+    # 3. Delete loose copies now packed (those of finished intermediate packs are already
+    #    being deleted), unreachable old objects, then replaced packs.
+    sweep = [oid for oid in loose if (oid in reachable or oid in doomed) and oid not in packer.swept]
     if sweep:
         fsio.unlink(objects._file(sweep[0]))
         crash_point("gc_mid_sweep")
         _unlink_all([objects._file(oid) for oid in sweep[1:]])
+    packer.wait()
     for p in old_packs:
         if p.pack_path.name.startswith("pack-") and p.idx_path.exists():
             p.close()
@@ -337,28 +340,91 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
 
 
 # Deleting loose files one at a time is bound by the file system's per-unlink latency (on a
-# disk mounted with online discard, ~130 us each); a few threads overlap those waits.
+# disk mounted with online discard, ~40-130 us each): a few threads overlap those waits, and
+# a large gc starts deleting while it still marks (see _Packer).
 _UNLINK_THREADS = 16
 _UNLINK_PARALLEL_ABOVE = 1000
+PACK_SPLIT = 131072  # objects per pack when a gc packs more than this
+
+
+def _unlink_batches(paths: list[str]) -> list[list[str]]:
+    step = max(1, len(paths) // (_UNLINK_THREADS * 8))
+    return [paths[i:i + step] for i in range(0, len(paths), step)]
+
+
+def _unlink_each(paths: list[str]) -> None:
+    for p in paths:
+        fsio.unlink(p)
 
 
 def _unlink_all(paths: list[str]) -> None:
     if len(paths) <= _UNLINK_PARALLEL_ABOVE:
-        for p in paths:
-            fsio.unlink(p)
+        _unlink_each(paths)
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    step = max(1, len(paths) // (_UNLINK_THREADS * 8))
-    batches = [paths[i:i + step] for i in range(0, len(paths), step)]
-
-    def run(batch: list[str]) -> None:
-        for p in batch:
-            fsio.unlink(p)
-
     with ThreadPoolExecutor(_UNLINK_THREADS) as ex:
-        for f in [ex.submit(run, b) for b in batches]:
+        for f in [ex.submit(_unlink_each, b) for b in _unlink_batches(paths)]:
             f.result()  # the first error (StorageFailed) is raised here
+
+
+class _Packer:
+    """What gc marks, packed as it is read. Every PACK_SPLIT objects the pack is finished
+    (durable: pack, idx and directory fsynced) and the loose copies it holds are handed to
+    background threads to delete while the mark goes on, so the slowest step of a large gc
+    (deleting a million small files) overlaps the reading. Only loose copies of objects in a
+    durable pack are deleted early; nothing unreachable is deleted before the mark is done."""
+
+    def __init__(self, objects, *, fsync: bool) -> None:
+        self.objects, self.fsync = objects, fsync
+        self.writer: PackWriter | None = PackWriter(objects.pack_dir, fsync=fsync)
+        self.pending: list[str] = []  # loose ids in the open pack
+        self.swept: set[str] = set()  # loose ids handed to the deleters
+        self.packed = 0
+        self._pool = None
+        self._futures: list = []
+
+    def add(self, oid: str, data: bytes, *, loose: bool) -> None:
+        assert self.writer is not None
+        self.writer.add(oid, data, verified=True)  # mark_reachable has just re-hashed it
+        if loose:
+            self.pending.append(oid)
+        if len(self.writer) >= PACK_SPLIT:
+            self.finish()
+            self._sweep_pending()
+            self.writer = PackWriter(self.objects.pack_dir, fsync=self.fsync)
+
+    def finish(self) -> None:
+        assert self.writer is not None
+        self.packed += len(self.writer)
+        self.writer.finish()
+        self.writer = None
+
+    def _sweep_pending(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(_UNLINK_THREADS)
+        paths = [self.objects._file(oid) for oid in self.pending]
+        self.swept.update(self.pending)
+        self.pending = []
+        self._futures += [self._pool.submit(_unlink_each, b) for b in _unlink_batches(paths)]
+
+    def wait(self) -> None:
+        """Every early deletion done (its first error raised)."""
+        try:
+            for f in self._futures:
+                f.result()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.abort()
+            self.writer = None
+        self.wait()
 
 
 def _finish_index_and_stats(repo, stats: GcStats) -> None:
