@@ -111,6 +111,8 @@ class _View:
         self.pending_objects: set[str] = set()
         self.pending_upstream: dict[tuple[str, str], str] = {}
         self.pending_history: dict[str, set[str]] = {}  # thread -> every id up to its pending tip
+        self.pending_parent: dict[str, str | None] = {}  # message -> parent, for what the batch will write
+        self.pending_data: dict[str, bytes] = {}  # ... and its bytes
 
     def read_ref(self, name: str) -> str | None:
         if name in self.pending_refs:
@@ -186,13 +188,20 @@ class _View:
             return ()
         return (first, *(i for i in range(first + 1, end) if not self.contains(ids[i])))
 
+    def read_bytes(self, oid: str) -> bytes:
+        data = self.pending_data.get(oid)
+        return data if data is not None else self.repo.objects.read_bytes(oid)
+
     def iter_history(self, tip: str):
         """Ids from ``tip`` back to the root, each yielded before it is read (a walk that
         stops at an id never needs that object)."""
         oid: str | None = tip
         while oid is not None:
             yield oid
-            oid = read_message(self.repo.objects, oid).parent
+            if oid in self.pending_parent:  # an earlier payload of the batch writes it
+                oid = self.pending_parent[oid]
+            else:
+                oid = read_message(self.repo.objects, oid).parent
 
 
 # -- deciding -------------------------------------------------------------------------------
@@ -332,7 +341,7 @@ def _same_messages_reordered(view, chain: Chain, history: list[str], common: int
         return False
     mine = Counter(_content_key(d) for d in chain.data[common:])
     theirs = Counter(
-        _content_key(view.repo.objects.read_bytes(oid)) for oid in theirs_ids[common : len(chain.ids)]
+        _content_key(view.read_bytes(oid)) for oid in theirs_ids[common : len(chain.ids)]
     )
     return mine == theirs
 
@@ -583,6 +592,9 @@ def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None)
             if plan.thread and plan.move_ref:
                 view.pending_refs[plan.thread] = c.tip
                 view.pending_history[plan.thread] = set(c.ids)  # a chain always starts at its root
+            view.pending_parent.update(zip(c.ids, [None, *c.ids[:-1]]))
+            new = set(plan.new_ids)
+            view.pending_data.update((oid, c.data[i]) for i, oid in enumerate(c.ids) if oid in new)
             if plan.thread and p.turn.source and p.turn.upstream_thread_id:
                 view.pending_upstream[(p.turn.source, p.turn.upstream_thread_id)] = plan.thread
         # Phase 1: every object, made durable at once: one pack for a large batch, else

@@ -359,7 +359,11 @@ def _register(st: _State, plan: _Plan) -> None:
     for m in plan.moves:
         if m.move:
             st.add_ref(m.thread, m.tip)
-            st.view.pending_history[m.thread] = set(b.path(m.tip))
+            path = b.path(m.tip)
+            st.view.pending_history[m.thread] = set(path)
+            st.view.pending_parent.update(zip(path, [None, *path[:-1]]))
+            new = set(plan.new_ids)
+            st.view.pending_data.update((oid, b.data[oid]) for oid in path if oid in new)
         if conv.upstream_id:
             st.threads_of(conv.source, conv.upstream_id)[m.thread] = m.branch
 

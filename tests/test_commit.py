@@ -742,3 +742,42 @@ def test_text_is_stored_byte_exact(repo):
         assert convgit.log(repo, r.tip)[0].text == t
         assert isinstance(repo.objects.read(r.tip), Message)
     assert len(repo.refs.read_all()) == len(texts)
+
+
+def _up(*texts):
+    return {"source": "chatgpt", "upstream_thread_id": "X",
+            "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(texts)]}
+
+
+@pytest.mark.parametrize("second", [
+    _up("q1", "a1"),                  # a prefix of the first: the thread holds it already
+    _up("q1", "a1", "q2", "a2"),      # an extension
+    _up("q1", "a1", "q2"),            # the same
+    _up("q1", "other"),               # diverges: a conflict
+    _up("q2", "a1", "q1"),            # the same messages in another order
+], ids=["prefix", "extension", "same", "diverged", "reordered"])
+def test_a_batch_naming_one_upstream_thread_twice_decides_like_two_commits(tmp_path, second):
+    """Two payloads of one batch for the same upstream conversation: the second is decided
+    against what the first will write (its tip, its messages, not yet stored), with the
+    result two separate commits give (it used to fail reading the first's objects)."""
+    first = _up("q1", "a1", "q2")
+
+    def outcome(run):
+        try:
+            return [(r.status, r.thread, r.tip) for r in run()]
+        except errors.ConvgitError as e:
+            return type(e).__name__
+
+    seq = fast_repo(tmp_path / "seq")
+
+    def sequential():
+        return [convgit.commit(seq, first, now_ms=NOW), convgit.commit(seq, second, now_ms=NOW)]
+
+    bulk = fast_repo(tmp_path / "bulk")
+    expected = outcome(sequential)
+    got = outcome(lambda: convgit.commit_many(bulk, [first, second], now_ms=NOW))
+    if isinstance(expected, str):  # a conflict: the batch fails as the second commit does
+        assert got == expected
+    else:
+        assert got == expected
+        assert bulk.refs.read_all() == seq.refs.read_all()
