@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
+from . import codec
 from .errors import ObjectCorrupt
 from .objects import Message
 
@@ -114,7 +115,6 @@ def mark_reachable(objects, roots, *, on_missing=None, visit: Callable[[str, byt
     ``on_missing(oid, referrer)`` (default: raise ObjectMissing). ``visit``, when given, is
     called with each object's id and verified bytes as it is reached (depth first: a thread's
     chain, tip to root, one after the other: gc packs them in this order as it reads them)."""
-    from . import codec
     from .errors import ObjectMissing
 
     seen: set[str] = set()

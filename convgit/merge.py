@@ -358,18 +358,18 @@ def _apply(repo, plan) -> None:
     """Move every ref of the plan, in batches (RefStore.update_many: two syncfs per 256
     threads, not four fsyncs per move); on failure, put back the ones already moved."""
     moves = [m for m in (_move_for(repo, e) for e in plan) if m is not None]
-    results: list = [NOT_APPLIED] * len(moves)
+    first, rest = [NOT_APPLIED] * len(moves[:1]), [NOT_APPLIED] * len(moves[1:])
     try:
-        for lo, hi in ((0, 1), (1, len(moves))):  # the first thread alone, then the rest
-            if lo == 1:
+        for part, results in ((moves[:1], first), (moves[1:], rest)):  # the first thread alone, then the rest
+            if results is rest:
                 crash_point("merge_mid_refs")
-            repo.refs.update_many(moves[lo:hi], exists=repo.objects.contains, results=results, offset=lo)
-            for r in results[lo:hi]:
+            repo.refs.update_many(part, exists=repo.objects.contains, results=results)
+            for r in results:
                 if isinstance(r, Exception):
                     raise r
     except BaseException as err:
         ok = True
-        for m, r in reversed(list(zip(moves, results))):
+        for m, r in reversed(list(zip(moves, first + rest))):
             if r is NOT_APPLIED or isinstance(r, Exception) or r == m.new:
                 continue
             try:  # (r None: the created thread is deleted again)

@@ -27,16 +27,6 @@ BATCH_REFS = 256  # threads locked and moved together by update_many
 NOT_APPLIED = object()  # update_many: a move not made
 
 
-class _Window:
-    """A list seen from ``offset`` on."""
-
-    def __init__(self, items: list, offset: int) -> None:
-        self.items, self.offset = items, offset
-
-    def __setitem__(self, i: int, v) -> None:
-        self.items[self.offset + i] = v
-
-
 @dataclass(frozen=True)
 class RefMove:
     """One compare-and-swap for ``RefStore.update_many``."""
@@ -217,12 +207,12 @@ class RefStore:
         return old
 
     def update_many(self, moves: list["RefMove"], *, exists: Callable[[str], bool] | None = None,
-                    results: list | None = None, offset: int = 0) -> list:
+                    results: list | None = None) -> list:
         """Several compare-and-swaps made durable together (bulk ingest, merge): one result per
         move, the old tip or the error it met (RefStale, RefExists, NotFound, ObjectMissing),
         in the order given. A storage error is raised, with the batch it hit undone (its
         moves' results set back to NOT_APPLIED; earlier batches stay done). ``results``: a
-        list to fill from ``offset`` on as moves are made (the caller sees how far it got).
+        list as long as ``moves``, filled in as they are made (the caller sees how far it got).
 
         Each batch of up to BATCH_REFS threads is locked (in name order), checked, and given
         its reflog lines and temp ref files; one syncfs makes those durable; the temp files
@@ -232,12 +222,11 @@ class RefStore:
         power loss undid, as with a single update. Two syncs per batch instead of four fsyncs
         per ref. Deleting is not batched (``new`` must be an id)."""
         if results is None:
-            results, offset = [NOT_APPLIED] * len(moves), 0
-        out = _Window(results, offset)
-        self._update_all(moves, out, exists)
-        return results[offset:offset + len(moves)]
+            results = [NOT_APPLIED] * len(moves)
+        self._update_all(moves, results, exists)
+        return results
 
-    def _update_all(self, moves, results: "_Window", exists) -> None:
+    def _update_all(self, moves, results: list, exists) -> None:
         if not self.fsync or len(moves) < 4:
             for i, m in enumerate(moves):
                 try:

@@ -184,14 +184,19 @@ def _assert_nothing_changed(repo, before_files, before_refs):
     assert not list((repo.path / "objects").glob("incoming-*"))
 
 
-@pytest.mark.parametrize("case", list(BUNDLES))
-def test_a_hostile_bundle_is_rejected_and_nothing_is_stored(dest, good_bundle, tmp_path, case):
+def _tampered(good_bundle, tmp_path, case, fn):
     bad = tmp_path / f"{case}.db"
     bad.write_bytes(good_bundle.read_bytes())
     db = _db(bad)
-    BUNDLES[case](db)
+    fn(db)
     db.commit()
     db.close()
+    return bad
+
+
+@pytest.mark.parametrize("case", list(BUNDLES))
+def test_a_hostile_bundle_is_rejected_and_nothing_is_stored(dest, good_bundle, tmp_path, case):
+    bad = _tampered(good_bundle, tmp_path, case, BUNDLES[case])
     before_files, before_refs = store_files(dest.path), dest.refs.read_all()
     with pytest.raises(errors.SourceCorrupt) as e:
         merge(dest, bad)
@@ -203,24 +208,9 @@ def test_a_hostile_bundle_is_rejected_and_nothing_is_stored(dest, good_bundle, t
 # limits).
 @pytest.mark.parametrize("case", [c for c in BUNDLES if c != "huge_object"])
 def test_bundle_verify_flags_a_hostile_bundle(dest, good_bundle, tmp_path, case):
-    bad = tmp_path / f"{case}.db"
-    bad.write_bytes(good_bundle.read_bytes())
-    db = _db(bad)
-    BUNDLES[case](db)
-    db.commit()
-    db.close()
+    bad = _tampered(good_bundle, tmp_path, case, BUNDLES[case])
     rc, out = cli_json(["bundle", "verify", str(bad), "--json"], store=dest.path)
     assert rc == 35 and json.loads(out)["problems"], out
-
-
-def _tampered(good_bundle, tmp_path, case, fn):
-    bad = tmp_path / f"{case}.db"
-    bad.write_bytes(good_bundle.read_bytes())
-    db = _db(bad)
-    fn(db)
-    db.commit()
-    db.close()
-    return bad
 
 
 def test_bundle_verify_names_a_parent_of_the_wrong_type(dest, good_bundle, tmp_path):
@@ -406,12 +396,7 @@ def test_merging_a_store_into_itself_is_refused(dest, tmp_path, how, monkeypatch
 
 @pytest.mark.parametrize("case", ["wrong_hash", "dotdot_ref", "parent_cycle"])
 def test_through_the_cli_a_hostile_bundle_exits_34_with_a_json_error(dest, good_bundle, tmp_path, case):
-    bad = tmp_path / f"{case}.db"
-    bad.write_bytes(good_bundle.read_bytes())
-    db = _db(bad)
-    BUNDLES[case](db)
-    db.commit()
-    db.close()
+    bad = _tampered(good_bundle, tmp_path, case, BUNDLES[case])
     before = store_files(dest.path)
     rc, out = cli_json(["merge", str(bad), "--json"], store=dest.path)
     doc = json.loads(out)

@@ -54,11 +54,13 @@ def _make_base(dest: Path) -> Path:
     return path
 
 
-def _make_source(dest: Path) -> Path:
-    """A store to merge from: a ahead of the base's a, and a new nested thread."""
+def _make_source(dest: Path, ahead: str = "from src", threads: dict[str, str] | None = None) -> Path:
+    """A store to merge from: a ahead of the base's a, and new threads (default: one nested
+    thread, src/x)."""
     repo = new_store(dest, fsync=False)
-    convgit.commit(repo, {"messages": [user("a0"), user("a1"), user("from src")]}, thread="a", now_ms=NOW)
-    convgit.commit(repo, {"messages": [user("src x")]}, thread="src/x", now_ms=NOW)
+    convgit.commit(repo, {"messages": [user("a0"), user("a1"), user(ahead)]}, thread="a", now_ms=NOW)
+    for name, text in (threads or {"src/x": "src x"}).items():
+        convgit.commit(repo, {"messages": [user(text)]}, thread=name, now_ms=NOW)
     path = repo.path
     repo.close()
     return path
@@ -66,13 +68,7 @@ def _make_source(dest: Path) -> Path:
 
 def _make_wide_source(dest: Path) -> Path:
     """A source whose merge moves six threads at once (refs moved as a batch)."""
-    repo = new_store(dest, fsync=False)
-    convgit.commit(repo, {"messages": [user("a0"), user("a1"), user("from wide")]}, thread="a", now_ms=NOW)
-    for j in range(5):
-        convgit.commit(repo, {"messages": [user(f"wide {j}")]}, thread=f"w/{j}", now_ms=NOW)
-    path = repo.path
-    repo.close()
-    return path
+    return _make_source(dest, "from wide", {f"w/{j}": f"wide {j}" for j in range(5)})
 
 
 @pytest.fixture(scope="module")
