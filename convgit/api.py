@@ -148,15 +148,19 @@ class LogEntry:
             "turn": t.get("turn"),
             "started_at": iso(t.get("started_at")),
             "model": t.get("resolved_model") or t.get("model"),
+            "provenance": t.get("provenance"),
             "key": self.key,
         }
 
     @property
     def key(self) -> str:
-        """The time-sortable key (query.py): turn start, turn id, depth."""
+        """The time-sortable key (query.py): turn start, turn id, depth, of the message's
+        earliest turn anywhere (so a message has one key whichever thread shows it)."""
         from .query import sort_key
 
         t = self.turn or {}
+        if "key_turn" in t:  # shown from the thread's own turn; the key is the store-wide one
+            return sort_key(t["key_started_at"], t["key_turn"], self.id, self.depth)
         return sort_key(t.get("started_at"), t.get("turn"), self.id, self.depth)
 
 

@@ -19,16 +19,16 @@ from pathlib import Path
 
 from . import codec, fsio
 from .errors import ConvgitError, InvalidRefName, ObjectCorrupt, ObjectMissing
-from .graph import references
+from .graph import records_reachable, typed_references
 from .ids import check_thread_name
-from .objects import Blob, Message, Turn
+from .objects import Blob, Turn
 from .refs import THREADS, read_log_file
 
 
 @dataclass
 class Problem:
     severity: str  # error | warning | info
-    kind: str  # object_corrupt, object_missing, not_canonical, bad_ref, bad_reflog, pack, index, temp, unreachable
+    kind: str  # object_corrupt, object_missing, not_canonical, bad_ref, bad_reflog, provenance_missing, pack, index, temp, unreachable
     message: str
     oid: str | None = None
 
@@ -77,11 +77,12 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
 
     # 1. Every object: hash, decode, canonical form.
     types: dict[str, str] = {}
-    refs_of: dict[str, list[str]] = {}
+    refs_of: dict[str, list[tuple[str, str]]] = {}
+    turns: dict[str, Turn] = {}
     loose = list(objects.iter_loose())
     rep.loose = len(loose)
     for oid in loose:
-        _check_object(objects, oid, types, refs_of, add, lambda o=oid: _read_loose_raw(objects, o))
+        _check_object(objects, oid, types, refs_of, turns, add, lambda o=oid: _read_loose_raw(objects, o))
     for name, why in sorted(objects.bad_packs.items()):
         add(Problem("error", "pack", f"{why} (the objects it lists cannot be read)"))
     for p in objects.packs():
@@ -92,7 +93,7 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
             rep.packed += 1
             if oid in types:
                 continue
-            _check_object(objects, oid, types, refs_of, add, lambda o=oid, p=p: p.read(o))
+            _check_object(objects, oid, types, refs_of, turns, add, lambda o=oid, p=p: p.read(o))
     rep.objects = len(types) + sum(1 for pr in rep.problems if pr.kind in ("object_corrupt",) and pr.oid and pr.oid not in types)
 
     # 2. References between objects: present, readable, and of the right type. (Checked after
@@ -128,6 +129,7 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
         check_thread_name(head)
     except ConvgitError as e:
         add(Problem("error", "bad_ref", f"HEAD: {e.message}"))
+    archived_turns: list[tuple[str, str | None, str]] = []  # (turn, new tip, where) in deleted threads' reflogs
     for name, path in repo.refs.iter_log_files():
         try:
             lines = [ln for ln in path.read_text("utf-8", "replace").splitlines() if ln.strip()]
@@ -140,8 +142,10 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
         for e in entries:
             if e.turn is not None:
                 if e.turn not in types:
-                    sev = "error" if name is not None else "info"
-                    add(Problem(sev, "bad_reflog", f"{path.relative_to(repo.path)} names turn {e.turn}, which is not stored", e.turn))
+                    if name is None:  # decided after reachability: an error if it recorded a reachable message
+                        archived_turns.append((e.turn, e.new, str(path.relative_to(repo.path))))
+                    else:
+                        add(Problem("error", "bad_reflog", f"{path.relative_to(repo.path)} names turn {e.turn}, which is not stored", e.turn))
                 elif types[e.turn] != "turn":
                     add(Problem("error", "bad_reflog", f"{path.relative_to(repo.path)} names {e.turn} as a turn; it is a {types[e.turn]}", e.turn))
                 elif name is not None:
@@ -149,13 +153,33 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
 
     # 4. Reachability (unreachable objects are information, as in git).
     reach: set[str] = set()
-    todo = [r for r in roots if r in types]
-    while todo:  # over what step 1 read: no object is read twice, a bad one stops nothing
-        o = todo.pop()
-        if o in reach:
-            continue
-        reach.add(o)
-        todo.extend(r for r, _ in refs_of.get(o, ()) if r in types and r not in reach)
+
+    def mark(todo: list[str]) -> None:
+        while todo:  # over what step 1 read: no object is read twice, a bad one stops nothing
+            o = todo.pop()
+            if o in reach:
+                continue
+            reach.add(o)
+            todo.extend(r for r, _ in refs_of.get(o, ()) if r in types and r not in reach)
+
+    mark([r for r in roots if r in types])
+    # The provenance rule (as gc keeps them): a turn that records a reachable message is
+    # reachable, whatever named it.
+    parents = {o: (refs_of[o][0][0] if o in refs_of and refs_of[o][0][1] == "message" else None)
+               for o, t in types.items() if t == "message" and o not in reach}
+    pending = {t: obj for t, obj in turns.items() if t not in reach}
+    while pending:
+        keep = [t for t, obj in pending.items() if records_reachable(obj, reach, parents.get)]
+        if not keep:
+            break
+        for t in keep:
+            del pending[t]
+        mark(keep)
+    for tid, _new, where in archived_turns:
+        # A deleted thread's turn that gc pruned when it recorded nothing reachable (a later
+        # commit may have stored the same messages again, with a turn of its own): history
+        # of a thread that is gone, not damage.
+        add(Problem("info", "bad_reflog", f"{where} names turn {tid}, which is not stored", tid))
     rep.reachable = len(reach)
     for oid, refs in refs_of.items():
         kind = types[oid]
@@ -163,7 +187,10 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
         for r, expect in refs:
             if r not in types:
                 gone = not objects.contains(r)
-                if sev == "error":
+                if sev == "error" and expect == "turn":
+                    add(Problem(sev, "provenance_missing", f"import turn {oid} lists per-message turn {r}, which is "
+                                f"{'missing' if gone else 'corrupt'}: the time and model it gave its messages are lost", r))
+                elif sev == "error":
                     add(Problem(sev, "object_missing" if gone else "object_corrupt",
                                 f"{kind} {oid} references {r}, which is {'missing' if gone else 'corrupt'}", r))
                 else:
@@ -215,7 +242,7 @@ def _read_loose_raw(objects, oid: str) -> bytes:
         return f.read()
 
 
-def _check_object(objects, oid, types, refs_of, add, read) -> None:
+def _check_object(objects, oid, types, refs_of, turns, add, read) -> None:
     try:
         data = read()
     except ObjectCorrupt as e:
@@ -235,13 +262,11 @@ def _check_object(objects, oid, types, refs_of, add, read) -> None:
     if not codec.is_canonical(data, obj):
         add(Problem("error", "not_canonical", f"object {oid} is not in canonical encoding", oid))
     types[oid] = codec.type_name(obj)
-    if isinstance(obj, Message):
-        r = [(obj.parent, "message")] if obj.parent else []
-        r += [(b, "blob") for b in references(obj)[1 if obj.parent else 0:]]
-        if r:
-            refs_of[oid] = r
-    elif isinstance(obj, Turn):
-        refs_of[oid] = [(x, "message") for x in references(obj)]
+    r = typed_references(obj)
+    if r:
+        refs_of[oid] = r
+    if isinstance(obj, Turn):
+        turns[oid] = obj
 
 
 def _check_index(repo) -> list[str]:

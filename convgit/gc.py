@@ -11,6 +11,10 @@ Safety rules (git, restic and borg's):
 - The new pack is durable before any loose object or old pack it replaces is deleted, so a
   crash or a kill at any point leaves every object readable.
 - Reflog entries that name a turn are history (a call's model, time, tokens): never expired.
+- Provenance is data: a turn is kept as long as it records a reachable message (its output,
+  or a message it gives time/model/source for), whatever happened to the ref or reflog that
+  named it (a deleted thread's turns live on for the forks that still hold its messages), and
+  an import turn keeps the per-message turns it lists (``keep_provenance``).
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from dataclasses import asdict, dataclass, field
 from . import fsio
 from .config import crash_point
 from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing
-from .graph import mark_reachable
+from .graph import mark_reachable, records_reachable
 from .ids import check_thread_name, is_oid
+from .objects import Message, Turn
 from .pack import PackWriter
 from .refs import format_reflog_line, read_log_file
 
@@ -173,7 +178,8 @@ def _roots(repo, now: float, expire_s: float):
     for name, path in refs.iter_log_files():
         if name is None:
             # A deleted thread's archived reflog roots nothing: deleting a thread and pruning
-            # frees what no other thread reaches (its turns go with its messages).
+            # frees what no other thread reaches. Its turns that still record a reachable
+            # message are kept by keep_provenance, not by this reflog.
             continue
         try:
             raw = path.read_bytes()
@@ -197,6 +203,32 @@ def _roots(repo, now: float, expire_s: float):
         if len(keep) != len(entries):
             rewrites[path] = keep
     return roots, rewrites
+
+
+def keep_provenance(objects, all_ids: set[str], reachable: set[str], *, on_missing=None, visit=None) -> set[str]:
+    """``reachable`` grown by the provenance rule (docs/format.md §10): every stored turn that
+    nothing marked but that records a reachable message (graph.records_reachable) is kept,
+    with everything it reaches, until nothing more changes. Reads each unmarked object once.
+    Returns ``reachable`` (extended in place)."""
+    turns: dict[str, Turn] = {}
+    parents: dict[str, str | None] = {}
+    for oid in all_ids - reachable:
+        try:
+            obj = objects.read(oid)
+        except (ObjectMissing, ObjectCorrupt):
+            continue  # not marked: nothing reachable depends on it
+        if isinstance(obj, Turn):
+            turns[oid] = obj
+        elif isinstance(obj, Message):
+            parents[oid] = obj.parent
+    while turns:
+        keep = [t for t, obj in turns.items() if records_reachable(obj, reachable, parents.get)]
+        if not keep:
+            break
+        for t in keep:
+            del turns[t]
+        mark_reachable(objects, keep, on_missing=on_missing, visit=visit, seen=reachable)
+    return reachable
 
 
 def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -> None:
@@ -253,6 +285,7 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
     try:
         try:
             reachable = mark_reachable(objects, roots, on_missing=missing, visit=visit)
+            reachable = keep_provenance(objects, all_ids, reachable, on_missing=missing, visit=visit)
         except ObjectCorrupt as e:
             raise GcRefused(f"gc refused: {e.message}; run convgit fsck") from e
         stats.lap("mark", clock)

@@ -92,35 +92,86 @@ def first_missing(objects, ids: list[str], end: int | None = None) -> int:
     return end
 
 
-def references(obj) -> list[str]:
-    """The ids an object points at: a message's parent and blobs, a turn's messages."""
+def sub_turns(turn) -> list[str]:
+    """The per-message turns an import turn lists in ``meta["turns"]`` (docs/format.md §3.2)."""
+    subs = (turn.meta or {}).get("turns")
+    if not isinstance(subs, (list, tuple)):
+        return []
+    from .ids import is_oid
+
+    return [s for s in subs if isinstance(s, str) and is_oid(s)]
+
+
+def typed_references(obj) -> list[tuple[str, str]]:
+    """The ids an object points at, each with the type it must have: a message's parent
+    (message) and blobs (blob); a turn's input, output and fork point (messages) and the
+    per-message turns an import turn lists (turns)."""
     from .objects import AttachmentPart, Message, ReasoningPart, TextPart, Turn
 
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     if isinstance(obj, Message):
         if obj.parent:
-            out.append(obj.parent)
+            out.append((obj.parent, "message"))
         for p in obj.parts:
             if isinstance(p, (TextPart, ReasoningPart, AttachmentPart)) and p.blob:
-                out.append(p.blob)
+                out.append((p.blob, "blob"))
     elif isinstance(obj, Turn):
         for oid in (obj.input, obj.output, obj.forked_at):
             if oid:
-                out.append(oid)
+                out.append((oid, "message"))
+        out.extend((t, "turn") for t in sub_turns(obj))
     return out
 
 
-def mark_reachable(objects, roots, *, on_missing=None, visit: Callable[[str, bytes], None] | None = None) -> set[str]:
+def records_reachable(turn, reachable: set[str], parent_of: Callable[[str], str | None]) -> bool:
+    """Does ``turn`` record a message in ``reachable``: its output, a message it gives
+    provenance for (those after its input, up to its output), or, for a model call, its
+    input (the request's last message, part of what the call sent)?
+
+    The provenance rule of gc and fsck (docs/format.md §10): such a turn is kept whatever
+    happened to the ref or reflog that named it. The input of an append, import or fork
+    turn does not count: it is where that event's new messages start (a message another
+    event brought), and a kept turn keeps its output, so counting it would make every
+    deleted fork's own messages live as long as the thread it forked from.
+    ``parent_of`` gives the parent of an unreachable message (None at a root or when it is
+    not stored). ``reachable`` is closed under "parent of", so the walk stops at the first
+    reachable message it meets.
+    """
+    if turn.kind == "call" and turn.input is not None and turn.input in reachable:
+        return True
+    oid = turn.output
+    steps = 0
+    while oid is not None and oid != turn.input and steps < 10_000_000:
+        if oid in reachable:
+            return True
+        oid = parent_of(oid)
+        steps += 1
+    return False
+
+
+def references(obj) -> list[str]:
+    """The ids an object points at (``typed_references`` without the types)."""
+    return [oid for oid, _ in typed_references(obj)]
+
+
+def mark_reachable(objects, roots, *, on_missing=None, visit: Callable[[str, bytes], None] | None = None,
+                   seen: set[str] | None = None, lost: list | None = None) -> set[str]:
     """Every id reachable from ``roots`` (messages, blobs, turns). A missing object calls
     ``on_missing(oid, referrer)`` (default: raise ObjectMissing). ``visit``, when given, is
     called with each object's id and verified bytes as it is reached (depth first: a thread's
-    chain, tip to root, one after the other: gc packs them in this order as it reads them)."""
+    chain, tip to root, one after the other: gc packs them in this order as it reads them).
+
+    ``seen``: ids already marked (not read again; the set is extended and returned). A
+    per-message turn an import turn lists that is missing is not an error here (a gc before
+    convgit 0.2 pruned them: the store already lost it, and refusing would protect nothing);
+    it is appended to ``lost`` as (turn id, import turn id) and fsck reports it.
+    """
     from .errors import ObjectMissing
 
-    seen: set[str] = set()
-    todo: list[tuple[str, str | None]] = [(r, None) for r in roots]
+    seen = set() if seen is None else seen
+    todo: list[tuple[str, str | None, str | None]] = [(r, None, None) for r in roots]
     while todo:
-        oid, by = todo.pop()
+        oid, by, want = todo.pop()
         if oid in seen:
             continue
         try:
@@ -130,6 +181,10 @@ def mark_reachable(objects, roots, *, on_missing=None, visit: Callable[[str, byt
                 data = objects.read_bytes(oid)
                 obj = codec.decode(data, oid)
         except ObjectMissing:
+            if want == "turn":
+                if lost is not None:
+                    lost.append((oid, by))
+                continue
             if on_missing is None:
                 raise ObjectMissing(f"object {oid} (referenced by {by or 'a ref'}) is missing", oid=oid) from None
             on_missing(oid, by)
@@ -137,7 +192,7 @@ def mark_reachable(objects, roots, *, on_missing=None, visit: Callable[[str, byt
         seen.add(oid)
         if visit is not None:
             visit(oid, data)
-        for ref in references(obj):
+        for ref, kind in typed_references(obj):
             if ref not in seen:
-                todo.append((ref, oid))
+                todo.append((ref, oid, kind))
     return seen

@@ -32,10 +32,11 @@ from .objects import (
     ToolResultPart,
     Turn,
 )
-from .refs import parse_reflog_line, read_log_file
+from .refs import parse_reflog_line
 from .fts import FTS_SCHEMA
 
-SCHEMA_VERSION = 4  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table
+SCHEMA_VERSION = 5  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
+# 5: turns record what they cover (out_depth, span) and which import listed them (record)
 INDEX_FILE = "index.sqlite"
 
 SCHEMA = """
@@ -94,10 +95,17 @@ CREATE TABLE turns (
   upstream_thread_id TEXT,
   forked_from TEXT,
   error TEXT,
-  meta_json TEXT
+  meta_json TEXT,
+  -- What the turn gives provenance for: the ``span`` messages of its output's history up to
+  -- the output (at depth ``out_depth``); and, for a per-message turn, the import turn that
+  -- lists it (``record``). A thread's own turns are found by these (thread_turns).
+  record TEXT,
+  out_depth INTEGER,
+  span INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX turns_upstream ON turns(source, upstream_thread_id);
 CREATE INDEX turns_thread ON turns(thread);
+CREATE INDEX turns_record ON turns(record) WHERE record IS NOT NULL;
 -- Source message ids of imported messages (``convgit show chatgpt:<id>``), from import turns.
 CREATE TABLE aliases (
   source TEXT NOT NULL,
@@ -540,31 +548,28 @@ class Index:
             return True
         return self.db.execute("SELECT 1 FROM messages WHERE id=?", (oid,)).fetchone() is not None
 
-    def _index_turn(self, reader: "_Reader", tid: str, t: Turn, thread: str | None, *, stop: str | None) -> None:
+    def _index_turn(self, reader: "_Reader", tid: str, t: Turn, thread: str | None, *, stop: str | None,
+                    record: str | None = None) -> None:
         db = self.db
         u = t.usage or {}
         inp_tok = u.get("input_tokens", u.get("prompt_tokens"))
         out_tok = u.get("output_tokens", u.get("completion_tokens"))
-        db.execute(
-            "INSERT OR REPLACE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                tid, thread, t.kind, t.input, t.output, t.model, t.resolved_model, t.started_at,
-                t.duration_ms, inp_tok if isinstance(inp_tok, int) else None,
-                out_tok if isinstance(out_tok, int) else None, _dump(t.usage), _dump(t.options),
-                t.source, t.upstream_thread_id, t.forked_from, t.error, _dump(t.meta),
-            ),
-        )
         # A message's turn is the earliest turn that produced it: (input, output].
         start = t.started_at if t.started_at is not None else 0
         key = (start, tid)
         oid: str | None = t.output
         steps = 0
+        out_depth = None
+        span = None  # what the event brought itself: (input, output] (docs/format.md §8)
         while oid is not None and oid != stop and steps < 1_000_000:
-            steps += 1
+            if oid == t.input and span is None:
+                span = steps
             row = self._pending.get(oid)
             if row is not None:  # queued in this transaction: decide in memory
                 if row[9] is None or key < row[9]:
                     row[6], row[9] = tid, key
+                parent = row[2]
+                depth = row[4]
             else:
                 db.execute(
                     """UPDATE messages SET turn_id = :t WHERE id = :m AND (turn_id IS NULL OR turn_id = :t OR
@@ -572,14 +577,29 @@ class Index:
                         FROM turns WHERE id = messages.turn_id) IS NOT 0)""",
                     {"t": tid, "m": oid, "s": start},
                 )
-                row = db.execute("SELECT rowid, id, parent FROM messages WHERE id=?", (oid,)).fetchone()
-            if row is not None:  # the index knows the parent: no need to read the object again
-                oid = row[2]
-                continue
-            msg = reader.message_or_none(oid)
-            if msg is None:
-                break
-            oid = msg.parent
+                row = db.execute("SELECT parent, depth FROM messages WHERE id=?", (oid,)).fetchone()
+                if row is None:  # not indexed (no thread holds it): read it to go on
+                    msg = reader.message_or_none(oid)
+                    if msg is None:
+                        break
+                    steps += 1
+                    oid = msg.parent
+                    continue
+                parent, depth = row  # the index knows the parent: no need to read the object again
+            if out_depth is None:
+                out_depth = depth + steps  # the output is ``steps`` messages above this one
+            steps += 1
+            oid = parent
+        db.execute(
+            "INSERT OR REPLACE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                tid, thread, t.kind, t.input, t.output, t.model, t.resolved_model, t.started_at,
+                t.duration_ms, inp_tok if isinstance(inp_tok, int) else None,
+                out_tok if isinstance(out_tok, int) else None, _dump(t.usage), _dump(t.options),
+                t.source, t.upstream_thread_id, t.forked_from, t.error, _dump(t.meta),
+                record, out_depth, steps if span is None else span,
+            ),
+        )
         if t.kind == "import" and t.meta:
             self._index_import(reader, tid, t, thread)
 
@@ -591,7 +611,7 @@ class Index:
             for sid in subs:
                 sub = reader.turn(sid) if isinstance(sid, str) else None
                 if sub is not None and not (sub.meta or {}).get("turns"):  # one level only
-                    self._index_turn(reader, sid, sub, thread, stop=sub.input)
+                    self._index_turn(reader, sid, sub, None, stop=sub.input, record=tid)
         aliases = t.meta.get("aliases")
         if isinstance(aliases, dict) and t.source:
             self.db.executemany(
@@ -712,6 +732,37 @@ class Index:
                 f"JOIN turns t ON t.id = m.turn_id WHERE m.id IN ({q})", chunk,
             ):
                 out[mid] = {"turn": tid, "started_at": started, "model": model, "resolved_model": rmodel, "kind": kind}
+        return out
+
+    _TURN_COLS = ("id, started_at, model, resolved_model, kind, source, input_tokens, output_tokens, "
+                  "usage_json, output, duration_ms, thread, record, out_depth, span")
+
+    @_healing
+    def thread_turns(self, thread: str) -> list[dict]:
+        """The turns of ``thread``'s own history (what log shows a message's time, model and
+        source from, before the earliest turn anywhere): those recorded on it, and the
+        per-message turns listed by its import turns or by the import turns of the same
+        upstream conversation (the other branches of one imported tree). Each dict has the
+        keys of query.details' turn info, plus ``record`` (the listing import turn, for a
+        per-message turn), ``out_depth`` and ``span`` (it covers the ``span`` messages of its
+        output's history up to the output, at depth ``out_depth``)."""
+        cols = self._TURN_COLS
+        rows = self.db.execute(
+            f"""WITH mine AS (SELECT id, kind, source, upstream_thread_id FROM turns WHERE thread = :t),
+                     recs AS (SELECT id FROM mine WHERE kind IN ('import', 'call')
+                              UNION SELECT r.id FROM turns r JOIN (SELECT DISTINCT source, upstream_thread_id FROM mine
+                                WHERE upstream_thread_id IS NOT NULL) c
+                                ON r.source = c.source AND r.upstream_thread_id = c.upstream_thread_id)
+                SELECT {cols} FROM turns WHERE thread = :t
+                UNION SELECT {cols} FROM turns WHERE record IN (SELECT id FROM recs)""",
+            {"t": thread},
+        ).fetchall()
+        keys = [c.strip() for c in cols.split(",")]
+        out = []
+        for r in rows:
+            d = dict(zip(keys, r))
+            d["turn"] = d.pop("id")
+            out.append(d)
         return out
 
     @_healing

@@ -24,9 +24,9 @@ from . import codec, fsio
 from .bundle import BundleSource
 from .config import crash_point
 from .errors import ConvgitError, InvalidInput, NotAStore, ObjectCorrupt, ObjectMissing, SourceCorrupt
-from .graph import references
+from .graph import typed_references
 from .ids import check_thread_name, is_oid
-from .objects import AttachmentPart, Message, ReasoningPart, TextPart, Turn
+from .objects import Message
 from .pack import write_pack
 from .refs import ANY, NOT_APPLIED, RefMove
 
@@ -268,16 +268,7 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
 
 def _typed_refs(obj) -> list[tuple[str, str]]:
     """An object's references with the type each must have."""
-    out: list[tuple[str, str]] = []
-    if isinstance(obj, Message):
-        if obj.parent:
-            out.append((obj.parent, "message"))
-        for p in obj.parts:
-            if isinstance(p, (TextPart, ReasoningPart, AttachmentPart)) and p.blob:
-                out.append((p.blob, "blob"))
-    elif isinstance(obj, Turn):
-        out.extend((r, "message") for r in references(obj))
-    return out
+    return typed_references(obj)
 
 
 def _local_type(repo, oid: str) -> str | None:

@@ -25,6 +25,7 @@ from .errors import InvalidInput, NotFound
 from .graph import iter_ancestry
 from .ids import check_thread_name, is_oid
 from .objects import ROLES
+from .provenance import ThreadProvenance, choose, earliest
 
 KEY_RE = re.compile(r"^\d{1,17}(-[0-9a-f]{0,16}(-\d{0,7})?)?$")
 
@@ -205,7 +206,7 @@ def sql(f: Filters) -> tuple[str, list, list[str], list]:
 
 _DETAILS = (
     "SELECT m.id, m.depth, t.id, t.started_at, t.model, t.resolved_model, t.kind, t.source, "
-    "t.input_tokens, t.output_tokens, t.usage_json, t.output, t.duration_ms, t.thread "
+    "t.input_tokens, t.output_tokens, t.usage_json, t.output, t.duration_ms, t.thread, t.record "
     "FROM messages m LEFT JOIN turns t ON t.id = m.turn_id WHERE m.id IN ({})"
 )
 
@@ -215,14 +216,14 @@ def details(db, oids: list[str]) -> dict[str, tuple[int, dict | None]]:
     out: dict[str, tuple[int, dict | None]] = {}
     for i in range(0, len(oids), 500):
         chunk = oids[i : i + 500]
-        for mid, depth, tid, started, model, rmodel, kind, source, itok, otok, usage, output, dur, thread in db.execute(
+        for mid, depth, tid, started, model, rmodel, kind, source, itok, otok, usage, output, dur, thread, record in db.execute(
             _DETAILS.format(",".join("?" * len(chunk))), chunk
         ):
             info = None
             if tid is not None:
                 info = {"turn": tid, "started_at": started, "model": model, "resolved_model": rmodel, "kind": kind,
                         "source": source, "input_tokens": itok, "output_tokens": otok, "usage_json": usage,
-                        "output": output, "duration_ms": dur, "thread": thread}
+                        "output": output, "duration_ms": dur, "thread": thread, "record": record}
             out[mid] = (depth, info)
     return out
 
@@ -303,8 +304,8 @@ def healing_iter(repo, make: "callable") -> Iterator:
 
 
 def _walk_all(repo, stops: set[str] | None = None) -> Iterator[tuple[str, object]]:
-    """Every message reachable from a thread once: thread by thread in name order, each from
-    its tip back to where it joins a thread already walked.
+    """(thread, id, message) for every message reachable from a thread, once: thread by
+    thread in name order, each from its tip back to where it joins a thread already walked.
 
     Only thread tips and fork points (messages with two or more children) are remembered: a
     walk that reaches a message already listed must reach it at one of those (else it would
@@ -325,11 +326,13 @@ def _walk_all(repo, stops: set[str] | None = None) -> Iterator[tuple[str, object
                 stops.add(oid)
 
     walked = dict(db.execute("SELECT name, tip FROM threads ORDER BY name").fetchall())
-    for tip in walked.values():
-        yield from walk(tip)
+    for name, tip in walked.items():
+        for oid, msg in walk(tip):
+            yield name, oid, msg
     for name, tip in repo.refs.read_all().items():
         if walked.get(name) != tip:
-            yield from walk(tip)
+            for oid, msg in walk(tip):
+                yield name, oid, msg
 
 
 def iter_messages(repo, rev: str | None = None, *, all_threads: bool = False,
@@ -340,8 +343,6 @@ def iter_messages(repo, rev: str | None = None, *, all_threads: bool = False,
 
 
 def _iter_messages(repo, rev, all_threads, filters):
-    from . import revparse
-
     repo.index.refresh_if_changed()
     db = repo.index.db
     f = filters or Filters()
@@ -351,7 +352,22 @@ def _iter_messages(repo, rev, all_threads, filters):
     if all_threads:
         walk: Iterator = _walk_all(repo)
     else:
-        walk = iter_ancestry(repo.objects, revparse.resolve(repo, "HEAD" if rev is None else rev))
+        tip, thread, skipped = _start(repo, "HEAD" if rev is None else rev)
+        walk = ((thread, oid, msg) for oid, msg in iter_ancestry(repo.objects, tip))
+    local: dict[str, ThreadProvenance] = {}
+
+    def resolver(thread: str | None) -> ThreadProvenance | None:
+        if thread is None:
+            return None
+        if thread not in local:
+            local.clear()  # threads are walked one after the other
+            local[thread] = ThreadProvenance(repo.index.thread_turns(thread))
+        return local[thread]
+
+    if not all_threads and skipped:  # thread~N: the turns above the start cover it too
+        r = resolver(thread)
+        for oid, depth in skipped:
+            r.at(oid, depth)
     match = _Match(db, f) if f.any() else None
     size = 1  # grows to 512: `log -n 1` reads one object, not a batch
     while True:
@@ -363,11 +379,31 @@ def _iter_messages(repo, rev, all_threads, filters):
         if not chunk:
             return
         size = min(size * 2, 512)
-        info = details(db, [oid for oid, _ in chunk])
-        for oid, msg in chunk:
+        info = details(db, [oid for _, oid, _ in chunk])
+        for thread, oid, msg in chunk:
             depth, turn = info.get(oid, (-1, None))
+            r = resolver(thread) if depth >= 0 else None
+            turn = choose(r.at(oid, depth) if r is not None else None, turn)
             if match is None or match(oid, msg.role, depth, turn):
                 yield oid, msg, depth, turn
+
+
+def _start(repo, rev: str) -> tuple[str, str | None, list[tuple[str, int]]]:
+    """Where a walk of ``rev`` starts: (its id, the thread it names or None, the (id, depth)
+    of the messages between that thread's tip and the start, tip first)."""
+    from . import revparse
+
+    base, n = revparse.split_rev(rev)
+    top, thread = revparse.resolve_base(repo, base)
+    tip = revparse.resolve(repo, rev)
+    skipped: list[tuple[str, int]] = []
+    if thread is not None and n:
+        for oid, _ in iter_ancestry(repo.objects, top, stop={tip}):
+            depth = repo.index.depth(oid)
+            if depth is None:
+                return tip, None, []
+            skipped.append((oid, depth))
+    return tip, thread, skipped
 
 
 def _paged(repo, rev, all_threads: bool, f: Filters) -> Iterator[tuple[str, object, int, dict | None]]:
@@ -398,5 +434,5 @@ def _paged(repo, rev, all_threads: bool, f: Filters) -> Iterator[tuple[str, obje
         info = details(db, [r[0] for r in rows])
         for oid, _key in rows:
             depth, turn = info.get(oid, (-1, None))
-            yield oid, read_message(repo.objects, oid), depth, turn
+            yield oid, read_message(repo.objects, oid), depth, earliest(turn)
         after, strict = rows[-1][1], True

@@ -88,7 +88,7 @@ def test_walk_remembers_only_tips_and_forks(tmp_path):
     for i in range(5):
         convgit.commit(repo, conv("root", "r", f"leaf {i}", "x", "y", "z"), thread=f"t{i}")
     stops: set[str] = set()
-    ids = [oid for oid, _ in query._walk_all(repo, stops)]
+    ids = [oid for _, oid, _ in query._walk_all(repo, stops)]
     assert len(ids) == len(set(ids)) == 2 + 5 * 4
     tips = set(repo.refs.read_all().values())
     fork = repo.index.db.execute("SELECT parent FROM messages GROUP BY parent HAVING count(*) > 1").fetchall()

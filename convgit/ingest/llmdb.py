@@ -143,17 +143,48 @@ class _Reader:
         turns = {r["tip_message_hash"]: r for r in self.db.execute(
             "SELECT * FROM turns WHERE thread_id=? OR tip_message_hash IN (%s)" % ",".join("?" * len(chain)),
             (t["id"], *[c[0] for c in chain]))}
-        pos = {c[0]: i for i, c in enumerate(chain)}
+        # Each response's time and model: its turn, or (history from before llm 0.32 that a
+        # newer llm continued) its legacy ``responses`` row, matched by position and text.
+        rows: dict[int, Any] = {i: turns[c[0]] for i, c in enumerate(chain) if c[0] in turns}
+        rows.update(self._legacy_rows(t["id"], chain, rows))
         nodes = []
+        prev_tip = -1
         for i, (h, parent, _, draft) in enumerate(chain):
-            tr = turns.get(h)
+            tr = rows.get(i)
             kw: dict = {}
             if tr is not None:
-                start = pos.get(tr["parent_message_hash"], -1) + 1 if tr["parent_message_hash"] else 0
-                kw = _turn_fields(tr, span=max(1, i - start + 1))
+                # A call covers what it sent and what came back: every message after the
+                # previous call's response (the prompt, a system prompt, tool results).
+                kw = _turn_fields(tr, span=i - prev_tip)
+                prev_tip = i
             nodes.append(Node(key=h, parent=parent, draft=draft, **kw))
         meta = {k: t[k] for k in ("name", "forked_from", "datetime_utc") if t[k] is not None}
         return Conversation(source=SOURCE, nodes=nodes, upstream_id=t["id"], title=t["name"], meta=meta or None, label=label)
+
+    def _legacy_rows(self, cid: str, chain: list, taken: dict) -> dict[int, Any]:
+        """chain position → legacy ``responses`` row, for the responses of conversation
+        ``cid`` that no turn covers (a conversation begun before llm 0.32 and continued
+        after it: the thread holds that history, the rows hold its times and models). Rows
+        are matched in order to the assistant messages no turn names, and only where the
+        text is the same: a row that does not match is not guessed."""
+        if "responses" not in self.tables:
+            return {}
+        have = {r["id"] for r in taken.values()}
+        legacy = [r for r in self.db.execute("SELECT * FROM responses WHERE conversation_id=? ORDER BY id", (cid,))
+                  if r["id"] not in have and ("turns" not in self.tables or self.db.execute(
+                      "SELECT 1 FROM turns WHERE id=?", (r["id"],)).fetchone() is None)]
+        out: dict[int, Any] = {}
+        k = 0
+        for i, (_, _, _, draft) in enumerate(chain):
+            if k >= len(legacy):
+                break
+            if i in taken or draft.role != "assistant":
+                continue
+            text = "".join(p.text for p in draft.parts if isinstance(p, TextPart))
+            if text == (legacy[k]["response"] or ""):
+                out[i] = legacy[k]
+                k += 1
+        return out
 
     # -- legacy generation ----------------------------------------------------------------
 
