@@ -23,9 +23,11 @@ _MSG_HASHED = {"author", "content", "recipient", "channel", "weight"}
 
 
 def looks_like(doc: Any) -> bool:
-    return isinstance(doc, dict) and (
-        "mapping" in doc or "current_node" in doc or ("conversation_id" in doc and "title" in doc)
-    )
+    """A ChatGPT conversation: a ``mapping`` tree, or the keys an entry without one still has.
+    A ``chat_messages`` list is Claude's, whatever else the document holds."""
+    if not isinstance(doc, dict) or isinstance(doc.get("chat_messages"), list):
+        return False
+    return "mapping" in doc or "current_node" in doc or ("conversation_id" in doc and "title" in doc)
 
 
 def parse(doc: Any, label: str = "") -> Conversation:
@@ -36,6 +38,8 @@ def parse(doc: Any, label: str = "") -> Conversation:
     if not isinstance(upstream, str):
         upstream = None
     if mapping is None:
+        if not looks_like(doc):  # --format chatgpt forced on something else
+            raise SchemaValidationFailed(f"not a ChatGPT conversation (no \"mapping\"){_looks_like_other(doc)}")
         raise SchemaValidationFailed("entry has no \"mapping\" (a corrupted or partial export entry): skipped", skip=True)
     if not isinstance(mapping, dict):
         raise SchemaValidationFailed("\"mapping\" must be an object")
@@ -85,6 +89,13 @@ def parse(doc: Any, label: str = "") -> Conversation:
     title = doc.get("title") if isinstance(doc.get("title"), str) else None
     return Conversation(source=SOURCE, nodes=nodes, upstream_id=upstream, current=current if isinstance(current, str) else None,
                         tree=True, title=title, meta=meta or None, label=label)
+
+
+def _looks_like_other(doc: dict) -> str:
+    from .sources import detect  # the one detector (sources imports this module)
+
+    other = detect(doc)
+    return f": it looks like {other} (use --format {other}, or auto)" if other and other != SOURCE else ""
 
 
 def _parents(mapping: dict) -> dict[str, str | None]:
