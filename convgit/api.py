@@ -438,14 +438,30 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
     from .importer import import_conversations
     from .ingest.sources import Rejected, iter_path
 
-    def items():
-        for p in paths:
-            try:
-                yield from iter_path(p, fmt, repo.config)
-            except InvalidInput as e:  # the whole file is unreadable: one line in the report
-                yield Rejected(str(p), e)
+    owner: list[int] = []  # the path each reported conversation came from (one per item, in order)
 
-    return import_conversations(repo, items(), dry_run=dry_run, progress=progress, now_ms=now_ms)
+    def items():
+        for i, p in enumerate(paths):
+            n = len(owner)
+            try:
+                for item in iter_path(p, fmt, repo.config):
+                    owner.append(i)
+                    yield item
+            except InvalidInput as e:  # the whole file is unreadable: one line in the report
+                owner.append(i)
+                yield Rejected(str(p), e)
+            if len(owner) == n:  # e.g. a JSONL file of blank lines
+                owner.append(i)
+                yield Rejected(str(p), SchemaValidationFailed("no conversations in this file"))
+
+    report = import_conversations(repo, items(), dry_run=dry_run, progress=progress, now_ms=now_ms)
+    # A file of which nothing was imported (every entry skipped, even those that were only
+    # warnings, such as ChatGPT entries without "mapping") is a failure, never a silent exit 0.
+    good = {i for i, c in zip(owner, report.conversations) if c.error_code is None}
+    for i, c in zip(owner, report.conversations):
+        if i not in good:
+            c.warning = False
+    return report
 
 
 def export(repo: Repository, revs: list[str], *, fmt: str = "native") -> str:

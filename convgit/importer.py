@@ -55,6 +55,7 @@ class ConvReport:
     error_code: str | None = None
     reason: str | None = None
     warnings: list[str] = field(default_factory=list)
+    warning: bool = False  # skipped with nothing to import there: not a failure, unless it is all a file holds
 
     def to_json(self) -> dict:
         d = {
@@ -64,7 +65,9 @@ class ConvReport:
         }
         if self.error_code:
             d["error_code"] = self.error_code
-            d["reason"] = self.reason
+            d["error_message"] = d["reason"] = self.reason
+            if self.warning:
+                d["warning"] = True
         if self.warnings:
             d["warnings"] = self.warnings
         return d
@@ -88,7 +91,7 @@ class ImportReport:
 
     @property
     def failures(self) -> list[ConvReport]:
-        return [c for c in self.conversations if c.error_code is not None]
+        return [c for c in self.conversations if c.error_code is not None and not c.warning]
 
     def to_json(self) -> dict:
         ok = len(self.conversations) - len(self.failures)
@@ -424,8 +427,9 @@ def import_conversations(
 
 
 def _rejected(r: Rejected) -> ConvReport:
-    if r.error.details.get("skip"):  # nothing to import there (not an error): a warning
-        return ConvReport(r.label, "skipped", r.source, r.upstream_id, reason=r.error.message)
+    if r.error.details.get("skip"):  # nothing to import there: a warning, still with its code
+        return ConvReport(r.label, "skipped", r.source, r.upstream_id, error_code=r.error.code,
+                          reason=r.error.message, warning=True)
     status = "conflict" if r.error.code in ("duplicate_conflict", "ambiguous_thread") else "skipped"
     return ConvReport(r.label, status, r.source, r.upstream_id, error_code=r.error.code, reason=r.error.message)
 

@@ -267,15 +267,20 @@ Imports conversations from other tools: a ChatGPT export (`conversations.json` o
 a Claude.ai export, Open WebUI and LibreChat exports, an `llm` logs.db, API shapes (OpenAI
 Chat Completions / Responses, Anthropic Messages, Gemini, AI Studio), datasets (ShareGPT,
 `messages` JSONL, a `conversation` list) and, with `--format transcript` only, a plain
-"User:/Assistant:" transcript. The format is detected per file unless `--format` is given.
+"User:/Assistant:" transcript. The format is detected per file unless `--format` is given;
+`-` reads one file from stdin (spooled to a temporary file, so ZIP and SQLite work too).
 Every branch of a tree export is kept: the current path is the thread `<source>/<id>`, every
 other leaf `<source>/<id>-alt-<n>`. Re-importing writes nothing; a newer export appends only
 what is new and moves only the threads that changed; a linear conversation whose earlier
 messages changed upstream is reported as a `conflict`. Each source message id stays
 addressable as `<source>:<id>` (`convgit show chatgpt:<node-id>`). The report (`--json`:
 see [json.md](json.md)) has one line per conversation: `imported`, `appended`, `updated`,
-`deduplicated`, `conflict` or `skipped` with its reason; the exit code is that of the first
-failure (0 when none). [import.md](import.md) describes every format.
+`deduplicated`, `conflict` or `skipped` with its `error_code` and reason. The exit code is 0
+when nothing failed, else that of the first failure: a file of which nothing could be
+imported (a forced wrong `--format`, every entry skipped) fails with its code
+(`schema_validation_failed`, 11) and writes nothing; a skipped entry beside imported ones
+that holds nothing to import (a ChatGPT entry without `mapping`) is only a warning.
+[import.md](import.md) describes every format.
 """,
     ("export",): """\
 Writes a thread (default `HEAD`) as `native` (convgit's commit shape with every id, so an

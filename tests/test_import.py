@@ -93,7 +93,7 @@ def test_chatgpt_modern_export_skips_entry_without_mapping(store):
     st = [c.status for c in rep.conversations]
     assert st.count("imported") == 2 and st.count("skipped") == 1
     skipped = next(c for c in rep.conversations if c.status == "skipped")
-    assert "mapping" in skipped.reason and skipped.error_code is None
+    assert "mapping" in skipped.reason and skipped.error_code == "schema_validation_failed" and skipped.warning
     assert rep.failures == []
 
 

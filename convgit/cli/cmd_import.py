@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from .. import api
-from ..errors import ALL_ERRORS, ConvgitError, InvalidInput
+from .. import api, fsio
+from ..errors import ALL_ERRORS, ConvgitError, InvalidInput, StorageFailed
 from . import output
 from .app import app, get_repo
 
@@ -20,7 +23,7 @@ _BY_CODE = {c.code: c for c in ALL_ERRORS}
 
 @app.command("import")
 def import_cmd(
-    paths: list[str] = typer.Argument(..., metavar="PATH...", help="Export files: JSON, JSONL, a ZIP export, an llm logs.db."),
+    paths: list[str] = typer.Argument(..., metavar="PATH...", help="Export files: JSON, JSONL, a ZIP export, an llm logs.db; - reads one from stdin."),
     fmt: str = typer.Option("auto", "--format", "-f", metavar="FORMAT", help="auto (default), chatgpt, claude, open-webui, librechat, llm, native, openai, openai-completion, openai-responses, anthropic, gemini, aistudio, sharegpt, messages, conversation, transcript."),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Report what would be imported; write nothing."),
     json_: bool = JSON_OPT,
@@ -29,22 +32,33 @@ def import_cmd(
 
     Every conversation is imported (or reported) on its own: one bad conversation never
     stops the others. The exit code is 0 when every conversation was imported or already
-    there, else the code of the first failure.
+    there, else the code of the first failure; a file of which nothing could be imported
+    is a failure. PATH - reads stdin.
     """
     output.set_json(json_)
     from ..ingest.sources import FORMATS
 
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+    if paths.count("-") > 1:
+        raise InvalidInput("- (stdin) can be given only once")
     for p in paths:  # every path readable before anything is imported
+        if p == "-":
+            if sys.stdin is None or sys.stdin.isatty():
+                raise InvalidInput("no input on stdin: pipe an export into `convgit import -`")
+            continue
         if not os.path.exists(p):
             raise InvalidInput(f"{p}: no such file")
         if os.path.isdir(p):
             raise InvalidInput(f"{p}: is a directory")
     repo = get_repo()
-    total = sum(os.path.getsize(p) for p in paths)
-    with _progress(total, json_) as advance:
-        report = api.import_paths(repo, paths, fmt=fmt, dry_run=dry_run, progress=advance)
+    with _stdin_spool(repo, "-" in paths, dry_run) as spool:
+        files = [spool if p == "-" else p for p in paths]
+        total = sum(os.path.getsize(p) for p in files)
+        with _progress(total, json_) as advance:
+            report = api.import_paths(repo, files, fmt=fmt, dry_run=dry_run, progress=advance)
+        if spool is not None:
+            _relabel(report, spool, "-")
     head = repo.refs.read_head()
     if not dry_run and repo.refs.read(head) is None:
         first = next((t["thread"] for c in report.conversations for t in c.threads
@@ -73,7 +87,7 @@ def _say(report) -> None:
         label = c.title or c.upstream_id or c.label
         if c.status in ("skipped", "conflict"):
             code = f" [{c.error_code}]" if c.error_code else ""
-            output.info(f"convgit: {'warning: ' if not code else ''}{c.status}: {c.label}: {c.reason}{code}")
+            output.info(f"convgit: {'warning: ' if c.warning else ''}{c.status}: {c.label}: {c.reason}{code}")
             continue
         main = next((t["thread"] for t in c.threads if t["branch"] == "main"), c.threads[0]["thread"] if c.threads else "")
         extra = f", {len(c.threads) - 1} branch thread(s)" if len(c.threads) > 1 else ""
@@ -90,6 +104,44 @@ def _say(report) -> None:
     summary = ", ".join(f"{v} {k}" for k, v in n.items() if v)
     output.info(f"{verb} {len(report.conversations)} conversation(s): {summary or 'none'}; "
                 f"{sum(c.new_messages for c in report.conversations)} new message(s) in {report.seconds:.1f}s")
+
+
+@contextmanager
+def _stdin_spool(repo, wanted: bool, dry_run: bool):
+    """stdin copied to a temporary file in the store, removed afterwards, so that a piped
+    export is read exactly like a file (ZIP, SQLite, JSON, JSONL: detection needs to seek).
+    A leftover from a killed run is a ``tmp_*`` file that gc removes."""
+    if not wanted:
+        yield None
+        return
+    where = tempfile.gettempdir() if dry_run else str(repo.path)  # --dry-run writes nothing in the store
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"{fsio.TMP_PREFIX}stdin-", dir=where)
+    except OSError as e:
+        raise StorageFailed(f"cannot spool stdin to {where}: {e.strerror}") from None
+    try:
+        try:
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+        except OSError as e:
+            raise StorageFailed(f"cannot spool stdin to {where}: {e.strerror}") from None
+        if os.path.getsize(path) == 0:
+            raise InvalidInput("-: stdin is empty: no conversations")
+        yield path
+    finally:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _relabel(report, path: str, name: str) -> None:
+    """Conversations read from the spool file are named after stdin (``-``, ``-[3]``)."""
+    for c in report.conversations:
+        if c.label.startswith(path):
+            c.label = name + c.label[len(path):]
+        if c.reason and path in c.reason:
+            c.reason = c.reason.replace(path, name)
 
 
 class _progress:

@@ -23,9 +23,11 @@ _MSG_HASHED = {"author", "content", "recipient", "channel", "weight"}
 
 
 def looks_like(doc: Any) -> bool:
-    return isinstance(doc, dict) and (
-        "mapping" in doc or "current_node" in doc or ("conversation_id" in doc and "title" in doc)
-    )
+    """A ChatGPT conversation: a ``mapping`` tree, or the keys an entry without one still has.
+    A ``chat_messages`` list is Claude's, whatever else the document holds."""
+    if not isinstance(doc, dict) or isinstance(doc.get("chat_messages"), list):
+        return False
+    return "mapping" in doc or "current_node" in doc or ("conversation_id" in doc and "title" in doc)
 
 
 def parse(doc: Any, label: str = "") -> Conversation:
@@ -36,6 +38,8 @@ def parse(doc: Any, label: str = "") -> Conversation:
     if not isinstance(upstream, str):
         upstream = None
     if mapping is None:
+        if not looks_like(doc):  # --format chatgpt forced on something else
+            raise SchemaValidationFailed(f"not a ChatGPT conversation (no \"mapping\"){_looks_like_other(doc)}")
         raise SchemaValidationFailed("entry has no \"mapping\" (a corrupted or partial export entry): skipped", skip=True)
     if not isinstance(mapping, dict):
         raise SchemaValidationFailed("\"mapping\" must be an object")
@@ -87,6 +91,13 @@ def parse(doc: Any, label: str = "") -> Conversation:
                         tree=True, title=title, meta=meta or None, label=label)
 
 
+def _looks_like_other(doc: dict) -> str:
+    from .sources import detect  # the one detector (sources imports this module)
+
+    other = detect(doc)
+    return f": it looks like {other} (use --format {other}, or auto)" if other and other != SOURCE else ""
+
+
 def _parents(mapping: dict) -> dict[str, str | None]:
     """node -> parent from each node's ``parent``; nodes without one fall back to the
     ``children`` lists (which are never trusted otherwise)."""
@@ -135,19 +146,26 @@ def _draft(msg: dict, nid: str) -> Draft | None:
     md = msg.get("metadata") if isinstance(msg.get("metadata"), dict) else {}
     hidden = md.get("is_visually_hidden_from_conversation") is True or msg.get("weight") == 0
     meta: dict[str, Any] = {}
-    extra = {k: v for k, v in content.items() if k not in ("content_type", "parts", "text", "thoughts", "content")}
+    used = {"content_type"}  # the content keys a branch maps; every other one goes to meta.content
     parts: list = []
     if ct in ("user_editable_context", "model_editable_context"):
         role = "system"
         hidden = True
         for k, v in content.items():
-            if k != "content_type" and isinstance(v, str) and v:
-                parts.append(TextPart(text=v, meta={"field": k}))
-        extra = {k: v for k, v in extra.items() if not isinstance(v, str)}
+            if k not in ("content_type", "parts") and isinstance(v, str):
+                used.add(k)
+                if v:
+                    parts.append(TextPart(text=v, meta={"field": k}))
+        parts.extend(_loose_parts(content, used, "parts", field=True))
     elif ct in ("text", "multimodal_text"):
         raw = content.get("parts")
+        if raw is None and isinstance(content.get("text"), str):
+            raw, key = [content["text"]], "text"
+        else:
+            key = "parts"
         if not isinstance(raw, list):
             raise SchemaValidationFailed(f"{where}: {ct} content needs a parts list")
+        used.add(key)
         strs = [p for p in raw if isinstance(p, str)]
         if recipient != "all" and role == "assistant" and len(strs) == len(raw):
             parts.append(ToolCallPart(name=recipient, arguments="\n".join(strs)))
@@ -164,31 +182,49 @@ def _draft(msg: dict, nid: str) -> Draft | None:
                 else:
                     parts.append(_asset(p, md))
     elif ct == "code":
-        text = content.get("text", "")
-        if recipient != "all":
-            parts.append(ToolCallPart(name=recipient, arguments=text))
-            recipient = "all"
-        elif role == "tool":
-            if text:
-                parts.append(ToolResultPart(name=name, output=text))
+        strs, others = _texts(content, used)
+        if role == "tool":  # a tool's echo or output, whoever it is addressed to: a result
+            if any(strs):
+                parts.append(ToolResultPart(name=name, output=strs[0] if len(strs) == 1 else strs))
                 name = None
-        elif isinstance(text, str):
-            parts.append(TextPart(text=text))
-    elif ct == "execution_output" or (role == "tool" and ct not in ("thoughts", "reasoning_recap")):
-        out = content.get("text") if ct == "execution_output" else {k: v for k, v in content.items() if k != "content_type"}
+        elif recipient != "all":
+            parts.append(ToolCallPart(name=recipient, arguments="\n".join(strs)))
+            recipient = "all"
+        else:
+            parts.extend(TextPart(text=t) for t in strs)
+        parts.extend(others)
+    elif ct == "execution_output":
+        strs, others = _texts(content, used)
+        if strs or not others:
+            parts.append(ToolResultPart(name=name, output=strs[0] if len(strs) == 1 else (strs or None)))
+            name = None
+        parts.extend(others)
+    elif role == "tool" and ct not in ("thoughts", "reasoning_recap"):
+        out = {k: v for k, v in content.items() if k != "content_type"}
         parts.append(ToolResultPart(name=name, output=out, is_error=ct == "system_error"))
         name = None
-        extra = {} if ct != "execution_output" else extra
+        used.update(content)
     elif ct == "thoughts":
+        used.add("thoughts")
         for th in content.get("thoughts") or ():
             if isinstance(th, dict):
                 rest = {k: v for k, v in th.items() if k != "content"}
                 parts.append(ReasoningPart(text=th.get("content") or "", meta={"source_type": "thoughts", **rest}))
+            else:
+                parts.append(_loose(th, "thoughts"))
+        strs, others = _texts(content, used)
+        parts.extend(ReasoningPart(text=t, meta={"source_type": "thoughts"}) for t in strs if t)
+        parts.extend(others)
     elif ct == "reasoning_recap":
-        parts.append(ReasoningPart(text=content.get("content") or "", meta={"source_type": "reasoning_recap"}))
+        strs, others = _texts(content, used, ("content", "text", "parts"))
+        parts.extend(ReasoningPart(text=t, meta={"source_type": "reasoning_recap"}) for t in strs if t)
+        if not any(isinstance(p, ReasoningPart) for p in parts):
+            parts.insert(0, ReasoningPart(text="", meta={"source_type": "reasoning_recap"}))
+        parts.extend(others)
     else:
         parts.append(OpaquePart(data=content, source=SOURCE))
-        extra = {}
+        used.update(content)
+    extra = {k: v for k, v in content.items() if k not in used}
     if ct not in (None, "text"):
         meta["content_type"] = ct
     if extra:
@@ -204,6 +240,53 @@ def _draft(msg: dict, nid: str) -> Draft | None:
     if not parts or all(isinstance(p, TextPart) and not p.text for p in parts):
         return None  # nothing to say: dropped (kept verbatim in the conversation's meta)
     return Draft(role=role, parts=tuple(parts), meta=meta or None)
+
+
+def _texts(content: dict, used: set, keys: tuple[str, ...] = ("text", "parts")) -> tuple[list[str], list]:
+    """The strings a content carries under ``keys`` (a string, or a ``parts`` list), in that
+    order, and an opaque part for anything else found there: the text is never lost to the
+    key it came under. Marks the keys it read as used."""
+    strs: list[str] = []
+    others: list = []
+    for k in keys:
+        if k not in content:
+            continue
+        v = content[k]
+        if isinstance(v, str):
+            strs.append(v)
+        elif isinstance(v, list) and k == "parts":
+            for p in v:
+                if isinstance(p, str):
+                    strs.append(p)
+                else:
+                    others.append(_loose(p, k))
+        elif v is None:
+            pass
+        else:
+            others.append(_loose(v, k))
+        used.add(k)
+    return strs, others
+
+
+def _loose_parts(content: dict, used: set, key: str, *, field: bool = False) -> list:
+    """Text parts for the strings of a ``parts`` list a content type does not expect."""
+    if key not in content:
+        return []
+    used.add(key)
+    v = content[key]
+    items = v if isinstance(v, list) else [v]
+    out: list = []
+    for p in items:
+        if isinstance(p, str):
+            if p:
+                out.append(TextPart(text=p, meta={"field": key} if field else None))
+        elif p is not None:
+            out.append(_loose(p, key))
+    return out
+
+
+def _loose(v: Any, key: str) -> OpaquePart:
+    return OpaquePart(data={key: v}, source=SOURCE)
 
 
 def _asset(p: Any, md: dict) -> Any:

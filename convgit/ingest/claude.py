@@ -94,13 +94,26 @@ def _draft(m: dict, where: str) -> tuple[Draft, list]:
                                                mime_type="text/plain", name=name, meta={"extracted_content": True, **rest}))
             else:
                 parts.append(AttachmentPart(name=name, url=f"claude-attachment:{name}", meta=rest or None))
+        else:
+            parts.append(_loose(a, "attachments", "claude-attachment"))
     for f in m.get("files") or ():
         if isinstance(f, dict):
             fid = f.get("file_uuid") or f.get("uuid")
             rest = {k: v for k, v in f.items() if k not in ("file_name",)}
             parts.append(AttachmentPart(name=f.get("file_name") if isinstance(f.get("file_name"), str) else None,
                                         url=f"claude-file:{fid}", meta=rest or None))
+        else:
+            parts.append(_loose(f, "files", "claude-file"))
     return Draft(role=role, parts=tuple(parts)), blocks_prov
+
+
+def _loose(entry: Any, key: str, scheme: str) -> Any:
+    """An ``attachments``/``files`` entry that is not an object: a plain string (older and
+    third-party exports list just the file name) is an attachment of that name; anything
+    else is kept as an opaque part."""
+    if isinstance(entry, str):
+        return AttachmentPart(name=entry, url=f"{scheme}:{entry}", meta={"source_type": f"{key}_string"})
+    return OpaquePart(data={key: entry}, source=SOURCE)
 
 
 def _block(b: dict) -> Any:
