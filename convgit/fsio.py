@@ -39,6 +39,16 @@ def _storage_error(op: str, path: os.PathLike | str, e: OSError) -> StorageFaile
     return StorageFailed(f"{op} {path}: {e.strerror or e}", path=str(path), errno=e.errno)
 
 
+def sqlite_readonly_uri(path: os.PathLike | str) -> str:
+    """A ``file:`` URI opening ``path`` read-only (``sqlite3.connect(uri, uri=True)``).
+
+    Built from the absolute path with every special character percent-encoded, so a name
+    holding ``#``, ``?``, ``%`` or a space opens that very file: pasted raw into a URI,
+    ``we#ird.db`` would open (and, without ``mode=ro``, create) a file named ``we``.
+    """
+    return Path(os.path.abspath(path)).as_uri() + "?mode=ro"
+
+
 def fsync_fd(fd: int, path: os.PathLike | str = "?") -> None:
     try:
         os.fsync(fd)

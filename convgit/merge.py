@@ -98,7 +98,7 @@ def open_source(src: str | Path):
         if head.startswith(b"SQLite format 3"):
             import sqlite3
 
-            db = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+            db = sqlite3.connect(fsio.sqlite_readonly_uri(p), uri=True)
             try:
                 tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             except sqlite3.DatabaseError as e:
