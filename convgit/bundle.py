@@ -99,8 +99,10 @@ class BundleSource:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.label = self.path.stem
+        if not self.path.is_file():
+            raise InvalidInput(f"{path}: no such file")
         try:
-            self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+            self.db = sqlite3.connect(fsio.sqlite_readonly_uri(self.path), uri=True)
             meta = dict(self.db.execute("SELECT key, value FROM bundle_meta"))
         except sqlite3.DatabaseError as e:
             raise InvalidInput(f"{path} is not a convgit bundle: {e}") from e

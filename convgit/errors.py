@@ -148,7 +148,7 @@ class FsckFailed(ConvgitError):
     exit_code = 35
 
 
-# -- I/O: 40 --------------------------------------------------------------------------------
+# -- I/O: 40-41 -----------------------------------------------------------------------------
 
 
 class StorageFailed(ConvgitError):
@@ -156,6 +156,14 @@ class StorageFailed(ConvgitError):
 
     code = "storage_failed"
     exit_code = 40
+
+
+class UnsafeSymlink(StorageFailed):
+    """A symlink inside the store where convgit keeps its own files: refused, nothing was
+    written through it (the operation did not happen)."""
+
+    code = "unsafe_symlink"
+    exit_code = 41
 
 
 ALL_ERRORS: tuple[type[ConvgitError], ...] = (
@@ -179,4 +187,5 @@ ALL_ERRORS: tuple[type[ConvgitError], ...] = (
     SourceCorrupt,
     FsckFailed,
     StorageFailed,
+    UnsafeSymlink,
 )

@@ -23,20 +23,68 @@ import errno
 import fcntl
 import os
 import random
+import stat
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from .config import crash_point
-from .errors import Locked, StorageFailed
+from .errors import Locked, StorageFailed, UnsafeSymlink
 
 TMP_PREFIX = "tmp_"
 
+# Files convgit writes are opened without following a symlink in their last component: a
+# symlink planted where the store keeps a reflog, a lock or a temp file would otherwise
+# redirect the write (or the creation) outside the store. The open then fails with ELOOP.
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
 
 def _storage_error(op: str, path: os.PathLike | str, e: OSError) -> StorageFailed:
+    if e.errno == errno.ELOOP:
+        return UnsafeSymlink(f"{op} {path}: refused, it is a symlink (convgit writes nothing through one)",
+                             path=str(path))
     return StorageFailed(f"{op} {path}: {e.strerror or e}", path=str(path), errno=e.errno)
+
+
+def sqlite_readonly_uri(path: os.PathLike | str) -> str:
+    """A ``file:`` URI opening ``path`` read-only (``sqlite3.connect(uri, uri=True)``).
+
+    Built from the absolute path with every special character percent-encoded, so a name
+    holding ``#``, ``?``, ``%`` or a space opens that very file: pasted raw into a URI,
+    ``we#ird.db`` would open (and, without ``mode=ro``, create) a file named ``we``.
+    """
+    return Path(os.path.abspath(path)).as_uri() + "?mode=ro"
+
+
+def find_symlinks(root: Path, names: Iterable[str]) -> list[str]:
+    """Those of ``names`` (paths relative to ``root``) that are symlinks. One lstat each."""
+    out = []
+    for n in names:
+        try:
+            if stat.S_ISLNK(os.lstat(root / n).st_mode):
+                out.append(n)
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+    return out
+
+
+def check_real_dirs(base: Path, path: Path) -> None:
+    """Raise UnsafeSymlink if a directory between ``base`` (itself not checked) and ``path``
+    (included) is a symlink: writes below it would land outside the store."""
+    try:
+        rel = path.relative_to(base)
+    except ValueError:
+        return
+    p = base
+    for part in rel.parts:
+        p = p / part
+        try:
+            if stat.S_ISLNK(os.lstat(p).st_mode):
+                raise UnsafeSymlink(f"{p} is a symlink: refused (convgit writes nothing through one)", path=str(p))
+        except (FileNotFoundError, NotADirectoryError):
+            return
 
 
 def fsync_fd(fd: int, path: os.PathLike | str = "?") -> None:
@@ -167,9 +215,10 @@ def write_object_file(final: str, data: bytes, *, fsync: bool, probe: bool = Tru
 
 
 def freshen(path: str | Path) -> bool:
-    """Refresh an existing file's mtime. False if it does not exist or cannot be touched."""
+    """Refresh an existing file's mtime. False if it does not exist or cannot be touched.
+    A symlink's own time is refreshed, never its target's."""
     try:
-        os.utime(path)
+        os.utime(path, follow_symlinks=False)
         return True
     except OSError:
         return False
@@ -184,7 +233,7 @@ def replace_file(path: Path, data: bytes, *, fsync: bool, tmp: Path | None = Non
     path = Path(path)
     tmp = tmp or path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o666)
         try:
             _write_all(fd, data, tmp)
             if fsync:
@@ -211,10 +260,10 @@ def append_line(path: Path, line: str, *, fsync: bool) -> None:
     created = True
     try:
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | NOFOLLOW, 0o644)
         except FileExistsError:
             created = False
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | NOFOLLOW)
     except OSError as e:
         raise _storage_error("append", path, e) from e
     try:
@@ -230,7 +279,7 @@ def append_line(path: Path, line: str, *, fsync: bool) -> None:
 def truncate(path: Path, size: int) -> None:
     """Cut a file back to ``size`` bytes (undo an append)."""
     try:
-        fd = os.open(path, os.O_WRONLY)
+        fd = os.open(path, os.O_WRONLY | NOFOLLOW)
     except FileNotFoundError:
         return
     except OSError as e:
@@ -276,8 +325,11 @@ def rmdir(path: os.PathLike | str) -> bool:
 
 
 def rmtree(path: os.PathLike | str) -> None:
-    """Remove a directory and everything in it, quietly (leftovers of failed operations)."""
+    """Remove a directory and everything in it, quietly (leftovers of failed operations).
+    A symlink is never followed, not even at the top: nothing outside is removed."""
     path = os.fspath(path)
+    if os.path.islink(path):
+        return
     try:
         names = os.listdir(path)
     except OSError:
@@ -370,7 +422,7 @@ def flock(path: Path, *, shared: bool, timeout: float, remove: bool = False) -> 
     path still names the inode it locked, so an unlinked lock is never trusted.
     """
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)
     except OSError as e:
         raise _storage_error("open lock", path, e) from e
     try:
@@ -385,17 +437,25 @@ def flock(path: Path, *, shared: bool, timeout: float, remove: bool = False) -> 
             if same:
                 break
             os.close(fd)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)
+            except OSError as e:
+                fd = -1
+                raise _storage_error("open lock", path, e) from e
         yield
     finally:
-        if remove and not shared:
-            _unlink_quiet(path)
-        os.close(fd)  # closing releases the lock
+        if fd >= 0:
+            if remove and not shared:
+                _unlink_quiet(path)
+            os.close(fd)  # closing releases the lock
 
 
 def try_flock(path: Path, *, shared: bool) -> int | None:
     """Take a lock without waiting. Returns the fd holding it, or None if it is busy."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)
+    except OSError as e:
+        raise _storage_error("open lock", path, e) from e
     try:
         fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         return fd

@@ -23,14 +23,16 @@ from pathlib import Path
 from . import codec, fsio
 from .bundle import BundleSource
 from .config import crash_point
-from .errors import ConvgitError, InvalidInput, NotAStore, ObjectCorrupt, ObjectMissing, SourceCorrupt
+from .errors import ConvgitError, InvalidInput, NotAStore, ObjectCorrupt, ObjectMissing, SourceCorrupt, UnsafeSymlink
 from .graph import typed_references
 from .ids import check_thread_name, is_oid
 from .objects import Message
 from .pack import write_pack
 from .refs import ANY, NOT_APPLIED, RefMove
+from .repository import STORE_DIRS
 
 JOURNAL = "merge-journal.json"
+SOURCE_FILES = ("format", "config.toml", "HEAD", JOURNAL)  # read from a source store at open
 
 
 @dataclass
@@ -54,26 +56,57 @@ class StoreSource:
         from .repository import Repository
 
         p = path / ".convgit" if (path / ".convgit").is_dir() else path
+        p = Path(os.path.abspath(p))
+        self._real = os.path.realpath(p)
+        self.path = p
+        # Nothing is read through a symlink that leads out of the source (a ref file linked to
+        # a local secret, a symlinked refs/): checked before the first read.
+        self._check_links(p, SOURCE_FILES + STORE_DIRS)
         try:
             self.repo = Repository.open(p)
+        except UnsafeSymlink as e:
+            raise SourceCorrupt(f"merge source: {e.message}") from e
         except NotAStore as e:
             raise InvalidInput(f"merge source {path}: {e.message}") from e
         self.path = self.repo.path
         self.label = self.path.parent.name or "store"
+        for sub in ("refs", "logs", "objects"):
+            for dirpath, dirnames, filenames in os.walk(self.path / sub):
+                self._check_links(Path(dirpath), dirnames + filenames)
+                if sub == "objects":  # loose objects are checked as they are read; packs here
+                    dirnames[:] = [d for d in dirnames if Path(dirpath, d) == self.repo.objects.pack_dir]
+
+    def _check_links(self, base: Path, names) -> None:
+        for n in fsio.find_symlinks(base, names):
+            p = base / n
+            real = os.path.realpath(p)
+            if not real.startswith(self._real + os.sep):
+                rel = os.path.relpath(p, self.path)
+                raise SourceCorrupt(f"merge source: {rel} is a symlink that leads out of the source; nothing was taken from it",
+                                    path=rel)
 
     def refs(self) -> dict[str, str]:
         try:
             return self.repo.refs.read_all()
-        except ObjectCorrupt as e:
+        except (ObjectCorrupt, UnsafeSymlink) as e:
             raise SourceCorrupt(f"merge source: {e.message}") from e
 
     def turns(self, name: str) -> list[str]:
-        return list(dict.fromkeys(e.turn for e in self.repo.refs.read_log(name) if e.turn))
+        try:
+            return list(dict.fromkeys(e.turn for e in self.repo.refs.read_log(name) if e.turn))
+        except UnsafeSymlink as e:
+            raise SourceCorrupt(f"merge source: {e.message}") from e
+
+    def _check_loose(self, oid: str) -> None:
+        f = Path(self.repo.objects._file(oid))
+        self._check_links(f.parent, [f.name])
 
     def size(self, oid: str) -> int | None:
+        self._check_loose(oid)
         return self.repo.objects.stored_size(oid)
 
     def read_raw(self, oid: str) -> bytes | None:
+        self._check_loose(oid)
         try:
             return self.repo.objects.read_bytes(oid)
         except ObjectMissing:
@@ -98,7 +131,7 @@ def open_source(src: str | Path):
         if head.startswith(b"SQLite format 3"):
             import sqlite3
 
-            db = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+            db = sqlite3.connect(fsio.sqlite_readonly_uri(p), uri=True)
             try:
                 tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             except sqlite3.DatabaseError as e:

@@ -18,7 +18,8 @@ from typing import Callable, Iterator
 
 from . import fsio
 from .config import crash_point
-from .errors import InvalidRefName, NotFound, ObjectCorrupt, ObjectMissing, RefExists, RefStale, StorageFailed
+from .errors import (InvalidRefName, NotFound, ObjectCorrupt, ObjectMissing, RefExists, RefStale, StorageFailed,
+                     UnsafeSymlink)
 from .ids import ZERO_OID, check_thread_name, is_oid, short
 
 ANY = object()  # "do not check the old value"
@@ -81,10 +82,17 @@ class RefStore:
     # -- paths ------------------------------------------------------------------------------
 
     def ref_path(self, name: str) -> Path:
-        return self.threads_dir / check_thread_name(name)
+        return self._path(self.threads_dir, name)
 
     def log_path(self, name: str) -> Path:
-        return self.logs_dir / check_thread_name(name)
+        return self._path(self.logs_dir, name)
+
+    @staticmethod
+    def _path(base: Path, name: str) -> Path:
+        p = base / check_thread_name(name)
+        if "/" in name:  # a symlinked directory on the way would take the write outside the store
+            fsio.check_real_dirs(base, p.parent)
+        return p
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -96,13 +104,15 @@ class RefStore:
         try:
             with open(path, "rb") as f:
                 raw = f.read(200)
+                size = os.fstat(f.fileno()).st_size
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             if os.path.islink(path):  # never made by convgit; not "absent" (gc must not ignore it)
                 raise ObjectCorrupt(f"thread {name!r} is corrupt: its ref file is a dangling symlink", ref=name) from None
             return None
         value = raw.decode("ascii", "replace").strip()
         if not is_oid(value):
-            raise ObjectCorrupt(f"thread {name!r} is corrupt: its ref file holds {raw[:80]!r}", ref=name)
+            # Never the bytes themselves: a symlinked ref file could show any local file.
+            raise ObjectCorrupt(f"thread {name!r} is corrupt: its ref file is not a valid object id ({size} bytes)", ref=name)
         return value
 
     def iter_names(self) -> Iterator[str]:
@@ -140,7 +150,7 @@ class RefStore:
             return "main"
         prefix = f"ref: {THREADS}/"
         if not raw.startswith(prefix):
-            raise ObjectCorrupt(f"HEAD is corrupt: {raw[:80]!r}")
+            raise ObjectCorrupt(f"HEAD is corrupt: it does not name a thread ({len(raw.encode())} bytes)")
         return raw[len(prefix):]
 
     def write_head(self, name: str) -> None:
@@ -425,6 +435,8 @@ class RefStore:
 
     def _check_df_conflict(self, path: Path, name: str) -> None:
         """``a`` and ``a/b`` cannot both be threads (one would be a file and a directory)."""
+        if path.is_dir() and path.is_symlink():  # never cleaned up (rmtree) nor written through
+            raise UnsafeSymlink(f"{path} is a symlink to a directory: refused", path=str(path))
         if path.is_dir():
             if not any(
                 not (f.endswith(".lock") or f.startswith((fsio.TMP_PREFIX, ".")))
@@ -452,6 +464,7 @@ class RefStore:
         if not src.exists():
             return
         dst = self.deleted_logs_dir / f"{name}.{int(time.time() * 1000)}"
+        fsio.check_real_dirs(self.deleted_logs_dir, dst.parent)
         fsio.makedirs(dst.parent, fsync=self.fsync)
         fsio.rename(src, dst)
 

@@ -9,7 +9,7 @@ from typing import Iterator
 
 from . import fsio
 from .config import DEFAULT_CONFIG_TOML, Config, env_store_dir, load_config
-from .errors import NotAStore
+from .errors import NotAStore, UnsafeSymlink
 from .object_store import ObjectStore
 from .refs import RefStore
 
@@ -54,6 +54,7 @@ class Repository:
     def open(cls, path: Path | str) -> "Repository":
         path = Path(path).absolute()
         check_format(path)
+        check_no_symlinks(path)
         return cls(path, load_config(path / "config.toml"))
 
     @classmethod
@@ -145,12 +146,39 @@ def check_format(path: Path) -> None:
         raise NotAStore(f"{path} is not a convgit store (no format file)", path=str(path)) from None
     parts = raw.split()
     if len(parts) != 2 or parts[0] != FORMAT_MAGIC or not parts[1].isdigit():
-        raise NotAStore(f"{path}/format is not a convgit format file: {raw[:60]!r}", path=str(path))
+        raise NotAStore(f"{path}/format is not a convgit format file ({len(raw.encode())} bytes)", path=str(path))
     if int(parts[1]) != FORMAT_VERSION:
         raise NotAStore(
             f"{path} is a format version {parts[1]} store; this convgit reads version {FORMAT_VERSION}",
             path=str(path), version=int(parts[1]),
         )
+
+
+# What convgit writes into (or creates) in place, so a symlink there would take the write
+# outside the store: checked on every open. Files replaced by rename (HEAD, refs, the merge
+# journal) are not on the list: a rename replaces a symlink, it never writes through it.
+# Reflogs and ref locks are opened with O_NOFOLLOW (fsio), nested ref directories checked
+# by RefStore. The store directory itself, and any parent of it, may be a symlink.
+STORE_DIRS = ("objects", "objects/pack", "refs", "refs/threads", "logs", "logs/refs", "logs/refs/threads",
+              "logs/deleted")
+STORE_FILES = ("index.sqlite", "index.sqlite-journal", "index.sqlite-wal", "index.sqlite-shm",
+               "lock", "queue.lock", "gc.lock", "index.lock")
+
+
+def check_no_symlinks(path: Path) -> None:
+    """Refuse a store holding a symlink where convgit writes (UnsafeSymlink): its directories,
+    the fan-out directories under objects/, the index and the lock files."""
+    bad = fsio.find_symlinks(path, STORE_DIRS + STORE_FILES)
+    if not bad:
+        try:
+            with os.scandir(path / "objects") as it:
+                bad = [f"objects/{e.name}" for e in it if e.is_symlink()]
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+    if bad:
+        raise UnsafeSymlink(
+            f"{path} holds a symlink where convgit writes ({', '.join(sorted(bad)[:5])}): refusing to open it "
+            "(replace the symlink with the real file or directory)", path=str(path), symlinks=sorted(bad)[:20])
 
 
 def _write_if_missing(path: Path, data: bytes) -> None:

@@ -314,7 +314,11 @@ quarantine directory; refs then move all or nothing (a journal finishes an inter
 Per thread: new → created; same tip → nothing; local behind → fast-forward; incoming behind →
 kept; diverged → both kept, the incoming one as `NAME-merged-<10 hex of its tip>`. Merging the
 same source twice changes nothing. An `llm` logs.db is refused with a pointer to
-`convgit import`.
+`convgit import`. A source store holding a symlink that leads out of it (a ref file linked to
+another file, a symlinked `refs/`) is refused with `source_corrupt` before anything is read
+through it; no error message quotes a file's content. Bundles and logs.db files are opened
+read-only by a `file:` URI with the path percent-encoded, so any file name works
+(`team#2.db`, `50%.db`, `a b.db`).
 """,
     ("bundle",): """Bundles are single SQLite files holding threads, the turns recorded on them and every object
 they reach: a way to carry history between machines (`convgit merge FILE.db` takes it in).
@@ -369,7 +373,7 @@ EXITS_INTRO = """\
 
 Every error convgit reports on purpose has a stable `error_code` (the slug in `[...]` on
 stderr, and `error_code` under `--json`) and its own exit code. Ranges: 10–19 the input or the
-names given, 20–29 threads and refs, 30–39 the integrity of the store, 40 the file system,
+names given, 20–29 threads and refs, 30–39 the integrity of the store, 40–41 the file system,
 so a script may test ranges as well as exact codes.
 
 | Exit | `error_code` | Meaning |
@@ -404,6 +408,7 @@ MEANING: dict[str, str] = {
     "object_missing": "An object that must be present is not in the store (for example the parent of a message being written).",
     "not_a_store": "Not a convgit store, or a store format version this convgit cannot read.",
     "storage_failed": "The file system failed (I/O error, disk full, a failed fsync): the operation did not happen.",
+    "unsafe_symlink": "A symlink inside the store where convgit writes (a reflog, a lock, `index.sqlite`, `objects/pack`, …): refused, nothing was written through it (see docs/format.md, Symlinks).",
 }
 
 # -- the generated part -----------------------------------------------------------------------

@@ -187,6 +187,7 @@ def test_every_exit_code_is_exercised():
     and storage_failed, which needs a failing disk)."""
     covered = {c[3] for c in CASES} | {"ambiguous_revision", "locked"}  # test_cli…_ambiguous_prefix, test_locked
     covered |= {"gc_refused", "source_corrupt", "fsck_failed"}  # tests/test_maintenance_cli.py
+    covered |= {"unsafe_symlink"}  # tests/test_symlinks.py
     missing = set(ERRORS) - covered - {"error", "storage_failed"}
     assert not missing
 

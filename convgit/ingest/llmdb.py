@@ -20,6 +20,7 @@ import sqlite3
 from typing import Any, Iterator
 
 from ..errors import HashMismatch, InvalidInput, SchemaValidationFailed
+from ..fsio import sqlite_readonly_uri
 from ..objects import AttachmentPart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from .chat import parse_time
 from .model import Conversation, Draft, Node
@@ -30,7 +31,7 @@ SOURCE = "llm"
 
 def is_llm_db(path) -> bool:
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = sqlite3.connect(sqlite_readonly_uri(path), uri=True)
         try:
             names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         finally:
@@ -51,7 +52,7 @@ def b2_hash(message: dict, parent: str | None) -> str:
 
 def iter_conversations(path, label: str) -> Iterator[Conversation | tuple[str, Exception]]:
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = sqlite3.connect(sqlite_readonly_uri(path), uri=True)
         db.row_factory = sqlite3.Row
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as e:
