@@ -17,6 +17,11 @@ Per-message provenance (time, model, usage, the source's leftover fields) goes i
 ``import`` turn per message; the thread's own ``import`` turn lists them, and maps source
 message ids to message ids (``meta.aliases``) — so the index (aliases, dates, models) is
 rebuilt from objects and reflogs like everything else.
+
+A conversation without an upstream id is recognised by its content: when every one of its
+tips (the main one and each other leaf) is already the tip of, or inside, a thread whose
+turns have the same source, it is ``deduplicated`` and nothing is written (the same tree of
+messages is the same conversation).
 """
 
 from __future__ import annotations
@@ -133,6 +138,8 @@ class _State:
         self.upstream: dict[tuple[str, str], dict[str, str | None]] = {}
         self.aliases: set[tuple[str, str, str]] = set()
         self.pending_dirs: set[str] = set()  # directories that pending thread names need
+        self.sources: dict[str, set[str]] = {}  # thread -> sources of its turns (read once)
+        self.named: dict[str, set[str]] = {}  # thread -> turns its reflog names (read once)
 
     def add_ref(self, name: str, tip: str) -> None:
         self.view.pending_refs[name] = tip
@@ -200,7 +207,51 @@ def _plan(st: _State, b: Built, now: int) -> _Plan:
             new.setdefault(oid)
     plan = _Plan(b, rep, moves, list(new))
     _provenance(st, plan, now)
+    if not any(m.turn for m in plan.moves):  # no move names them: they would be unreachable
+        plan.subturns = []
     return plan
+
+
+def _recognised(st: _State, b: Built) -> bool:
+    """A conversation without an upstream id, already here: each of its tips is the tip of,
+    or inside, a thread that a conversation of the same source made or moved."""
+    source = b.conv.source
+    view = st.view
+    for tip in {b.main, *b.heads}:
+        if not view.contains(tip):
+            return False
+        names = set(view.threads_at(tip))
+        names.update(st.repo.index.threads_containing(tip, limit=64))
+        names.update(n for n, ids in view.pending_history.items() if tip in ids)
+        if not any(source in _thread_sources(st, n) for n in names if view.read_ref(n) is not None):
+            return False
+    return True
+
+
+def _thread_sources(st: _State, name: str) -> set[str]:
+    if name not in st.sources:
+        out: set[str] = set()
+        for tid in _named_turns(st, name):
+            t = _read_turn(st.repo, tid)
+            if t is not None and t.source:
+                out.add(t.source)
+        st.sources[name] = out
+    return st.sources[name]
+
+
+def _named_turns(st: _State, name: str) -> set[str]:
+    """The turns the reflog of thread ``name`` names (plus what this batch will add)."""
+    if name not in st.named:
+        st.named[name] = {e.turn for e in st.repo.refs.read_log(name) if e.turn}
+    return st.named[name]
+
+
+def _read_turn(repo, tid: str) -> Turn | None:
+    try:
+        obj = repo.objects.read(tid)
+    except ConvgitError:
+        return None
+    return obj if isinstance(obj, Turn) else None
 
 
 def _plan_linear(st: _State, b: Built, now: int) -> list[_Move]:
@@ -229,6 +280,8 @@ def _plan_linear(st: _State, b: Built, now: int) -> list[_Move]:
 def _plan_tree(st: _State, b: Built, now: int) -> list[_Move]:
     conv = b.conv
     view = st.view
+    if not conv.upstream_id and _recognised(st, b):
+        return []
     known = st.threads_of(conv.source, conv.upstream_id) if conv.upstream_id else {}
     main_thread = next((t for t, br in known.items() if br in (None, "main")), None)
     moves: list[_Move] = []
@@ -366,6 +419,8 @@ def _register(st: _State, plan: _Plan) -> None:
             st.view.pending_data.update((oid, b.data[oid]) for oid in path if oid in new)
         if conv.upstream_id:
             st.threads_of(conv.source, conv.upstream_id)[m.thread] = m.branch
+        if m.move:
+            st.sources.setdefault(m.thread, set()).add(conv.source)
 
 
 def _finish_report(plan: _Plan) -> None:
