@@ -2,12 +2,16 @@
 
 - ``native``: convgit's own commit shape with every message's ``id`` and ``parent`` (import
   re-derives and checks them, so importing it into an empty store reproduces the same ids);
-  attachment bytes travel inline as ``data_base64``.
+  attachment bytes travel inline as ``data_base64``. A thread's document also carries what
+  is not in its messages: its name, where it was forked from, and every turn recorded on it
+  (its reflog lines and the turns they name, with an import turn's per-message turns), so
+  the same threads and provenance come back (``ingest/native.py`` reads it). Several
+  threads (``--all``) are one document: ``{"convgit": {...}, "threads": [...]}``.
 - ``openai``: a Chat Completions request (``{"messages": [...]}``).
 - ``anthropic``: a Messages request (``{"system", "messages"}``; tool results as user
   ``tool_result`` blocks).
 - ``markdown``: for reading.
-- ``jsonl``: one native document per line (``--all``: one per thread).
+- ``jsonl``: one native thread document per line (``--all``: one per thread).
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from typing import Any
 import msgspec
 
 from . import graph, revparse
-from .errors import InvalidInput
-from .objects import AttachmentPart, Blob, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+from .errors import ConvgitError, InvalidInput
+from .objects import AttachmentPart, Blob, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart, Turn
 
 FORMATS = ("native", "openai", "anthropic", "markdown", "jsonl")
+EXPORT_VERSION = 1  # the "convgit": {"version": ...} marker of a native export document
 
 
 def _text(repo, p) -> str:
@@ -53,7 +58,9 @@ def thread_messages(repo, rev: str) -> tuple[str, str | None, list]:
     return tip, thread, pairs
 
 
-def native_doc(repo, rev: str) -> dict:
+def native_doc(repo, rev: str, forks: dict[str, dict | None] | None = None) -> dict:
+    """One thread (or a message's history) as a native export document (docs/json.md §9).
+    ``forks``: thread → fork origin, from ``fork_origins`` (read once for many threads)."""
     tip, thread, pairs = thread_messages(repo, rev)
     msgs = []
     for oid, m in pairs:
@@ -64,7 +71,61 @@ def native_doc(repo, rev: str) -> dict:
         if m.parent:
             d["parent"] = m.parent
         msgs.append(d)
-    return {"thread": thread, "tip": tip, "messages": msgs}
+    doc: dict[str, Any] = {"convgit": {"version": EXPORT_VERSION}, "thread": thread, "tip": tip}
+    if thread is not None:
+        doc["forked_from"] = (forks if forks is not None else fork_origins(repo)).get(thread)
+        doc["reflog"], doc["turns"] = thread_turns(repo, thread)
+    doc["messages"] = msgs
+    return doc
+
+
+def native_bundle(repo, revs: list[str]) -> dict:
+    """Several threads as one native document (``export --all -f native``)."""
+    forks = fork_origins(repo)
+    return {"convgit": {"version": EXPORT_VERSION}, "threads": [native_doc(repo, r, forks) for r in revs]}
+
+
+def thread_turns(repo, thread: str) -> tuple[list[dict], list[dict]]:
+    """A thread's recorded history: its reflog lines that name a turn (oldest first) and every
+    turn object they name, each import turn followed by the per-message turns its
+    ``meta.turns`` lists. A turn is exported as all its fields (``msgspec.to_builtins``) plus
+    its ``id``; import re-encodes it and checks the id, so it comes back as the same object."""
+    reflog: list[dict] = []
+    turns: dict[str, dict] = {}
+    for e in repo.refs.read_log(thread):
+        t = _find_turn(repo, e.turn) if e.turn else None
+        if t is None:  # no turn, or one gc has taken: nothing to carry
+            continue
+        reflog.append({"old": e.old, "new": e.new, "time_ms": e.time_ms, "turn": e.turn, "message": e.message})
+        _add_turn(turns, e.turn, t)
+        subs = (t.meta or {}).get("turns") if t.kind == "import" else None
+        for sid in subs if isinstance(subs, list) else ():
+            sub = _find_turn(repo, sid) if isinstance(sid, str) else None
+            if sub is not None:
+                _add_turn(turns, sid, sub)
+    return reflog, list(turns.values())
+
+
+def _add_turn(turns: dict[str, dict], tid: str, t: Turn) -> None:
+    if tid not in turns:
+        turns[tid] = {"id": tid, **msgspec.to_builtins(t)}
+
+
+def _find_turn(repo, tid: str) -> Turn | None:
+    try:
+        obj = repo.objects.read(tid)
+    except ConvgitError:
+        return None
+    return obj if isinstance(obj, Turn) else None
+
+
+def fork_origins(repo) -> dict[str, dict | None]:
+    """thread → ``{"thread", "message"}`` it was forked from (None: not a fork)."""
+    out: dict[str, dict | None] = {}
+    for r in repo.index.thread_rows():
+        f_thread, f_msg = r["forked_from_thread"], r["forked_from_message"]
+        out[r["name"]] = None if f_thread is None and f_msg is None else {"thread": f_thread, "message": f_msg}
+    return out
 
 
 def openai_doc(repo, rev: str) -> dict:
@@ -163,13 +224,17 @@ def markdown(repo, rev: str) -> str:
 
 
 def export(repo, revs: list[str], fmt: str) -> str:
-    """The text to write for ``revs`` (several revisions only with jsonl)."""
+    """The text to write for ``revs``: several revisions with jsonl (one line each) or native
+    (one document holding them all)."""
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown export format {fmt!r} (one of {', '.join(FORMATS)})")
     if fmt == "jsonl":
-        return "".join(json.dumps(native_doc(repo, r), ensure_ascii=False) + "\n" for r in revs)
+        forks = fork_origins(repo)
+        return "".join(json.dumps(native_doc(repo, r, forks), ensure_ascii=False) + "\n" for r in revs)
+    if fmt == "native" and len(revs) != 1:
+        return json.dumps(native_bundle(repo, revs), ensure_ascii=False, indent=2) + "\n"
     if len(revs) != 1:
-        raise InvalidInput(f"--format {fmt} exports one thread; use --format jsonl for several")
+        raise InvalidInput(f"--format {fmt} exports one thread; use --format native or jsonl for several")
     if fmt == "markdown":
         return markdown(repo, revs[0])
     doc = {"native": native_doc, "openai": openai_doc, "anthropic": anthropic_doc}[fmt](repo, revs[0])

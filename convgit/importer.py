@@ -17,6 +17,16 @@ Per-message provenance (time, model, usage, the source's leftover fields) goes i
 ``import`` turn per message; the thread's own ``import`` turn lists them, and maps source
 message ids to message ids (``meta.aliases``) — so the index (aliases, dates, models) is
 rebuilt from objects and reflogs like everything else.
+
+A conversation without an upstream id is recognised by its content: when every one of its
+tips (the main one and each other leaf) is already the tip of, or inside, a thread whose
+turns have the same source, it is ``deduplicated`` and nothing is written (the same tree of
+messages is the same conversation).
+
+A convgit export (``conv.native``, ingest/native.py) is planned by ``_plan_native``: the
+thread comes back under its own name, and its recorded reflog lines are replayed (same
+turns, same times, the same moves where both ends are in the exported history) so the
+index finds the same provenance as in the store it came from.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from .errors import ConvgitError, InvalidRefName, Locked, NotFound, RefExists, R
 from .ids import check_thread_name
 from .ingest.build import Chain
 from .ingest.sources import Rejected
-from .ingest.model import Conversation, Payload
+from .ingest.model import Conversation, NativeThread, Payload
 from .ingest.tree import Built, build_tree
 from .objects import Turn
 from .refs import RefMove
@@ -116,6 +126,8 @@ class _Move:
     forked_from: str | None = None
     forked_at: str | None = None
     turn: tuple[str, bytes] | None = None
+    # A convgit export: the reflog lines to write, in order (new tip, turn, time, message).
+    replay: list[tuple[str, str | None, int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -136,6 +148,8 @@ class _State:
         self.upstream: dict[tuple[str, str], dict[str, str | None]] = {}
         self.aliases: set[tuple[str, str, str]] = set()
         self.pending_dirs: set[str] = set()  # directories that pending thread names need
+        self.sources: dict[str, set[str]] = {}  # thread -> sources of its turns (read once)
+        self.named: dict[str, set[str]] = {}  # thread -> turns its reflog names (read once)
 
     def add_ref(self, name: str, tip: str) -> None:
         self.view.pending_refs[name] = tip
@@ -190,6 +204,8 @@ def base_name(conv: Conversation, tip: str) -> str:
 
 def _plan(st: _State, b: Built, now: int) -> _Plan:
     conv = b.conv
+    if conv.native is not None:
+        return _plan_native(st, b, now)
     moves = _plan_tree(st, b, now) if conv.tree else _plan_linear(st, b, now)
     rep = ConvReport(conv.label, "deduplicated", conv.source, conv.upstream_id, conv.title,
                      messages=len(b.data), warnings=list(conv.warnings))
@@ -203,7 +219,51 @@ def _plan(st: _State, b: Built, now: int) -> _Plan:
             new.setdefault(oid)
     plan = _Plan(b, rep, moves, list(new))
     _provenance(st, plan, now)
+    if not any(m.turn for m in plan.moves):  # no move names them: they would be unreachable
+        plan.subturns = []
     return plan
+
+
+def _recognised(st: _State, b: Built) -> bool:
+    """A conversation without an upstream id, already here: each of its tips is the tip of,
+    or inside, a thread that a conversation of the same source made or moved."""
+    source = b.conv.source
+    view = st.view
+    for tip in {b.main, *b.heads}:
+        if not view.contains(tip):
+            return False
+        names = set(view.threads_at(tip))
+        names.update(st.repo.index.threads_containing(tip, limit=64))
+        names.update(n for n, ids in view.pending_history.items() if tip in ids)
+        if not any(source in _thread_sources(st, n) for n in names if view.read_ref(n) is not None):
+            return False
+    return True
+
+
+def _thread_sources(st: _State, name: str) -> set[str]:
+    if name not in st.sources:
+        out: set[str] = set()
+        for tid in _named_turns(st, name):
+            t = _read_turn(st.repo, tid)
+            if t is not None and t.source:
+                out.add(t.source)
+        st.sources[name] = out
+    return st.sources[name]
+
+
+def _named_turns(st: _State, name: str) -> set[str]:
+    """The turns the reflog of thread ``name`` names (plus what this batch will add)."""
+    if name not in st.named:
+        st.named[name] = {e.turn for e in st.repo.refs.read_log(name) if e.turn}
+    return st.named[name]
+
+
+def _read_turn(repo, tid: str) -> Turn | None:
+    try:
+        obj = repo.objects.read(tid)
+    except ConvgitError:
+        return None
+    return obj if isinstance(obj, Turn) else None
 
 
 def _plan_linear(st: _State, b: Built, now: int) -> list[_Move]:
@@ -232,6 +292,8 @@ def _plan_linear(st: _State, b: Built, now: int) -> list[_Move]:
 def _plan_tree(st: _State, b: Built, now: int) -> list[_Move]:
     conv = b.conv
     view = st.view
+    if not conv.upstream_id and _recognised(st, b):
+        return []
     known = st.threads_of(conv.source, conv.upstream_id) if conv.upstream_id else {}
     main_thread = next((t for t, br in known.items() if br in (None, "main")), None)
     moves: list[_Move] = []
@@ -369,6 +431,8 @@ def _register(st: _State, plan: _Plan) -> None:
             st.view.pending_data.update((oid, b.data[oid]) for oid in path if oid in new)
         if conv.upstream_id:
             st.threads_of(conv.source, conv.upstream_id)[m.thread] = m.branch
+        if m.move:
+            st.sources.setdefault(m.thread, set()).add(conv.source)
 
 
 def _finish_report(plan: _Plan) -> None:
@@ -387,6 +451,100 @@ def _finish_report(plan: _Plan) -> None:
     else:
         rep.status = "deduplicated"
     rep.appended = rep.new_messages
+
+
+# -- a convgit export -----------------------------------------------------------------------
+
+REPLAY_MESSAGE = "import native: replay"
+
+
+def _plan_native(st: _State, b: Built, now: int) -> _Plan:
+    """A thread convgit exported: the same thread again is deduplicated (turns it lacks are
+    recorded at its tip); otherwise a new thread under the exported name (a free-name
+    suffix only if that name is taken) whose reflog replays the exported one."""
+    conv = b.conv
+    nat: NativeThread = conv.native
+    tip = b.main
+    view = st.view
+    name = _native_name(nat, conv, tip)
+    rep = ConvReport(conv.label, "deduplicated", conv.source, None, conv.title, messages=len(b.data),
+                     warnings=list(conv.warnings))
+    path = b.path(tip)
+    k = view.stored_prefix(path)
+    new_ids = list(path[k:])
+    moves: list[_Move] = []
+    # No thread and no recorded history (the export of a message id): like commit, a stored
+    # tip is already here.
+    nameless = nat.name is None and not nat.reflog and view.contains(tip)
+    cands = [] if nameless else [name] + [t for t in view.threads_at(tip) if t != name]
+    for t in cands:
+        cur = view.read_ref(t)
+        if cur is None or not (cur == tip or (t == name and _holds(st, t, tip))):
+            continue
+        have = _named_turns(st, t)
+        missing: dict[str, object] = {}
+        for e in nat.reflog:
+            if e.turn not in have:
+                missing.setdefault(e.turn, e)
+        if missing and t != name:
+            continue  # another thread at this tip, with another history: not this one
+        if missing:
+            replay = [(cur, e.turn, e.time_ms, e.message) for e in missing.values()]
+            moves = [_Move(t, cur, cur, cur, "recorded", "main", False, replay=replay)]
+        else:
+            moves = [_Move(t, cur, cur, cur, "deduplicated", "main", False)]
+        break
+    else:
+        if not nameless:
+            moves = [_Move(st.free_name(name), tip, None, None, "created", "main", True, forked_from=nat.forked_from,
+                           forked_at=nat.forked_at, replay=_replay(nat, set(path), tip, now))]
+    plan = _Plan(b, rep, moves, new_ids)
+    if moves and moves[0].replay:
+        plan.subturns = [(tid, data) for tid, data in nat.turns
+                         if tid not in view.pending_objects and not st.repo.objects.contains(tid)]
+        st.view.pending_objects.update(tid for tid, _ in plan.subturns)
+        st.named.setdefault(moves[0].thread, set()).update(e.turn for e in nat.reflog)
+    return plan
+
+
+def _native_name(nat: NativeThread, conv: Conversation, tip: str) -> str:
+    if nat.name:
+        try:
+            return check_thread_name(nat.name)
+        except InvalidRefName:
+            conv.warnings.append(f"thread name {nat.name!r} is not valid here: imported under another name")
+    return base_name(conv, tip)
+
+
+def _holds(st: _State, thread: str, oid: str) -> bool:
+    """``oid`` is in the history of ``thread`` (it continued after the export)."""
+    if oid in st.view.pending_history.get(thread, ()):
+        return True
+    return thread in st.repo.index.threads_containing(oid, limit=1_000_000)
+
+
+def _replay(nat: NativeThread, history: set[str], tip: str, now: int) -> list[tuple[str, str | None, int, str]]:
+    """The reflog lines of a new thread that reproduce the exported ones: each recorded move
+    whose ends are both in the exported history is made again (so a turn covers the same
+    messages); a line whose ends are not (a branch switch away from a message this thread no
+    longer holds) names its turn at the thread's current tip. The ref ends at ``tip``."""
+    out: list[tuple[str, str | None, int, str]] = []
+    cur: str | None = None
+    t = now
+    for e in nat.reflog:
+        t = e.time_ms
+        inside = e.new in history and (e.old in history if e.old is not None else cur is None)
+        if inside:
+            if e.old is not None and cur != e.old:
+                out.append((e.old, None, t, REPLAY_MESSAGE))
+            out.append((e.new, e.turn, t, e.message))
+            cur = e.new
+        else:
+            cur = cur or tip
+            out.append((cur, e.turn, t, e.message))
+    if cur != tip:
+        out.append((tip, None, t, REPLAY_MESSAGE if cur is not None else "import native: created"))
+    return out
 
 
 # -- running --------------------------------------------------------------------------------
@@ -510,6 +668,13 @@ def _move_refs(repo, plans, now: int) -> set[int]:
     slots: list[int] = []
     for slot, conv, p in plans:
         for m in p.moves:
+            if m.replay:
+                expected = m.expected
+                for new, turn, t, msg in m.replay:
+                    moves.append(RefMove(m.thread, new, expected=expected, message=msg, turn=turn, time_ms=t))
+                    slots.append(slot)
+                    expected = new
+                continue
             if not (m.move or m.turn):
                 continue
             n = len(p.new_ids)
@@ -546,5 +711,5 @@ def _index_shims(plans: list[_Plan]) -> list[_Shim]:
         for t in p.subturns:
             out.append(_Shim(Chain(), t, None))
         for m in p.moves:
-            out.append(_Shim(Chain(), m.turn, m.thread if (m.move or m.turn) else None))
+            out.append(_Shim(Chain(), m.turn, m.thread if (m.move or m.turn or m.replay) else None))
     return out

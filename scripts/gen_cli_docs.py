@@ -283,10 +283,11 @@ that holds nothing to import (a ChatGPT entry without `mapping`) is only a warni
 [import.md](import.md) describes every format.
 """,
     ("export",): """\
-Writes a thread (default `HEAD`) as `native` (convgit's commit shape with every id, so an
-import elsewhere reproduces the same ids), `openai` or `anthropic` (a request to replay),
-`markdown` (to read) or `jsonl` (one native document per thread; `--all` exports every
-thread).
+Writes a thread (default `HEAD`) as `native` (convgit's commit shape with every id, plus the
+thread's name, fork origin and recorded turns, so an import elsewhere reproduces the same
+threads, ids and provenance), `openai` or `anthropic` (a request to replay), `markdown` (to
+read) or `jsonl` (one native document per thread). `--all` exports every thread: with
+`native` as one document holding them all, with `jsonl` one line each.
 """,
     ("gc",): """Packs every reachable loose object into a new packfile, prunes objects that nothing reaches
 (refs, `HEAD`, live reflog entries and the turns they name) once they are older than the grace

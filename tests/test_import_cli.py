@@ -69,7 +69,9 @@ def test_export_cli(cli, proj, tmp_path):
     assert native["thread"] == "chatgpt/a" and all("id" in m for m in native["messages"])
     md = ok(cli("export", "chatgpt/a", "--format", "markdown")).out
     assert md.startswith("# chatgpt/a")
-    lines = ok(cli("export", "--all")).out.splitlines()
+    bundle = ok(cli("export", "--all")).json()  # one document holding every thread
+    assert bundle["convgit"]["version"] == 1 and len(bundle["threads"]) == 3
+    lines = ok(cli("export", "--all", "-f", "jsonl")).out.splitlines()
     assert len(lines) == 3 and all(json.loads(x)["messages"] for x in lines)
     out = tmp_path / "o.json"
     ok(cli("export", "chatgpt/a", "-f", "openai", "-o", out))

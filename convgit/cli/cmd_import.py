@@ -173,7 +173,7 @@ class _progress:
 @app.command("export")
 def export_cmd(
     revs: Optional[list[str]] = typer.Argument(None, metavar="REV...", help="Threads or messages to export (default HEAD)."),
-    all_: bool = typer.Option(False, "--all", help="Every thread (with --format jsonl: one line each)."),
+    all_: bool = typer.Option(False, "--all", help="Every thread (native: one document holding them all; jsonl: one line each)."),
     fmt: str = typer.Option("native", "--format", "-f", metavar="FORMAT", help="native (default), openai, anthropic, markdown, jsonl."),
     out: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout."),
 ) -> None:
@@ -184,8 +184,6 @@ def export_cmd(
         if revs:
             raise InvalidInput("give REV... or --all, not both")
         revs = sorted(repo.refs.read_all())
-        if fmt == "native":
-            fmt = "jsonl"
     text = api.export(repo, revs or ["HEAD"], fmt=fmt)
     if out is not None:
         try:

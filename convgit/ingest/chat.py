@@ -148,7 +148,10 @@ def message_draft(m: Any, where: str) -> Draft:
         parts.append(_tool_call({"type": "function", "function": m["function_call"]}, f"{where}.function_call"))
     # An empty text beside a tool call (OpenAI's content "" with tool_calls) carries nothing.
     parts = [p for p in parts if not _blank(p)] or parts
-    if not parts or is_empty(parts):
+    # convgit stores messages with no content (an llm prompt with no text, a ShareGPT row with
+    # a missing turn); one that carries its convgit id (as every exported message does) may be
+    # empty, since the id is checked against its hash. Without an id, an empty message is a mistake.
+    if (not parts or is_empty(parts)) and not is_oid(m.get("id")):
         raise SchemaValidationFailed(f"{where}: the message is empty (no text, parts or tool calls)")
     meta = m.get("meta")
     if meta is not None and not isinstance(meta, dict):

@@ -78,6 +78,28 @@ class Node(msgspec.Struct, frozen=True):
     span: int = 1
 
 
+class NativeLine(msgspec.Struct, frozen=True):
+    """One reflog line of an exported thread that named a turn."""
+
+    old: str | None
+    new: str | None
+    turn: str
+    time_ms: int
+    message: str = ""
+
+
+class NativeThread(msgspec.Struct, frozen=True):
+    """What a convgit export carries beyond its messages: the thread's name, fork origin and
+    recorded turns (``turns``: id → the exact bytes, verified), replayed by ``import``."""
+
+    name: str | None
+    tip: str
+    forked_from: str | None = None
+    forked_at: str | None = None
+    turns: list[tuple[str, bytes]] = []
+    reflog: list[NativeLine] = []
+
+
 class Conversation(msgspec.Struct):
     """One conversation read from an export: nodes in any order, linked by key.
 
@@ -97,3 +119,4 @@ class Conversation(msgspec.Struct):
     label: str = ""
     warnings: list[str] = []
     size: int = 0  # bytes of input this conversation came from (progress)
+    native: NativeThread | None = None  # a convgit export: its thread, forks and turns come back

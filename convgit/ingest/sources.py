@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, Iterator
 
 from ..config import Config
 from ..errors import ConvgitError, InvalidInput, PayloadTooLarge, SchemaValidationFailed
-from . import apis, chatgpt, claude, datasets, llmdb, webui
+from . import apis, chatgpt, claude, datasets, llmdb, native, webui
 from .chat import parse_chat
 from .jsonsplit import iter_array
 from .model import Conversation, Node, Payload, TurnInfo
@@ -141,6 +141,8 @@ def conversation_from_document(doc: Any, fmt: str | None, label: str, size: int 
         conv = TREE_FORMATS[fmt](doc, label)
         conv.size = size
         return conv
+    if fmt == "native" and native.is_export(doc):
+        return native.parse_thread(doc, label, size)
     payload = payload_from_document(doc, fmt, allow_bare_response=True)
     return payload_conversation(payload, source=fmt, label=label, size=size)
 
@@ -229,7 +231,7 @@ def iter_stream(f: BinaryIO, fmt: str | None, config: Config, label: str, *, siz
             return
         rest = f.read(1)
         if not rest:  # one document
-            yield _element(line, fmt, label, limit)
+            yield from _document(line, fmt, label, limit)
             return
         if jsonl or _complete(line):
             n = 0
@@ -238,7 +240,7 @@ def iter_stream(f: BinaryIO, fmt: str | None, config: Config, label: str, *, siz
                     yield _element(ln, fmt, f"{label}:{n}", limit)
             return
         raw = line + rest + _read_limited(f, limit - len(line) - 1, label)
-        yield _element(raw, fmt, label, limit)
+        yield from _document(raw, fmt, label, limit)
         return
     raw = _read_limited(f, limit, label)
     yield _element(raw, fmt, label, limit)
@@ -257,6 +259,26 @@ def _element(raw: bytes, fmt: str | None, label: str, limit: int) -> Conversatio
     if len(raw) > limit:
         return Rejected(label, PayloadTooLarge(f"{len(raw)} bytes; the limit is {limit} (limits.max_payload_bytes)"), len(raw))
     return _one(label, len(raw), lambda: conversation_from_document(decode_json(raw), fmt, label, len(raw)))
+
+
+def _document(raw: bytes, fmt: str | None, label: str, limit: int) -> Iterator[Conversation | Rejected]:
+    """One JSON document: a conversation, or a convgit export bundle of several threads."""
+    from . import decode_json
+
+    if fmt in (None, "native") and len(raw) <= limit and b'"threads"' in raw:
+        try:
+            doc = decode_json(raw)
+        except ConvgitError as e:
+            yield Rejected(label, e, len(raw))
+            return
+        if native.is_bundle(doc):
+            try:
+                for where, item in native.iter_bundle(doc, label):
+                    yield Rejected(where, item) if isinstance(item, ConvgitError) else item
+            except ConvgitError as e:
+                yield Rejected(label, e, len(raw))
+            return
+    yield _element(raw, fmt, label, limit)
 
 
 def _iter_array_source(f: BinaryIO, fmt: str | None, config: Config, label: str) -> Iterator[Conversation | Rejected]:
