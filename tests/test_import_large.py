@@ -215,3 +215,18 @@ def test_single_message_of_100_mb_is_imported(cli, proj, tmp_path):
     assert p.stat().st_size > 100_000_000
     thread, _ = import_one(cli, p)
     assert thread_texts(cli, thread) == [("user", text)]
+
+
+@pytest.mark.parametrize("where", [0, 1, 2])
+def test_jsonl_line_over_the_limit_is_refused_alone(cli, proj, tmp_path, where):
+    (proj / ".convgit" / "config.toml").write_text(LIMIT)
+    texts = ["one", "two", "three"]
+    texts[where] = long_text(30_000, where)
+    p = tmp_path / "lines.jsonl"
+    p.write_text("".join(json.dumps({"messages": [{"role": "user", "content": t}]}) + "\n" for t in texts))
+    r = cli("import", p, "--json")
+    assert r.rc == 12, r
+    convs = r.json()["conversations"]
+    assert [c.get("error_code") for c in convs] == ["payload_too_large" if i == where else None for i in range(3)]
+    assert [thread_texts(cli, c["threads"][0]["thread"])[0][1] for c in convs if c["status"] == "imported"] \
+        == [t for i, t in enumerate(texts) if i != where]

@@ -18,7 +18,7 @@ from ..config import Config
 from ..errors import ConvgitError, InvalidInput, PayloadTooLarge, SchemaValidationFailed
 from . import apis, chatgpt, claude, datasets, llmdb, webui
 from .chat import parse_chat
-from .jsonsplit import Skipped, iter_array
+from .jsonsplit import CHUNK, Skipped, iter_array
 from .model import Conversation, Node, Payload, TurnInfo
 
 TREE_FORMATS = {"chatgpt": chatgpt.parse, "claude": claude.parse, "open-webui": webui.parse_owui,
@@ -223,18 +223,18 @@ def iter_stream(f: BinaryIO, fmt: str | None, config: Config, label: str, *, siz
         return
     if jsonl or first == b"{":
         line = f.readline(limit + 1)
-        if len(line) > limit:
+        rest = f.read(1) if len(line) <= limit or jsonl else b""
+        if len(line) > limit and not rest:  # (one JSON Lines line over the limit stops only itself)
             yield Rejected(label, PayloadTooLarge(f"more than {limit} bytes in one conversation (limits.max_payload_bytes)"))
             return
-        rest = f.read(1)
         if not rest:  # one document
             yield _element(line, fmt, label, limit)
             return
         if jsonl or _complete(line):
             n = 0
             for n, ln in enumerate(_lines(line + rest, f, limit), 1):
-                if ln.strip():
-                    yield _element(ln, fmt, f"{label}:{n}", limit)
+                if isinstance(ln, Skipped) or ln.strip():
+                    yield _array_element(ln, fmt, f"{label}:{n}", limit)
             return
         raw = line + rest + _read_limited(f, limit - len(line) - 1, label)
         yield _element(raw, fmt, label, limit)
@@ -381,13 +381,27 @@ def _complete(line: bytes) -> bool:
         return False
 
 
-def _lines(first: bytes, f: BinaryIO, limit: int) -> Iterator[bytes]:
+def _lines(first: bytes, f: BinaryIO, limit: int) -> Iterator[bytes | Skipped]:
+    """The lines of a JSON Lines stream; a line over ``limit`` bytes comes as ``Skipped``,
+    read to its end without being kept."""
     pending = first
     while True:
         nl = pending.find(b"\n")
         if nl >= 0:
             yield pending[: nl + 1]
             pending = pending[nl + 1:]
+            continue
+        if len(pending) > limit:
+            size, more = len(pending), b""
+            while True:
+                more = f.readline(CHUNK)
+                size += len(more)
+                if not more or more.endswith(b"\n"):
+                    break
+            yield Skipped(size)
+            if not more:
+                return
+            pending = b""
             continue
         more = f.readline(limit + 1)
         if not more:
