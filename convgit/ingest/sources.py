@@ -297,9 +297,10 @@ def _iter_array_source(f: BinaryIO, fmt: str | None, config: Config, label: str)
         # the array is one conversation's messages
         yield _message_list(seen, head, it, fmt, label, limit)
         return
+    del head  # (streaming from here on: hold no conversation longer than its turn)
     i = 0
-    for _, element in seen:
-        yield _array_element(element, kind, f"{label}[{i}]", limit)
+    while seen:
+        yield _array_element(seen.pop(0)[1], kind, f"{label}[{i}]", limit)
         i += 1
     while error is None:
         try:
