@@ -9,7 +9,6 @@ it is hashed.
 
 from __future__ import annotations
 
-import io
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from ..config import Config
 from ..errors import ConvgitError, InvalidInput, PayloadTooLarge, SchemaValidationFailed
 from . import apis, chatgpt, claude, datasets, llmdb, native, webui
 from .chat import parse_chat
-from .jsonsplit import iter_array
+from .jsonsplit import CHUNK, Skipped, iter_array
 from .model import Conversation, Node, Payload, TurnInfo
 
 TREE_FORMATS = {"chatgpt": chatgpt.parse, "claude": claude.parse, "open-webui": webui.parse_owui,
@@ -226,18 +225,18 @@ def iter_stream(f: BinaryIO, fmt: str | None, config: Config, label: str, *, siz
         return
     if jsonl or first == b"{":
         line = f.readline(limit + 1)
-        if len(line) > limit:
+        rest = f.read(1) if len(line) <= limit or jsonl else b""
+        if len(line) > limit and not rest:  # (one JSON Lines line over the limit stops only itself)
             yield Rejected(label, PayloadTooLarge(f"more than {limit} bytes in one conversation (limits.max_payload_bytes)"))
             return
-        rest = f.read(1)
         if not rest:  # one document
             yield from _document(line, fmt, label, limit)
             return
         if jsonl or _complete(line):
             n = 0
             for n, ln in enumerate(_lines(line + rest, f, limit), 1):
-                if ln.strip():
-                    yield _element(ln, fmt, f"{label}:{n}", limit)
+                if isinstance(ln, Skipped) or ln.strip():
+                    yield _array_element(ln, fmt, f"{label}:{n}", limit)
             return
         raw = line + rest + _read_limited(f, limit - len(line) - 1, label)
         yield from _document(raw, fmt, label, limit)
@@ -283,66 +282,103 @@ def _document(raw: bytes, fmt: str | None, label: str, limit: int) -> Iterator[C
 
 def _iter_array_source(f: BinaryIO, fmt: str | None, config: Config, label: str) -> Iterator[Conversation | Rejected]:
     """A top-level array: a list of conversations (streamed), or one conversation's message
-    list (read whole)."""
+    list. The first element within the limit decides which.
+
+    Nothing is read twice: a message list is decoded element by element as the splitter hands
+    them out, so the conversation is made of exactly the file's bytes however large its first
+    message is (an earlier replay buffer that stopped remembering spliced the file), and an
+    element or a message list over ``max_payload_bytes`` is refused without being buffered.
+    """
     from . import decode_json
 
     limit = config.max_payload_bytes
-    buf = _Rewind(f)
-    it = iter_array(buf)
-    try:
-        off, first = next(it, (0, None))
-    except InvalidInput as e:
-        yield Rejected(label, e)
+    it = iter_array(f, max_element=limit)
+    seen: list[tuple[int, bytes | Skipped]] = []  # read before the kind is known
+    head: Any = None
+    error: InvalidInput | None = None
+    while True:
+        try:
+            item = next(it, None)
+        except InvalidInput as e:
+            error = e
+            break
+        if item is None:
+            break
+        seen.append(item)
+        if not isinstance(item[1], Skipped):
+            try:
+                head = decode_json(item[1])
+            except ConvgitError:
+                head = None
+            break
+    if not seen:
+        yield Rejected(label, error or SchemaValidationFailed("an empty list: no conversations"))
         return
-    if first is None:
-        yield Rejected(label, SchemaValidationFailed("an empty list: no conversations"))
-        return
-    try:
-        head = decode_json(first)
-    except ConvgitError:
-        head = None
     kind = fmt or (detect(head) if head is not None else None)
     if isinstance(head, dict) and ("role" in head or "from" in head) and kind in (None, "native", "sharegpt", "openai"):
         # the array is one conversation's messages
-        raw = buf.replay() + _read_limited(f, limit, label)
-        yield _element(raw, fmt, label, limit)
+        yield _message_list(seen, head, it, fmt, label, limit)
         return
-    buf.stop()
+    del head  # (streaming from here on: hold no conversation longer than its turn)
     i = 0
-    element: bytes | None = first
-    while True:
-        yield _element(element, kind, f"{label}[{i}]", limit)
+    while seen:
+        yield _array_element(seen.pop(0)[1], kind, f"{label}[{i}]", limit)
         i += 1
+    while error is None:
         try:
             nxt = next(it, None)
         except InvalidInput as e:
-            yield Rejected(f"{label}[{i}]", e)
-            return
+            error = e
+            break
         if nxt is None:
             return
-        element = nxt[1]
+        yield _array_element(nxt[1], kind, f"{label}[{i}]", limit)
+        i += 1
+    yield Rejected(f"{label}[{i}]", error)
 
 
-class _Rewind(io.RawIOBase):
-    """A reader that remembers what it read, so a small array can be re-read whole."""
+def _array_element(element: bytes | Skipped, kind: str | None, label: str, limit: int) -> Conversation | Rejected:
+    if isinstance(element, Skipped):
+        return Rejected(label, PayloadTooLarge(
+            f"{element.size} bytes; the limit is {limit} (limits.max_payload_bytes)"), element.size)
+    return _element(element, kind, label, limit)
 
-    def __init__(self, f: BinaryIO) -> None:
-        self.f = f
-        self.seen: list[bytes] = []
-        self.total = 0
 
-    def read(self, n: int = -1) -> bytes:
-        b = self.f.read(n)
-        if self.total < (64 << 20):
-            self.seen.append(b)
-        self.total += len(b)
-        return b
+def _message_list(seen: list[tuple[int, bytes | Skipped]], head: Any, it: Iterator[tuple[int, bytes | Skipped]],
+                  fmt: str | None, label: str, limit: int) -> Conversation | Rejected:
+    """One conversation whose messages are the array's elements (``head`` is the first one,
+    already decoded): decoded one by one, refused as soon as it exceeds ``limit`` bytes."""
+    from . import decode_json
 
-    def stop(self) -> None:
-        self.seen, self.total = [], 1 << 62  # streaming from here on: remember nothing
+    def too_large(size: int) -> Rejected:
+        return Rejected(label, PayloadTooLarge(
+            f"more than {limit} bytes in one conversation (limits.max_payload_bytes)"), size)
 
-    def replay(self) -> bytes:
-        return b"".join(self.seen)
+    off, first = seen[-1]
+    if len(seen) > 1:  # the elements before it were each over the limit on their own
+        return too_large(off)
+    assert isinstance(first, bytes)
+    doc = [head]
+    size = off + len(first) + 1  # through the closing bracket, counted from the start of the file
+    del first, head
+    while True:
+        try:
+            item = next(it, None)
+        except InvalidInput as e:
+            return Rejected(label, e, size)
+        if item is None:
+            break
+        off, element = item
+        if isinstance(element, Skipped) or off + len(element) + 1 > limit:
+            return too_large(off + (element.size if isinstance(element, Skipped) else len(element)))
+        size = off + len(element) + 1
+        try:
+            doc.append(decode_json(element, what=f"message {len(doc)} of the list"))
+        except ConvgitError as e:
+            return Rejected(label, e, size)
+    if size > limit:
+        return too_large(size)
+    return _one(label, size, lambda: conversation_from_document(doc, fmt, label, size))
 
 
 def _peek_nonspace(f: BinaryIO) -> bytes:
@@ -368,13 +404,27 @@ def _complete(line: bytes) -> bool:
         return False
 
 
-def _lines(first: bytes, f: BinaryIO, limit: int) -> Iterator[bytes]:
+def _lines(first: bytes, f: BinaryIO, limit: int) -> Iterator[bytes | Skipped]:
+    """The lines of a JSON Lines stream; a line over ``limit`` bytes comes as ``Skipped``,
+    read to its end without being kept."""
     pending = first
     while True:
         nl = pending.find(b"\n")
         if nl >= 0:
             yield pending[: nl + 1]
             pending = pending[nl + 1:]
+            continue
+        if len(pending) > limit:
+            size, more = len(pending), b""
+            while True:
+                more = f.readline(CHUNK)
+                size += len(more)
+                if not more or more.endswith(b"\n"):
+                    break
+            yield Skipped(size)
+            if not more:
+                return
+            pending = b""
             continue
         more = f.readline(limit + 1)
         if not more:
