@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 import msgspec
 
 from . import codec, graph, revparse
-from .commit import CommitResult, commit_many as _commit_many, commit_payload
-from .errors import InvalidInput, NotFound, ObjectMissing, RefExists, SchemaValidationFailed
+from .commit import CommitResult, check_on_conflict, commit_many as _commit_many, commit_payload
+from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed
 from .ids import check_thread_name, is_oid, short
 from .ingest import Payload, TurnInfo, parse_payload
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
@@ -81,13 +81,17 @@ def commit(
     model: str | None = None,
     now_ms: int | None = None,
 ) -> CommitResult:
-    """Store one conversation (see DESIGN §5 for which thread moves)."""
-    return commit_payload(repo, to_payload(repo, data, model=model), thread=thread, on_conflict=on_conflict, now_ms=now_ms)
+    """Store one conversation (see DESIGN §5 for which thread moves). HEAD then names the
+    thread committed to (``convgit.commit.follow_head``, the rule the CLI follows too)."""
+    check_on_conflict(on_conflict)
+    return commit_payload(repo, to_payload(repo, data, model=model), thread=thread, on_conflict=on_conflict,
+                          now_ms=now_ms, move_head=True)
 
 
 def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None) -> list[CommitResult]:
-    """Bulk ingestion: same decisions as ``commit`` without ``thread``, far fewer flushes."""
-    return _commit_many(repo, [to_payload(repo, d) for d in items], now_ms=now_ms)
+    """Bulk ingestion: same decisions as ``commit`` without ``thread``, far fewer flushes.
+    HEAD then names the last thread committed to, as after ``commit``."""
+    return _commit_many(repo, [to_payload(repo, d) for d in items], now_ms=now_ms, move_head=True)
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -431,8 +435,11 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
                  progress=None, now_ms: int | None = None):
     """Import every conversation in ``paths`` (see convgit/importer.py). Returns an
     ImportReport; one bad conversation is reported, never raised."""
+    from .commit import move_head, read_head_before_commit, thread_exists
     from .importer import import_conversations
     from .ingest.sources import Rejected, iter_path
+
+    head = None if dry_run else read_head_before_commit(repo)  # unreadable: fail before importing
 
     def items():
         for p in paths:
@@ -441,7 +448,15 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
             except InvalidInput as e:  # the whole file is unreadable: one line in the report
                 yield Rejected(str(p), e)
 
-    return import_conversations(repo, items(), dry_run=dry_run, progress=progress, now_ms=now_ms)
+    report = import_conversations(repo, items(), dry_run=dry_run, progress=progress, now_ms=now_ms)
+    if head is not None and not thread_exists(repo, head):
+        # HEAD names no thread (a new store): the first conversation imported becomes current.
+        first = next((t["thread"] for c in report.conversations for t in c.threads
+                      if c.status == "imported" and t["branch"] == "main"), None)
+        warning = move_head(repo, first, head) if first else None
+        if warning:
+            report.warnings.append(warning)
+    return report
 
 
 def export(repo: Repository, revs: list[str], *, fmt: str = "native") -> str:
@@ -541,7 +556,7 @@ def show_refs(repo: Repository) -> dict[str, str]:
 
 __all__ = [
     "CommitResult", "ForkResult", "LogEntry", "Payload", "RefExists", "Repository", "TurnInfo",
-    "cat_object", "commit", "commit_many", "conversation", "delete_thread", "export", "fork", "hash_object",
+    "cat_object", "check_on_conflict", "commit", "commit_many", "conversation", "delete_thread", "export", "fork", "hash_object",
     "import_paths",
     "init", "iter_log", "log", "make_filters", "open_repo", "rename_thread", "reindex", "rev_parse",
     "search", "show_refs", "status", "switch", "threads", "tree", "update_ref",

@@ -45,12 +45,8 @@ def import_cmd(
     total = sum(os.path.getsize(p) for p in paths)
     with _progress(total, json_) as advance:
         report = api.import_paths(repo, paths, fmt=fmt, dry_run=dry_run, progress=advance)
-    head = repo.refs.read_head()
-    if not dry_run and repo.refs.read(head) is None:
-        first = next((t["thread"] for c in report.conversations for t in c.threads
-                      if c.status == "imported" and t["branch"] == "main"), None)
-        if first:
-            repo.refs.write_head(first)
+    for w in report.warnings:  # the import stands (HEAD was moved, or not, by the library)
+        output.info(f"convgit: warning: {w}")
     fails = report.failures
     if fails and len(fails) == len(report.conversations):
         f = fails[0]
