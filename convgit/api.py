@@ -296,10 +296,20 @@ def _names_below(oid: str, children: dict, tips: dict) -> Iterator[str]:
 
 
 def threads(repo: Repository) -> list[dict]:
+    """Every thread (name order): tip, message count, title, where it was forked from (by
+    the source's current name), times, whether HEAD names it. A ref file that cannot be read
+    is listed too, with ``tip`` None and ``broken`` saying what is wrong (never with a tip
+    the index remembers)."""
     repo.index.refresh_if_changed()
     head = repo.refs.read_head()
+    broken: dict[str, str] = {}
+    refs = repo.refs.read_all(broken=broken)  # the ref files themselves: the index may be behind
+    rows = repo.index.thread_rows()
+    if {r["name"]: r["tip"] for r in rows} != refs:
+        repo.index.refresh()  # a ref file rewritten in place (no directory change to notice)
+        rows = repo.index.thread_rows()
     out = []
-    for row in repo.index.thread_rows():
+    for row in rows:
         title = repo.index.message_text(row["title_id"]) if row["title_id"] else ""
         title = title.strip().splitlines()[0][:80] if title.strip() else ""
         out.append({
@@ -314,7 +324,12 @@ def threads(repo: Repository) -> list[dict]:
             "created_at": iso(row["created_ms"]),
             "updated_at": iso(row["updated_ms"]),
             "current": row["name"] == head,
+            "broken": None,
         })
+    for name, why in broken.items():
+        out.append({"name": name, "tip": None, "messages": 0, "title": "", "forked_from": None,
+                    "created_at": None, "updated_at": None, "current": name == head, "broken": why})
+    out.sort(key=lambda r: r["name"])
     return out
 
 
@@ -386,6 +401,7 @@ def _free_fork_name(repo: Repository, src_thread: str | None, oid: str) -> str:
 
 
 def rename_thread(repo: Repository, old: str, new: str) -> dict:
+    """Rename a thread; HEAD follows it, and threads forked from it show the new name."""
     with repo.write_lock():
         tip = repo.refs.rename(old, new)
         if repo.refs.read_head() == old:
@@ -395,10 +411,41 @@ def rename_thread(repo: Repository, old: str, new: str) -> dict:
 
 
 def delete_thread(repo: Repository, name: str) -> dict:
+    """Delete a thread's ref (its reflog is archived; messages stay until gc finds nothing
+    reaching them). An unreadable ref file is deleted too (``broken`` says what was wrong).
+
+    Deleting the thread HEAD names switches HEAD to the most recently updated thread left
+    (``head``, ``head_moved``), so HEAD never silently names a deleted thread while others
+    exist; with none left it keeps naming the deleted one. ``warnings``: what went wrong
+    after the delete (it stands)."""
+    check_thread_name(name)
+    head = repo.refs.read_head()  # unreadable: refuse before deleting anything
+    broken = None
     with repo.write_lock():
+        try:
+            exists = repo.refs.read(name) is not None
+        except ObjectCorrupt as e:  # an unreadable ref file, which delete removes
+            exists, broken = True, e.message
+        if not exists:
+            raise NotFound(f"thread {name!r} does not exist", thread=name)
         tip = repo.refs.update(name, None, message="delete")
-    repo.index.refresh()
-    return {"status": "deleted", "thread": name, "tip": tip}
+        repo.index.refresh()
+        warnings: list[str] = []
+        new_head = head
+        if name == head:
+            left = [r for r in repo.index.thread_rows() if r["name"] != name]
+            if left:
+                new_head = max(left, key=lambda r: (r["updated_ms"] or 0, r["name"]))["name"]
+                try:
+                    repo.refs.write_head(new_head)
+                except ConvgitError as e:
+                    warnings.append(f"the thread is deleted, but HEAD could not be moved to {new_head} ({e.message})")
+                    new_head = head
+    doc = {"status": "deleted", "thread": name, "tip": tip, "broken": broken, "head": new_head,
+           "head_moved": new_head != head}
+    if warnings:
+        doc["warnings"] = warnings
+    return doc
 
 
 def switch(repo: Repository, name: str) -> dict:
