@@ -19,7 +19,7 @@ import msgspec
 
 from . import codec, graph, revparse
 from .commit import CommitResult, check_on_conflict, commit_many as _commit_many, commit_payload
-from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed
+from .errors import InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed
 from .ids import check_thread_name, is_oid, short
 from .ingest import Payload, TurnInfo, parse_payload
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
@@ -401,13 +401,20 @@ def _free_fork_name(repo: Repository, src_thread: str | None, oid: str) -> str:
 
 
 def rename_thread(repo: Repository, old: str, new: str) -> dict:
-    """Rename a thread; HEAD follows it, and threads forked from it show the new name."""
+    """Rename a thread; HEAD follows it, and threads forked from it show the new name.
+    HEAD is read before the rename; a failure to write it afterwards is a warning (the
+    rename stands), in ``warnings``."""
+    from .commit import move_head
+
+    head = repo.refs.read_head()
     with repo.write_lock():
         tip = repo.refs.rename(old, new)
-        if repo.refs.read_head() == old:
-            repo.refs.write_head(new)
+        warning = move_head(repo, new, head) if head == old else None
     repo.index.refresh()
-    return {"status": "renamed", "old": old, "new": new, "tip": tip}
+    doc = {"status": "renamed", "old": old, "new": new, "tip": tip}
+    if warning:
+        doc["warnings"] = [warning]
+    return doc
 
 
 def delete_thread(repo: Repository, name: str) -> dict:
@@ -418,6 +425,8 @@ def delete_thread(repo: Repository, name: str) -> dict:
     (``head``, ``head_moved``), so HEAD never silently names a deleted thread while others
     exist; with none left it keeps naming the deleted one. ``warnings``: what went wrong
     after the delete (it stands)."""
+    from .commit import move_head
+
     check_thread_name(name)
     head = repo.refs.read_head()  # unreadable: refuse before deleting anything
     broken = None
@@ -436,10 +445,9 @@ def delete_thread(repo: Repository, name: str) -> dict:
             left = [r for r in repo.index.thread_rows() if r["name"] != name]
             if left:
                 new_head = max(left, key=lambda r: (r["updated_ms"] or 0, r["name"]))["name"]
-                try:
-                    repo.refs.write_head(new_head)
-                except ConvgitError as e:
-                    warnings.append(f"the thread is deleted, but HEAD could not be moved to {new_head} ({e.message})")
+                warning = move_head(repo, new_head, head)
+                if warning:
+                    warnings.append(warning)
                     new_head = head
     doc = {"status": "deleted", "thread": name, "tip": tip, "broken": broken, "head": new_head,
            "head_moved": new_head != head}

@@ -174,3 +174,30 @@ def test_without_a_warning_the_json_result_has_no_warnings_key(cli, proj):
     doc = ok(cli("commit", "-t", "w", "-", "--json", input=dumps({"messages": conv("q")}))).json()
     assert "warnings" not in doc
     assert json.loads(ok(cli("threads", "--json")).out)[0]["current"] is True
+
+
+def test_rename_and_delete_read_head_first_and_warn_when_it_cannot_be_written(cli, proj, monkeypatch):
+    store = proj / ".convgit"
+    ok(cli("commit", "-t", "a", "-", input=dumps({"messages": conv("qa")})))
+    ok(cli("commit", "-t", "b", "-", input=dumps({"messages": conv("qb")})))  # HEAD: b
+    (store / "HEAD").write_text("garbage\n")
+    before = store_state(store)
+    assert_error(cli("threads", "rename", "b", "c"), "object_corrupt")
+    assert_error(cli("threads", "delete", "b"), "object_corrupt")
+    assert store_state(store) == before
+    (store / "HEAD").write_text("ref: refs/threads/b\n")
+    real = fsio._write_all
+
+    def write_all(fd, data, path):
+        if os.path.basename(str(path)).startswith(f"{fsio.TMP_PREFIX}HEAD"):
+            raise fsio._storage_error("write", path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+        return real(fd, data, path)
+
+    monkeypatch.setattr(fsio, "_write_all", write_all)
+    r = ok(cli("threads", "rename", "b", "c"))
+    assert r.out == "Renamed b to c\n" and "HEAD could not be moved to c" in r.err
+    assert (store / "refs" / "threads" / "c").exists() and not (store / "refs" / "threads" / "b").exists()
+    ok(cli("commit", "-t", "b", "-", input=dumps({"messages": conv("qb2")})))  # HEAD still names b
+    doc = ok(cli("threads", "delete", "b", "--json")).json()
+    assert doc["head"] == "b" and doc["head_moved"] is False and "HEAD could not be moved" in doc["warnings"][0]
+    assert not (store / "refs" / "threads" / "b").exists()

@@ -58,6 +58,8 @@ def threads_rename(
     """Rename thread OLD to NEW (its reflog moves with it)."""
     output.set_json(json_)
     doc = api.rename_thread(get_repo(), old, new)
+    for w in doc.get("warnings", ()):
+        output.info(f"convgit: warning: {w}")
     output.emit_json(doc) if json_ else output.line(f"Renamed {old} to {new}")
 
 
