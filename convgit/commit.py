@@ -508,6 +508,13 @@ def move_head(repo, thread: str, head: str) -> str | None:
         repo.refs.write_head(thread)
     except (StorageFailed, OSError) as e:
         why = e.message if isinstance(e, StorageFailed) else (e.strerror or str(e))
+        try:
+            now = repo.refs.read_head()
+        except ConvgitError:
+            now = None
+        if now == thread:  # renamed in, then the directory's fsync failed
+            return (f"the write stands and HEAD names {thread}, but writing HEAD failed ({why}): "
+                    f"it may name {head} again after a power loss (convgit switch {thread} writes it again)")
         return (f"the write stands, but HEAD could not be moved to {thread} ({why}); "
                 f"HEAD still names {head} (convgit switch {thread} moves it)")
     return None
