@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 import msgspec
 
 from . import codec, graph, revparse
-from .commit import CommitResult, check_on_conflict, commit_many as _commit_many, commit_payload
+from .commit import (
+    CommitResult, check_on_conflict, commit_many as _commit_many, commit_payload, move_head, read_head_before_commit,
+    thread_exists,
+)
 from .errors import InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed
 from .ids import check_thread_name, is_oid, short
 from .ingest import Payload, TurnInfo, parse_payload
@@ -404,8 +407,6 @@ def rename_thread(repo: Repository, old: str, new: str) -> dict:
     """Rename a thread; HEAD follows it, and threads forked from it show the new name.
     HEAD is read before the rename; a failure to write it afterwards is a warning (the
     rename stands), in ``warnings``."""
-    from .commit import move_head
-
     head = repo.refs.read_head()
     with repo.write_lock():
         tip = repo.refs.rename(old, new)
@@ -425,8 +426,6 @@ def delete_thread(repo: Repository, name: str) -> dict:
     (``head``, ``head_moved``), so HEAD never silently names a deleted thread while others
     exist; with none left it keeps naming the deleted one. ``warnings``: what went wrong
     after the delete (it stands)."""
-    from .commit import move_head
-
     check_thread_name(name)
     head = repo.refs.read_head()  # unreadable: refuse before deleting anything
     broken = None
@@ -490,7 +489,6 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
                  progress=None, now_ms: int | None = None):
     """Import every conversation in ``paths`` (see convgit/importer.py). Returns an
     ImportReport; one bad conversation is reported, never raised."""
-    from .commit import move_head, read_head_before_commit, thread_exists
     from .importer import import_conversations
     from .ingest.sources import Rejected, iter_path
 
