@@ -18,8 +18,11 @@ from typing import TYPE_CHECKING, Any, Iterator
 import msgspec
 
 from . import codec, graph, revparse
-from .commit import CommitResult, commit_many as _commit_many, commit_payload
-from .errors import InvalidInput, NotFound, ObjectMissing, RefExists, SchemaValidationFailed
+from .commit import (
+    CommitResult, check_on_conflict, commit_many as _commit_many, commit_payload, move_head, read_head_before_commit,
+    thread_exists,
+)
+from .errors import InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed
 from .ids import check_thread_name, is_oid, short
 from .ingest import Payload, TurnInfo, parse_payload
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
@@ -81,13 +84,17 @@ def commit(
     model: str | None = None,
     now_ms: int | None = None,
 ) -> CommitResult:
-    """Store one conversation (see DESIGN §5 for which thread moves)."""
-    return commit_payload(repo, to_payload(repo, data, model=model), thread=thread, on_conflict=on_conflict, now_ms=now_ms)
+    """Store one conversation (see DESIGN §5 for which thread moves). HEAD then names the
+    thread committed to (``convgit.commit.follow_head``, the rule the CLI follows too)."""
+    check_on_conflict(on_conflict)
+    return commit_payload(repo, to_payload(repo, data, model=model), thread=thread, on_conflict=on_conflict,
+                          now_ms=now_ms, move_head=True)
 
 
 def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None) -> list[CommitResult]:
-    """Bulk ingestion: same decisions as ``commit`` without ``thread``, far fewer flushes."""
-    return _commit_many(repo, [to_payload(repo, d) for d in items], now_ms=now_ms)
+    """Bulk ingestion: same decisions as ``commit`` without ``thread``, far fewer flushes.
+    HEAD then names the last thread committed to, as after ``commit``."""
+    return _commit_many(repo, [to_payload(repo, d) for d in items], now_ms=now_ms, move_head=True)
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -296,10 +303,20 @@ def _names_below(oid: str, children: dict, tips: dict) -> Iterator[str]:
 
 
 def threads(repo: Repository) -> list[dict]:
+    """Every thread (name order): tip, message count, title, where it was forked from (by
+    the source's current name), times, whether HEAD names it. A ref file that cannot be read
+    is listed too, with ``tip`` None and ``broken`` saying what is wrong (never with a tip
+    the index remembers)."""
     repo.index.refresh_if_changed()
     head = repo.refs.read_head()
+    broken: dict[str, str] = {}
+    refs = repo.refs.read_all(broken=broken)  # the ref files themselves: the index may be behind
+    rows = repo.index.thread_rows()
+    if {r["name"]: r["tip"] for r in rows} != refs:
+        repo.index.refresh()  # a ref file rewritten in place (no directory change to notice)
+        rows = repo.index.thread_rows()
     out = []
-    for row in repo.index.thread_rows():
+    for row in rows:
         title = repo.index.message_text(row["title_id"]) if row["title_id"] else ""
         title = title.strip().splitlines()[0][:80] if title.strip() else ""
         out.append({
@@ -314,7 +331,12 @@ def threads(repo: Repository) -> list[dict]:
             "created_at": iso(row["created_ms"]),
             "updated_at": iso(row["updated_ms"]),
             "current": row["name"] == head,
+            "broken": None,
         })
+    for name, why in broken.items():
+        out.append({"name": name, "tip": None, "messages": 0, "title": "", "forked_from": None,
+                    "created_at": None, "updated_at": None, "current": name == head, "broken": why})
+    out.sort(key=lambda r: r["name"])
     return out
 
 
@@ -386,19 +408,55 @@ def _free_fork_name(repo: Repository, src_thread: str | None, oid: str) -> str:
 
 
 def rename_thread(repo: Repository, old: str, new: str) -> dict:
+    """Rename a thread; HEAD follows it, and threads forked from it show the new name.
+    HEAD is read before the rename; a failure to write it afterwards is a warning (the
+    rename stands), in ``warnings``."""
+    head = repo.refs.read_head()
     with repo.write_lock():
         tip = repo.refs.rename(old, new)
-        if repo.refs.read_head() == old:
-            repo.refs.write_head(new)
+        warning = move_head(repo, new, head) if head == old else None
     repo.index.refresh()
-    return {"status": "renamed", "old": old, "new": new, "tip": tip}
+    doc = {"status": "renamed", "old": old, "new": new, "tip": tip}
+    if warning:
+        doc["warnings"] = [warning]
+    return doc
 
 
 def delete_thread(repo: Repository, name: str) -> dict:
+    """Delete a thread's ref (its reflog is archived; messages stay until gc finds nothing
+    reaching them). An unreadable ref file is deleted too (``broken`` says what was wrong).
+
+    Deleting the thread HEAD names switches HEAD to the most recently updated thread left
+    (``head``, ``head_moved``), so HEAD never silently names a deleted thread while others
+    exist; with none left it keeps naming the deleted one. ``warnings``: what went wrong
+    after the delete (it stands)."""
+    check_thread_name(name)
+    head = repo.refs.read_head()  # unreadable: refuse before deleting anything
+    broken = None
     with repo.write_lock():
+        try:
+            exists = repo.refs.read(name) is not None
+        except ObjectCorrupt as e:  # an unreadable ref file, which delete removes
+            exists, broken = True, e.message
+        if not exists:
+            raise NotFound(f"thread {name!r} does not exist", thread=name)
         tip = repo.refs.update(name, None, message="delete")
-    repo.index.refresh()
-    return {"status": "deleted", "thread": name, "tip": tip}
+        repo.index.refresh()
+        warnings: list[str] = []
+        new_head = head
+        if name == head:
+            left = [r for r in repo.index.thread_rows() if r["name"] != name]
+            if left:
+                new_head = max(left, key=lambda r: (r["updated_ms"] or 0, r["name"]))["name"]
+                warning = move_head(repo, new_head, head)
+                if warning:
+                    warnings.append(warning)
+                    new_head = head
+    doc = {"status": "deleted", "thread": name, "tip": tip, "broken": broken, "head": new_head,
+           "head_moved": new_head != head}
+    if warnings:
+        doc["warnings"] = warnings
+    return doc
 
 
 def switch(repo: Repository, name: str) -> dict:
@@ -438,6 +496,7 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
     from .importer import import_conversations
     from .ingest.sources import Rejected, iter_path
 
+    head = None if dry_run else read_head_before_commit(repo)  # unreadable: fail before importing
     owner: list[int] = []  # the path each reported conversation came from (one per item, in order)
 
     def items():
@@ -455,6 +514,13 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
                 yield Rejected(str(p), SchemaValidationFailed("no conversations in this file"))
 
     report = import_conversations(repo, items(), dry_run=dry_run, progress=progress, now_ms=now_ms)
+    if head is not None and not thread_exists(repo, head):
+        # HEAD names no thread (a new store): the first conversation imported becomes current.
+        first = next((t["thread"] for c in report.conversations for t in c.threads
+                      if c.status == "imported" and t["branch"] == "main"), None)
+        warning = move_head(repo, first, head) if first else None
+        if warning:
+            report.warnings.append(warning)
     # A file of which nothing was imported (every entry skipped, even those that were only
     # warnings, such as ChatGPT entries without "mapping") is a failure, never a silent exit 0.
     good = {i for i, c in zip(owner, report.conversations) if c.error_code is None}
@@ -561,7 +627,7 @@ def show_refs(repo: Repository) -> dict[str, str]:
 
 __all__ = [
     "CommitResult", "ForkResult", "LogEntry", "Payload", "RefExists", "Repository", "TurnInfo",
-    "cat_object", "commit", "commit_many", "conversation", "delete_thread", "export", "fork", "hash_object",
+    "cat_object", "check_on_conflict", "commit", "commit_many", "conversation", "delete_thread", "export", "fork", "hash_object",
     "import_paths",
     "init", "iter_log", "log", "make_filters", "open_repo", "rename_thread", "reindex", "rev_parse",
     "search", "show_refs", "status", "switch", "threads", "tree", "update_ref",

@@ -23,7 +23,9 @@ from .errors import (
     PayloadTooLarge,
     RefExists,
     RefStale,
+    ObjectCorrupt,
     SchemaValidationFailed,
+    StorageFailed,
 )
 from .graph import first_missing, read_message
 from .ids import check_thread_name, short
@@ -60,6 +62,7 @@ class CommitResult:
             "new_messages": self.new_messages,
             "turn": self.turn,
             "forked_from": self.forked_from,
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
         }
 
 
@@ -463,6 +466,68 @@ def prepare(repo, payload: Payload) -> Chain:
     return build_chain(payload.all_messages, None, repo.config)
 
 
+def check_on_conflict(on_conflict: object) -> str:
+    """The one check of an ``on_conflict`` value (``--on-conflict``): reject or fork, else
+    schema_validation_failed (docs/cli.md)."""
+    if on_conflict not in ON_CONFLICT:
+        raise SchemaValidationFailed(
+            f"--on-conflict must be {' or '.join(ON_CONFLICT)}, not {on_conflict!r}", on_conflict=str(on_conflict)
+        )
+    return on_conflict  # type: ignore[return-value]
+
+
+def read_head_before_commit(repo) -> str:
+    """HEAD, read (and so validated) before anything is written: an unreadable HEAD stops a
+    commit before its commit point, never after it."""
+    return repo.refs.read_head()
+
+
+def follow_head(repo, results: Sequence[CommitResult], head: str) -> None:
+    """The one HEAD rule, for the library and the CLI alike: after a commit, HEAD names the
+    (last) thread committed to, if that thread exists. ``head`` is HEAD as read before the
+    commit point (``read_head_before_commit``).
+
+    Writing HEAD comes after the commit point: if it fails (a full disk), the commit stands
+    and the failure becomes a warning on the result, never an error."""
+    target = None
+    for r in results:
+        if r.thread and thread_exists(repo, r.thread):
+            target = r
+    if target is not None:
+        warning = move_head(repo, target.thread, head)
+        if warning:
+            target.warnings.append(warning)
+
+
+def move_head(repo, thread: str, head: str) -> str | None:
+    """Point HEAD (``head`` as read before the write) at ``thread`` after a write that
+    stands. Returns a warning instead of raising when HEAD cannot be written."""
+    if thread == head:
+        return None
+    try:
+        repo.refs.write_head(thread)
+    except (StorageFailed, OSError) as e:
+        why = e.message if isinstance(e, StorageFailed) else (e.strerror or str(e))
+        try:
+            now = repo.refs.read_head()
+        except ConvgitError:
+            now = None
+        if now == thread:  # renamed in, then the directory's fsync failed
+            return (f"the write stands and HEAD names {thread}, but writing HEAD failed ({why}): "
+                    f"it may name {head} again after a power loss (convgit switch {thread} writes it again)")
+        return (f"the write stands, but HEAD could not be moved to {thread} ({why}); "
+                f"HEAD still names {head} (convgit switch {thread} moves it)")
+    return None
+
+
+def thread_exists(repo, name: str) -> bool:
+    """Whether thread ``name`` exists (an unreadable ref counts as absent)."""
+    try:
+        return repo.refs.read(name) is not None
+    except ObjectCorrupt:
+        return False
+
+
 def commit_payload(
     repo,
     payload: Payload,
@@ -470,12 +535,23 @@ def commit_payload(
     thread: str | None = None,
     on_conflict: str = "reject",
     now_ms: int | None = None,
+    move_head: bool = False,
 ) -> CommitResult:
-    """Store one conversation and move (at most) one thread. See DESIGN §5."""
+    """Store one conversation and move (at most) one thread. See DESIGN §5.
+
+    ``move_head``: HEAD follows the thread committed to (``follow_head``); HEAD is then read
+    before anything is written, so an unreadable HEAD fails the commit with nothing stored."""
     if thread is not None:
         check_thread_name(thread)
-    if on_conflict not in ON_CONFLICT:
-        raise SchemaValidationFailed(f"--on-conflict must be one of {', '.join(ON_CONFLICT)}")
+    check_on_conflict(on_conflict)
+    head = read_head_before_commit(repo) if move_head else None
+    result = _commit_payload(repo, payload, thread=thread, on_conflict=on_conflict, now_ms=now_ms)
+    if head is not None:
+        follow_head(repo, [result], head)
+    return result
+
+
+def _commit_payload(repo, payload: Payload, *, thread: str | None, on_conflict: str, now_ms: int | None) -> CommitResult:
     chain = prepare(repo, payload)
     if not chain.ids:
         raise SchemaValidationFailed("the conversation has no messages")
@@ -558,9 +634,11 @@ def _finish(repo, plans: Sequence[_Plan], news: Sequence[int]) -> list[CommitRes
     return results
 
 
-def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None) -> list[CommitResult]:
+def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None,
+                move_head: bool = False) -> list[CommitResult]:
     """Bulk ingestion with the same decisions as ``commit_payload`` (no trusted thread name;
-    ``source`` + ``upstream_thread_id`` in a payload still name its thread).
+    ``source`` + ``upstream_thread_id`` in a payload still name its thread). ``move_head``:
+    HEAD follows the last thread committed to, as for ``commit_payload``.
 
     All objects are written, then made durable with one sync; then every ref moves, then
     one more sync; then the index is updated in one transaction. Returns when all of it is
@@ -568,6 +646,14 @@ def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None)
     """
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     payloads = list(payloads)
+    head = read_head_before_commit(repo) if move_head else None
+    results = _commit_many(repo, payloads, now)
+    if head is not None:
+        follow_head(repo, results, head)
+    return results
+
+
+def _commit_many(repo, payloads: list[Payload], now: int) -> list[CommitResult]:
     chains = [prepare(repo, p) for p in payloads]
     for i, c in enumerate(chains):
         if not c.ids:

@@ -5,7 +5,8 @@ parent / blob / turn reference resolves to an object of the right type, that ref
 are valid and point at messages, that reflogs parse and name existing turns, that pack
 indexes match their packs, and that the index agrees with a fresh rebuild. Problems are
 errors (corruption) or warnings/info (leftover temp files, unreachable objects).
-``repair`` rebuilds the index and removes stale temp files; it never deletes data.
+``repair`` removes unreadable ref files (their reflogs archived, as for a deleted thread),
+rebuilds the index and removes stale temp files; it never deletes an object.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .errors import ConvgitError, InvalidRefName, ObjectCorrupt, ObjectMissing
 from .graph import records_reachable, typed_references
 from .ids import check_thread_name
 from .objects import Blob, Turn
-from .refs import THREADS, read_log_file
+from .refs import THREADS, broken_ref_fix, read_log_file
 
 
 @dataclass
@@ -102,6 +103,7 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
 
     # 3. Refs, HEAD, reflogs.
     roots: list[str] = []
+    broken: dict[str, Problem] = {}  # unreadable ref files that repair can remove
     base = repo.refs.threads_dir
     for name in repo.refs.iter_names():
         rep.threads += 1
@@ -113,7 +115,8 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
         try:
             tip = repo.refs.read(name)
         except ObjectCorrupt as e:
-            add(Problem("error", "bad_ref", e.message))
+            broken[name] = Problem("error", "bad_ref", f"{e.message} ({broken_ref_fix(name)})")
+            add(broken[name])
             continue
         if tip is None:
             continue
@@ -219,6 +222,9 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
             add(Problem("error", "index", msg))
 
     if repair:
+        for name, problem in broken.items():
+            rep.repaired.append(_remove_broken_ref(repo, name))
+            rep.problems.remove(problem)
         repo.index.rebuild()
         rep.repaired.append("index rebuilt")
         n = 0
@@ -235,6 +241,17 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
         rep.problems = [p for p in rep.problems if p.kind != "index"]
     rep.seconds = round(time.perf_counter() - t0, 3)
     return rep
+
+
+def _remove_broken_ref(repo, name: str) -> str:
+    """Delete an unreadable ref file (no object is touched; its reflog is archived, as for
+    any deleted thread), saying how to get the thread back if its reflog knows a tip."""
+    last = next((e.new for e in reversed(repo.refs.read_log(name)) if e.new), None)
+    with repo.write_lock():
+        repo.refs.update(name, None, message="fsck --repair: unreadable ref removed")
+    back = (f"; its last recorded tip was {last}: convgit update-ref {name} {last} brings it back"
+            " (until gc prunes what nothing else reaches)") if last else ""
+    return f"removed unreadable ref {name!r} (its reflog is kept in logs/deleted){back}"
 
 
 def _read_loose_raw(objects, oid: str) -> bytes:

@@ -32,7 +32,7 @@ from .graph import mark_reachable, records_reachable
 from .ids import check_thread_name, is_oid
 from .objects import Message, Turn
 from .pack import PackWriter
-from .refs import format_reflog_line, read_log_file
+from .refs import broken_ref_fix, format_reflog_line, parse_rename, read_log_file
 
 AUTO_LOOSE_THRESHOLD = 2000  # gc --auto does nothing below this many loose objects
 AUTO_PACK_LIMIT = 16  # ... and while there are no more packs than this
@@ -164,7 +164,7 @@ def _roots(repo, now: float, expire_s: float):
     try:
         tips = refs.read_all()
     except ObjectCorrupt as e:
-        raise GcRefused(f"gc refused: {e.message}") from e
+        raise GcRefused(f"gc refused: {e.message} ({broken_ref_fix(e.details.get('ref'))})") from e
     for name in refs.iter_names():
         try:
             check_thread_name(name)
@@ -191,7 +191,8 @@ def _roots(repo, now: float, expire_s: float):
             raise GcRefused(f"gc refused: reflog {path} has unreadable lines")
         keep = []
         for e in entries:
-            live = e.turn is not None or (now * 1000 - e.time_ms) < expire_s * 1000
+            # A rename is history too: it is how a fork names its source after a rebuild.
+            live = e.turn is not None or parse_rename(e.message) is not None or (now * 1000 - e.time_ms) < expire_s * 1000
             if not live:
                 continue
             keep.append(e)

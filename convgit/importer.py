@@ -92,6 +92,7 @@ class ImportReport:
     dry_run: bool = False
     new_objects: int = 0
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # after the import stood (HEAD not moved)
 
     def counts(self) -> dict[str, int]:
         out = {s: 0 for s in STATUSES}
@@ -111,6 +112,7 @@ class ImportReport:
             "new_messages": sum(c.new_messages for c in self.conversations),
             "new_objects": self.new_objects, "seconds": round(self.seconds, 3),
             "conversations": [c.to_json() for c in self.conversations],
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
         }
 
 

@@ -32,7 +32,7 @@ from .objects import (
     ToolResultPart,
     Turn,
 )
-from .refs import parse_reflog_line
+from .refs import parse_rename, parse_reflog_line
 from .fts import FTS_SCHEMA
 
 SCHEMA_VERSION = 5  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
@@ -267,7 +267,7 @@ class Index:
             db.execute("INSERT INTO meta VALUES ('built_at', ?)", (str(int(time.time() * 1000)),))
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self.db = db
-            refs = self.repo.refs.read_all()
+            refs = self.repo.refs.read_all(broken={})  # an unreadable ref is left out (fsck names it)
             self._building = True
             try:
                 self._catch_up(refs, archived=True)
@@ -349,7 +349,7 @@ class Index:
         base = self.repo.refs.threads_dir
         dirs = [dp for dp, _, _ in os.walk(base)] or [str(base)]
         self._sig = (time.time_ns(), self._ref_dirs_signature(dirs))
-        refs = self.repo.refs.read_all()
+        refs = self.repo.refs.read_all(broken={})  # an unreadable ref is left out (fsck names it)
         known = {n: (t, size) for n, t, size in self.db.execute("SELECT name, tip, reflog_size FROM threads")}
         if set(known) != set(refs) or any(
             known[n][0] != tip or known[n][1] != self._log_size(n) for n, tip in refs.items()
@@ -420,7 +420,7 @@ class Index:
                 if archived:
                     for tname, path in self.repo.refs.iter_log_files():
                         if tname is None:
-                            self._index_log(reader, None, path, 0)
+                            self._note_renames(self._index_log(reader, None, path, 0)[0])
                 self._flush()
                 reach.after_catch_up(db, known, refs, only)
                 db.execute("COMMIT")
@@ -484,6 +484,7 @@ class Index:
         if log_offset == 0:
             db.execute("DELETE FROM threads WHERE name=?", (name,))
         entries, consumed = self._index_log(reader, name, path, log_offset)
+        self._note_renames(entries)
         size = log_offset + consumed
         row = db.execute("SELECT created_ms, forked_from_thread, forked_from_message FROM threads WHERE name=?", (name,)).fetchone()
         created, f_thread, f_msg = row if row else (None, None, None)
@@ -503,6 +504,35 @@ class Index:
             "INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?)",
             (name, tip, created, updated, f_thread, f_msg, size),
         )
+
+    def _note_renames(self, entries) -> None:
+        """Remember the renames these reflog entries record (in ``meta``: no schema change),
+        so that ``thread_rows`` shows a fork's source by its current name. Kept from live
+        and archived reflogs alike, so a rebuild knows the same renames."""
+        for e in entries:
+            r = parse_rename(e.message)
+            if r is not None:
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"rename {e.time_ms} {r[0]}", r[1]))
+
+    def _renames(self) -> list[tuple[int, str, str]]:
+        """(time, old name, new name) of every recorded rename, oldest first."""
+        out = []
+        for key, new in self.db.execute("SELECT key, value FROM meta WHERE key LIKE 'rename %'"):
+            _, t, old = key.split(" ", 2)  # thread names hold no spaces
+            out.append((int(t), old, new))
+        return sorted(out)
+
+    @staticmethod
+    def _current_name(name: str | None, since: int | None, renames: list[tuple[int, str, str]]) -> str | None:
+        """What thread ``name``, as it was named at time ``since``, is called now: every
+        rename of it made at or after that time, in order (a thread created later under the
+        old name is another thread)."""
+        if name is None:
+            return None
+        for t, old, new in renames:
+            if old == name and (since is None or since <= t):
+                name = new
+        return name
 
     def _index_log(self, reader: "_Reader", thread: str | None, path: Path, offset: int):
         """Index the turns a reflog names, from byte ``offset``. Returns (entries, bytes used).
@@ -704,10 +734,12 @@ class Index:
                FROM threads h LEFT JOIN messages m ON m.id = h.tip ORDER BY h.name"""
         )
         out = []
+        renames = self._renames()
         for name, tip, count, created, updated, fthread, fmsg, title_id in cur:
             out.append({
                 "name": name, "tip": tip, "messages": count, "created_ms": created, "updated_ms": updated,
-                "forked_from_thread": fthread, "forked_from_message": fmsg, "title_id": title_id,
+                "forked_from_thread": self._current_name(fthread, created, renames),
+                "forked_from_message": fmsg, "title_id": title_id,
             })
         return out
 
@@ -783,6 +815,7 @@ class Index:
                SELECT m.id, m.parent, m.role, m.depth, m.title_id, m.turn_id, m.n_parts FROM messages m JOIN r ON r.id = m.id ORDER BY m.id"""
         )
         out["messages"] = [list(r) for r in reach]
+        out["renames"] = [list(r) for r in self._renames()]
         return out
 
 

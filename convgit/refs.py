@@ -26,6 +26,7 @@ ANY = object()  # "do not check the old value"
 THREADS = "refs/threads"
 BATCH_REFS = 256  # threads locked and moved together by update_many
 NOT_APPLIED = object()  # update_many: a move not made
+RENAME_PREFIX = "rename: "
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,35 @@ class ReflogEntry:
 def format_reflog_line(old: str | None, new: str | None, time_ms: int, turn: str | None, msg: str) -> str:
     msg = " ".join(msg.split())  # one line, always
     return f"{old or ZERO_OID} {new or ZERO_OID} {time_ms} {turn or '-'}\t{msg}\n"
+
+
+def rename_message(old_name: str, new_name: str) -> str:
+    """The reflog message of a rename. It is read back (``parse_rename``) by the index, so
+    that a thread forked from ``old_name`` shows where it came from by its new name, after a
+    rebuild too. Thread names hold no spaces, so the form is unambiguous."""
+    return f"{RENAME_PREFIX}{old_name} -> {new_name}"
+
+
+def parse_rename(message: str) -> tuple[str, str] | None:
+    """(old name, new name) of a reflog message written by ``rename_message``, else None."""
+    if not message.startswith(RENAME_PREFIX):
+        return None
+    old, sep, new = message[len(RENAME_PREFIX):].partition(" -> ")
+    if not sep or not old or not new or " " in old or " " in new:
+        return None
+    return old, new
+
+
+def broken_ref_fix(name: object) -> str:
+    """How to get rid of an unreadable ref file, for an error message."""
+    if not isinstance(name, str):
+        return "run convgit fsck"
+    try:
+        check_thread_name(name)
+    except InvalidRefName:
+        return f"move {THREADS}/{name} out of the store by hand"
+    return (f"convgit threads delete {name} removes it, keeping its reflog; "
+            "convgit fsck --repair removes every unreadable ref")
 
 
 def parse_reflog_line(line: str) -> ReflogEntry | None:
@@ -128,15 +158,23 @@ class RefStore:
                 out.append(name.replace(os.sep, "/"))
         return iter(sorted(out))
 
-    def read_all(self) -> dict[str, str]:
-        """name -> tip for every thread. A corrupt ref raises ObjectCorrupt."""
+    def read_all(self, broken: dict[str, str] | None = None) -> dict[str, str]:
+        """name -> tip for every thread. A corrupt ref raises ObjectCorrupt, unless ``broken``
+        is given: then it is left out and recorded there (name -> what is wrong with it), so
+        that a listing can show it (gc passes nothing: it fails closed)."""
         out = {}
         for name in self.iter_names():
             try:
-                check_thread_name(name)
-            except InvalidRefName:
-                raise ObjectCorrupt(f"ref file with an invalid thread name: {name!r}", ref=name)
-            tip = self._read_path(self.threads_dir / name, name)
+                try:
+                    check_thread_name(name)
+                except InvalidRefName:
+                    raise ObjectCorrupt(f"ref file with an invalid thread name: {name!r}", ref=name) from None
+                tip = self._read_path(self.threads_dir / name, name)
+            except ObjectCorrupt as e:
+                if broken is None:
+                    raise
+                broken[name] = e.message
+                continue
             if tip is not None:
                 out[name] = tip
         return out
@@ -150,7 +188,8 @@ class RefStore:
             return "main"
         prefix = f"ref: {THREADS}/"
         if not raw.startswith(prefix):
-            raise ObjectCorrupt(f"HEAD is corrupt: it does not name a thread ({len(raw.encode())} bytes)")
+            raise ObjectCorrupt(f"HEAD is corrupt: it does not name a thread ({len(raw.encode())} bytes; "
+                                "convgit switch NAME points it at a thread again)")
         return raw[len(prefix):]
 
     def write_head(self, name: str) -> None:
@@ -175,6 +214,9 @@ class RefStore:
         ``expected``: ANY (no check), None (must not exist) or an id (must be the tip).
         ``exists``: when given, ``new`` must name a stored object (a ref never dangles).
         Returns the old tip. Raises RefExists / RefStale / NotFound / ObjectMissing.
+        An unreadable ref file raises ObjectCorrupt, except for an unconditional delete
+        (``new`` None, ``expected`` ANY), which removes it (returning None): a broken ref can
+        always be deleted, its reflog archived.
         """
         path = self.ref_path(name)
         if new is not None:
@@ -185,36 +227,55 @@ class RefStore:
         self._check_df_conflict(path, name)
         fsio.makedirs(path.parent, fsync=self.fsync)
         with self._locked(path):
-            old = self._read_path(path, name)
-            self._check_expected(name, old, expected)
-            if new is None and old is None:
-                raise NotFound(f"thread {name!r} does not exist", thread=name)
-            if old == new:
-                if turn is not None:
-                    self._append_log(name, old, new, turn, message, time_ms)
-                return old
-            crash_point("ref_after_lock")
-            if new is not None:
-                log_size = self._log_size(name)
-                try:
-                    self._append_log(name, old, new, turn, message, time_ms)
-                    tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
-                    fsio.replace_file(path, f"{new}\n".encode(), fsync=self.fsync, tmp=tmp, point="ref_after_tmp_fsync")
-                except StorageFailed:
-                    # An fsync failed (maybe after the rename): the move did not happen. Put the
-                    # old value and the reflog back, still under the lock, and report it.
-                    self._undo(path, name, old, new, log_size)
-                    raise
-                crash_point("ref_after_rename")
-                return old
-            self._append_log(name, old, None, None, message or "delete", time_ms)
-            fsio.unlink(path)
-            if self.fsync:
-                fsio.fsync_dir(path.parent)
-            self._archive_log(name)
+            try:
+                old = self._read_path(path, name)
+            except ObjectCorrupt:
+                if new is not None or expected is not ANY:
+                    raise  # nothing to compare against: only an unconditional delete goes ahead
+                # An unreadable ref file (garbage, a dangling symlink) can still be deleted:
+                # the file goes (never its target), the reflog is archived as for any delete.
+                self._delete_locked(path, name, None, (message or "delete") + " (unreadable ref)", time_ms)
+                old = None
+            else:
+                self._check_expected(name, old, expected)
+                if new is None and old is None:
+                    raise NotFound(f"thread {name!r} does not exist", thread=name)
+                old = self._move_locked(path, name, old, new, turn, message, time_ms)
+                if new is not None:
+                    return old
         # After the lock file is gone: directories left empty go, so ``a/b`` leaves room for ``a``.
         self._prune_empty_dirs(path.parent)
         return old
+
+    def _move_locked(self, path: Path, name: str, old: str | None, new: str | None, turn, message, time_ms) -> str | None:
+        """The move itself, under the ref's lock, once ``old`` is checked."""
+        if old == new:
+            if turn is not None:
+                self._append_log(name, old, new, turn, message, time_ms)
+            return old
+        crash_point("ref_after_lock")
+        if new is not None:
+            log_size = self._log_size(name)
+            try:
+                self._append_log(name, old, new, turn, message, time_ms)
+                tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+                fsio.replace_file(path, f"{new}\n".encode(), fsync=self.fsync, tmp=tmp, point="ref_after_tmp_fsync")
+            except StorageFailed:
+                # An fsync failed (maybe after the rename): the move did not happen. Put the
+                # old value and the reflog back, still under the lock, and report it.
+                self._undo(path, name, old, new, log_size)
+                raise
+            crash_point("ref_after_rename")
+            return old
+        self._delete_locked(path, name, old, message or "delete", time_ms)
+        return old
+
+    def _delete_locked(self, path: Path, name: str, old: str | None, message: str, time_ms) -> None:
+        self._append_log(name, old, None, None, message, time_ms)
+        fsio.unlink(path)
+        if self.fsync:
+            fsio.fsync_dir(path.parent)
+        self._archive_log(name)
 
     def update_many(self, moves: list["RefMove"], *, exists: Callable[[str], bool] | None = None,
                     results: list | None = None) -> list:
@@ -363,8 +424,9 @@ class RefStore:
         except Exception:  # the original error is the one to report
             pass
 
-    def rename(self, old_name: str, new_name: str, *, message: str = "") -> str:
-        """Rename a thread (ref and reflog). Fails if the new name exists."""
+    def rename(self, old_name: str, new_name: str) -> str:
+        """Rename a thread (ref and reflog). Fails if the new name exists. The reflog records
+        the rename (``rename_message``): that is how forks of the thread follow the new name."""
         src, dst = self.ref_path(old_name), self.ref_path(new_name)
         if src == dst:
             tip = self._read_path(src, old_name)
@@ -376,7 +438,7 @@ class RefStore:
             others = [n for n in self.iter_names() if n.startswith(new_name + "/") and n != old_name]
             if others:
                 raise RefExists(f"thread {new_name!r} conflicts with threads named {new_name}/…", thread=new_name)
-            return self._rename_up(old_name, new_name, message)
+            return self._rename_up(old_name, new_name)
         self._check_df_conflict(dst, new_name)
         fsio.makedirs(dst.parent, fsync=self.fsync)
         first, second = sorted([src, dst])
@@ -386,7 +448,7 @@ class RefStore:
                 raise NotFound(f"thread {old_name!r} does not exist", thread=old_name)
             if self._read_path(dst, new_name) is not None:
                 raise RefExists(f"thread {new_name!r} already exists", thread=new_name)
-            self._append_log(old_name, tip, tip, None, message or f"rename: {old_name} -> {new_name}")
+            self._append_log(old_name, tip, tip, None, rename_message(old_name, new_name))
             lsrc, ldst = self.log_path(old_name), self.log_path(new_name)
             if ldst.exists():
                 self._archive_log(new_name)
@@ -401,7 +463,7 @@ class RefStore:
             self._prune_empty_dirs(src.parent)  # renaming ``p/q`` away leaves room for ``p``
             return tip
 
-    def _rename_up(self, old_name: str, new_name: str, message: str) -> str:
+    def _rename_up(self, old_name: str, new_name: str) -> str:
         """Rename ``a/b`` to ``a``: delete the old ref, then create the new one (its reflog
         carries over). Not atomic across the two names; each step is."""
         tip = self.read(old_name)
@@ -409,9 +471,9 @@ class RefStore:
             raise NotFound(f"thread {old_name!r} does not exist", thread=old_name)
         log_src = self.log_path(old_name)
         saved = log_src.read_bytes() if log_src.exists() else b""
-        self.update(old_name, None, expected=tip, message=message or f"rename: {old_name} -> {new_name}")
+        self.update(old_name, None, expected=tip, message=rename_message(old_name, new_name))
         archived = sorted(self.deleted_logs_dir.glob(f"{old_name}.*"))
-        self.update(new_name, tip, expected=None, message=f"rename: {old_name} -> {new_name}")
+        self.update(new_name, tip, expected=None, message=rename_message(old_name, new_name))
         if saved:
             ldst = self.log_path(new_name)
             data = saved + ldst.read_bytes()

@@ -242,16 +242,22 @@ as one object.
 """,
     ("threads",): """\
 Without a subcommand, lists every thread: name, tip, number of messages, title (the first
-line of the first user message) and where it was forked from; `*` marks the current thread.
-`--json` prints an array of `{"name", "tip", "messages", "title", "forked_from", "created_at",
-"updated_at", "current"}`.
+line of the first user message) and where it was forked from (by the source thread's
+current name, after renames too); `*` marks the current thread. A ref file that cannot be
+read is listed as `(unreadable ref)`, with a warning on stderr saying how to remove it,
+never with an old tip. `--json` prints an array of `{"name", "tip", "messages", "title",
+"forked_from", "created_at", "updated_at", "current", "broken"}`.
 """,
     ("threads", "rename"): """\
 Renames a thread; its reflog moves with it and `HEAD` follows if it was the current thread.
+Threads forked from it show the new name in `threads` (also after `reindex`).
 """,
     ("threads", "delete"): """\
 Deletes a thread's ref; its reflog is kept under `.convgit/logs/deleted/`. Its messages stay
-in the store: other threads may share them, and only `gc` removes unreachable objects.
+in the store: other threads may share them, and only `gc` removes unreachable objects. An
+unreadable ref file (garbage, a dangling symlink) is deleted too. Deleting the current
+thread switches `HEAD` to the most recently updated thread left, and the output says so;
+when no thread is left, `HEAD` keeps naming the deleted one.
 """,
     ("switch",): """\
 Makes an existing thread the current one (`HEAD`), which `log` and `show` use by default.
@@ -305,8 +311,9 @@ blob and turn reference resolves to an object of the right type, that refs and `
 valid and point at messages, that reflogs parse and name stored turns, that pack indexes
 match their packs, and that `index.sqlite` holds what a rebuild would. Each problem is listed
 with its object id; unreachable objects and leftover temp files are information, not errors.
-Exits 35 (`fsck_failed`) when anything is corrupt. `--repair` rebuilds the index and removes
-temp files older than an hour; it never deletes data.
+Exits 35 (`fsck_failed`) when anything is corrupt. `--repair` removes unreadable ref files
+(each one's reflog archived, as `threads delete` does, and its last recorded tip reported),
+rebuilds the index and removes temp files older than an hour; it never deletes an object.
 """,
     ("merge",): """Takes another store's (a directory) or a bundle's threads and objects. Refs are read first,
 then every object they reach that is new here is re-hashed and decoded: one bad object and

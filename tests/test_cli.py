@@ -429,14 +429,17 @@ def test_threads_rename_delete_switch(cli, forks, proj):
 
     n = len(object_ids(store))
     d = ok(cli("threads", "delete", "side", "--json")).json()
-    assert d == {"status": "deleted", "thread": "side", "tip": forks["side"]}
+    assert d == {"status": "deleted", "thread": "side", "tip": forks["side"], "broken": None, "head": "main",
+                 "head_moved": False}
     assert "side" not in ok(cli("show-ref", "--json")).json()
     assert len(object_ids(store)) == n  # messages stay (gc frees them)
     assert ok(cli("cat-object", "-t", forks["side"])).out == "message\n"
     assert_error(cli("threads", "delete", "side"), "not_found")
     assert_error(cli("switch", "side", "--json"), "not_found")
-    out = ok(cli("threads", "delete", "main")).out
-    assert out == f"Deleted thread main (was {forks['main'][:12]})\n"
+    out = ok(cli("threads", "delete", "main")).out  # the current and last thread: HEAD has nowhere to go
+    assert out == (f"Deleted thread main (was {forks['main'][:12]}); "
+                   "HEAD still names main, which no longer exists (no thread left to switch to)\n")
+    assert (store / "HEAD").read_text() == "ref: refs/threads/main\n"
 
 
 # -- rev-parse --------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ CASES = [
     ("empty-in-the-middle", ["commit", "-"], dumps({"messages": [*conv("q1", "a1"), {"role": "user", "content": ""}]}),
      "schema_validation_failed", None),
     ("bad-on-conflict", ["commit", "-", "--thread", "main", "--on-conflict", "merge"], dumps(native("n")),
-     "invalid_input", None),
+     "schema_validation_failed", None),  # the library's one check (convgit.commit.check_on_conflict)
     ("claimed-id-mismatch", ["commit", "-"], dumps(msg(id=OID)), "hash_mismatch", None),
     ("claimed-parent-mismatch", ["commit", "-"], dumps(msg(parent=OID)), "hash_mismatch", None),
     ("too-many-messages", ["commit", "-"], dumps(native("a", "b", "c")), "payload_too_large", _setup_limit),

@@ -274,9 +274,10 @@ def test_source_and_upstream_thread_id_name_a_trusted_thread(repo):
     with pytest.raises(errors.DuplicateConflict):
         commit(repo, {**doc, "messages": edited})
     assert tree_state(repo) == before
-    # re-sending the same upstream conversation is a no-op
+    # re-sending the same upstream conversation stores nothing (HEAD follows the thread)
     assert commit(repo, {**doc, "messages": HISTORY}).deduplicated
-    assert tree_state(repo) == before
+    assert repo.refs.read_head() == "chatgpt/abc-123"
+    assert {k: v for k, v in tree_state(repo).items() if k != "HEAD"} == {k: v for k, v in before.items() if k != "HEAD"}
 
 
 def test_upstream_identity_survives_a_rename_and_an_index_rebuild(repo):

@@ -474,7 +474,8 @@ def test_rename_does_not_move_head_of_another_thread(repo, tips):
 def test_delete_removes_the_thread_but_keeps_objects_and_an_archived_reflog(repo, tips):
     ids = object_ids(repo)
     out = convgit.delete_thread(repo, "seed-a")
-    assert out == {"status": "deleted", "thread": "seed-a", "tip": tips[0]}
+    assert out == {"status": "deleted", "thread": "seed-a", "tip": tips[0], "broken": None,
+                   "head": repo.refs.read_head(), "head_moved": False}
     assert repo.refs.read("seed-a") is None
     assert [t["name"] for t in convgit.threads(repo)] == ["seed-b"]
     assert object_ids(repo) == ids
@@ -518,7 +519,9 @@ def test_switch_moves_head(repo, tips):
 
 def test_head_naming_a_deleted_thread(repo, tips):
     convgit.switch(repo, "seed-a")
-    convgit.delete_thread(repo, "seed-a")
+    convgit.delete_thread(repo, "seed-b")
+    out = convgit.delete_thread(repo, "seed-a")  # the current thread, and no thread left to move HEAD to
+    assert out["head"] == "seed-a" and not out["head_moved"]
     assert repo.refs.read_head() == "seed-a"
     with pytest.raises(errors.NotFound):
         convgit.log(repo)

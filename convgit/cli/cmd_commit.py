@@ -68,8 +68,7 @@ def commit_cmd(
     committed to becomes HEAD.
     """
     output.set_json(json_)
-    if on_conflict not in ("reject", "fork"):
-        raise InvalidInput(f"--on-conflict must be reject or fork, not {on_conflict!r}")
+    api.check_on_conflict(on_conflict)  # the library's one check, before any input is read
     files = files or [None]
     inputs = [read_input(f) for f in files]  # every file readable before anything is stored
     repo = get_repo()
@@ -100,9 +99,7 @@ def commit_cmd(
 
 
 def _report(repo, result, label, json_: bool) -> None:
-    """HEAD follows the thread committed to; warnings to stderr; a line for people."""
-    if result.thread and repo.refs.read(result.thread) is not None and repo.refs.read_head() != result.thread:
-        repo.refs.write_head(result.thread)
+    """Warnings to stderr (HEAD followed the thread in the library); a line for people."""
     for w in result.warnings:
         output.info(f"convgit: warning: {w}")
     if not json_:

@@ -59,12 +59,8 @@ def import_cmd(
             report = api.import_paths(repo, files, fmt=fmt, dry_run=dry_run, progress=advance)
         if spool is not None:
             _relabel(report, spool, "-")
-    head = repo.refs.read_head()
-    if not dry_run and repo.refs.read(head) is None:
-        first = next((t["thread"] for c in report.conversations for t in c.threads
-                      if c.status == "imported" and t["branch"] == "main"), None)
-        if first:
-            repo.refs.write_head(first)
+    for w in report.warnings:  # the import stands (HEAD was moved, or not, by the library)
+        output.info(f"convgit: warning: {w}")
     fails = report.failures
     if fails and len(fails) == len(report.conversations):
         f = fails[0]

@@ -60,7 +60,7 @@ def gc_cmd(
 
 @app.command("fsck")
 def fsck_cmd(
-    repair: bool = typer.Option(False, "--repair", help="Rebuild the index and remove stale temp files (never deletes data)."),
+    repair: bool = typer.Option(False, "--repair", help="Remove unreadable ref files (reflogs kept), rebuild the index, remove stale temp files (never deletes an object)."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Verify every object (hash, encoding, references), every ref and reflog, every pack and the

@@ -8,6 +8,7 @@ import typer
 
 from .. import api
 from ..ids import short
+from ..refs import broken_ref_fix
 from . import output
 from .app import _Group, app, get_repo
 
@@ -34,6 +35,10 @@ def threads_list(ctx: typer.Context, json_: bool = JSON_OPT) -> None:
     width = max(len(r["name"]) for r in rows)
     for r in rows:
         mark = "* " if r["current"] else "  "
+        if r["broken"]:
+            output.styled([(mark, "green"), (r["name"].ljust(width), "red"), ("  (unreadable ref)", "red")])
+            output.info(f"convgit: warning: {r['broken']} ({broken_ref_fix(r['name'])})")
+            continue
         fork = ""
         if r["forked_from"]:
             ff = r["forked_from"]
@@ -53,15 +58,33 @@ def threads_rename(
     """Rename thread OLD to NEW (its reflog moves with it)."""
     output.set_json(json_)
     doc = api.rename_thread(get_repo(), old, new)
+    for w in doc.get("warnings", ()):
+        output.info(f"convgit: warning: {w}")
     output.emit_json(doc) if json_ else output.line(f"Renamed {old} to {new}")
 
 
 @threads_app.command("delete")
-def threads_delete(name: str = typer.Argument(..., metavar="NAME", help="The thread to delete."), json_: bool = JSON_OPT) -> None:
-    """Delete a thread's ref. Messages stay (other threads may share them); gc frees the rest."""
+def threads_delete(
+    name: str = typer.Argument(..., metavar="NAME", help="The thread to delete."),
+    json_: bool = JSON_OPT,
+) -> None:
+    """Delete a thread's ref (also an unreadable one). Messages stay (other threads may share
+    them); gc frees the rest. Its reflog is kept under logs/deleted. Deleting the current
+    thread switches HEAD to the most recently updated thread left."""
     output.set_json(json_)
     doc = api.delete_thread(get_repo(), name)
-    output.emit_json(doc) if json_ else output.line(f"Deleted thread {name} (was {short(doc['tip'])})")
+    for w in doc.get("warnings", ()):
+        output.info(f"convgit: warning: {w}")
+    if json_:
+        output.emit_json(doc)
+        return
+    was = "its ref file was unreadable; reflog kept" if doc["broken"] else f"was {short(doc['tip'])}"
+    msg = f"Deleted thread {name} ({was})"
+    if doc["head_moved"]:
+        msg += f"; it was the current thread: HEAD now names {doc['head']}"
+    elif doc["head"] == name:
+        msg += f"; HEAD still names {name}, which no longer exists (no thread left to switch to)"
+    output.line(msg)
 
 
 @app.command("switch")
