@@ -105,7 +105,10 @@ def test_a_ref_linked_to_a_secret_is_reported_without_its_content(cli, proj, tmp
     os.symlink(secret, proj / ".convgit/refs/threads/leak")
     for args in (("threads", "--json"), ("log", "leak", "--json"), ("fsck", "--json"), ("gc", "--json")):
         r = cli(*args)
-        assert r.rc != 0, r
+        if args[0] == "threads":  # lists it as broken (issue 9, defect 6), never with its content
+            assert [t for t in r.json() if t["name"] == "leak"][0]["broken"], r
+        else:
+            assert r.rc != 0, r
         _never_printed(r)
     assert_error(cli("log", "leak", "--json"), "object_corrupt")
     assert secret.read_bytes() == SECRET
