@@ -7,6 +7,11 @@ Schema (format ``convgit-bundle`` version 1)::
     refs(name TEXT PRIMARY KEY, tip TEXT NOT NULL)
     turns(thread TEXT, seq INTEGER, turn TEXT, PRIMARY KEY (thread, seq))
     objects(id TEXT PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID
+    archived(log TEXT, seq INTEGER, line TEXT, PRIMARY KEY (log, seq))  -- may be absent
+
+``archived`` holds reflog lines of deleted threads (``logs/deleted/<log>``) whose turns
+record a message the bundled threads reach: the provenance rule (docs/format.md §10) carried
+across machines. A reader that does not know the table ignores it (older bundles lack it).
 
 A bundle is never trusted: merge re-hashes every object it takes from one.
 """
@@ -20,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import codec, fsio
-from .errors import InvalidInput, NotFound, ObjectCorrupt, SourceCorrupt
-from .graph import mark_reachable, references
+from .errors import InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, SourceCorrupt
+from .graph import deleted_provenance, mark_reachable
 from .ids import check_thread_name, is_oid
+from .refs import format_reflog_line, parse_reflog_line
 
 BUNDLE_FORMAT = "convgit-bundle"
 BUNDLE_VERSION = "1"
@@ -31,6 +37,7 @@ CREATE TABLE bundle_meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE refs (name TEXT PRIMARY KEY, tip TEXT NOT NULL);
 CREATE TABLE turns (thread TEXT NOT NULL, seq INTEGER NOT NULL, turn TEXT NOT NULL, PRIMARY KEY (thread, seq));
 CREATE TABLE objects (id TEXT PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE archived (log TEXT NOT NULL, seq INTEGER NOT NULL, line TEXT NOT NULL, PRIMARY KEY (log, seq));
 """
 
 
@@ -64,6 +71,14 @@ def create_bundle(repo, path: str | Path, threads: list[str] | None = None) -> B
         ts = [e.turn for e in repo.refs.read_log(name) if e.turn and repo.objects.contains(e.turn)]
         turns[name] = list(dict.fromkeys(ts))
         roots.extend(turns[name])
+    def read(oid: str):
+        try:
+            return repo.objects.read(oid)
+        except (ObjectMissing, ObjectCorrupt):
+            return None
+
+    carried = deleted_provenance(repo.refs.archived_entries(), list(refs.values()), read)
+    roots.extend(e.turn for _, es in carried for e in es)
     ids = sorted(mark_reachable(repo.objects, roots))
     tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}")
     fsio._unlink_quiet(tmp)
@@ -76,6 +91,9 @@ def create_bundle(repo, path: str | Path, threads: list[str] | None = None) -> B
         ])
         db.executemany("INSERT INTO refs VALUES (?, ?)", sorted(refs.items()))
         db.executemany("INSERT INTO turns VALUES (?, ?, ?)", [(n, i, t) for n, ts in turns.items() for i, t in enumerate(ts)])
+        db.executemany("INSERT INTO archived VALUES (?, ?, ?)", [
+            (log, i, format_reflog_line(e.old, e.new, e.time_ms, e.turn, e.message)) for log, es in carried
+            for i, e in enumerate(es)])
         for i in range(0, len(ids), 1000):
             rows = [(oid, repo.objects.read_bytes(oid)) for oid in ids[i : i + 1000]]
             info.bytes += sum(len(d) for _, d in rows)
@@ -122,6 +140,21 @@ class BundleSource:
             return [t for (t,) in self.db.execute("SELECT turn FROM turns WHERE thread=? ORDER BY seq", (name,))]
         except sqlite3.DatabaseError as e:
             raise SourceCorrupt(f"{self.path}: turns unreadable: {e}") from e
+
+    def archived(self) -> list[tuple[str, list]]:
+        """The deleted threads' reflog lines the bundle carries (none in an older bundle)."""
+        try:
+            if self.db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='archived'").fetchone() is None:
+                return []
+            out: dict[str, list] = {}
+            for log, line in self.db.execute("SELECT log, line FROM archived ORDER BY log, seq"):
+                e = parse_reflog_line(str(line)) if isinstance(line, str) else None
+                if e is None or not e.turn or not isinstance(log, str):
+                    raise SourceCorrupt(f"{self.path}: an archived reflog line is unreadable")
+                out.setdefault(log, []).append(e)
+            return list(out.items())
+        except sqlite3.DatabaseError as e:
+            raise SourceCorrupt(f"{self.path}: archived reflogs unreadable: {e}") from e
 
     def size(self, oid: str) -> int | None:
         row = self.db.execute("SELECT length(data) FROM objects WHERE id=?", (oid,)).fetchone()

@@ -149,6 +149,45 @@ def records_reachable(turn, reachable: set[str], parent_of: Callable[[str], str 
     return False
 
 
+def deleted_provenance(archived: list[tuple[str, list]], tips, read: Callable[[str], object]) -> list[tuple[str, list]]:
+    """Of deleted threads' archived reflogs ``archived`` ((log, entries naming a turn)), the
+    entries whose turn records a message reachable from ``tips`` (records_reachable): the
+    provenance a merge or a bundle must carry with those threads. ``read(oid)`` gives a
+    decoded object or None."""
+    from .ids import is_oid
+    from .objects import Turn
+
+    parents: dict[str, str | None] = {}
+
+    def parent_of(oid: str) -> str | None:
+        if oid not in parents:
+            obj = read(oid)
+            parents[oid] = obj.parent if isinstance(obj, Message) else None
+        return parents[oid]
+
+    reach: set[str] = set()
+    for tip in tips:
+        oid = tip
+        while oid is not None and oid not in reach and is_oid(oid):
+            reach.add(oid)
+            oid = parent_of(oid)
+    keep: dict[str, bool] = {}
+    out = []
+    for log, entries in archived:
+        mine = []
+        for e in entries:
+            if not is_oid(e.turn):
+                continue
+            if e.turn not in keep:
+                t = read(e.turn)
+                keep[e.turn] = isinstance(t, Turn) and records_reachable(t, reach, parent_of)
+            if keep[e.turn]:
+                mine.append(e)
+        if mine:
+            out.append((log, mine))
+    return out
+
+
 def references(obj) -> list[str]:
     """The ids an object points at (``typed_references`` without the types)."""
     return [oid for oid, _ in typed_references(obj)]

@@ -24,11 +24,11 @@ from . import codec, fsio
 from .bundle import BundleSource
 from .config import crash_point
 from .errors import ConvgitError, InvalidInput, NotAStore, ObjectCorrupt, ObjectMissing, SourceCorrupt, UnsafeSymlink
-from .graph import typed_references
+from .graph import deleted_provenance, typed_references
 from .ids import check_thread_name, is_oid
 from .objects import Message
 from .pack import write_pack
-from .refs import ANY, NOT_APPLIED, RefMove
+from .refs import ANY, NOT_APPLIED, RefMove, format_reflog_line, read_log_file
 from .repository import STORE_DIRS
 
 JOURNAL = "merge-journal.json"
@@ -41,12 +41,15 @@ class MergeReport:
     dry_run: bool = False
     new_objects: int = 0
     new_bytes: int = 0
+    provenance_turns: int = 0  # turns of the source's deleted threads that its messages still need
+    archived: int = 0  # reflog entries of deleted threads written here (they name those turns)
     refs: list[dict] = field(default_factory=list)
     seconds: float = 0.0
 
     def to_json(self) -> dict:
         return {"status": "dry-run" if self.dry_run else "merged", "source": self.source, "new_objects": self.new_objects,
-                "new_bytes": self.new_bytes, "refs": self.refs, "seconds": self.seconds}
+                "new_bytes": self.new_bytes, "provenance_turns": self.provenance_turns, "refs": self.refs,
+                "seconds": self.seconds}
 
 
 class StoreSource:
@@ -96,6 +99,10 @@ class StoreSource:
             return list(dict.fromkeys(e.turn for e in self.repo.refs.read_log(name) if e.turn))
         except UnsafeSymlink as e:
             raise SourceCorrupt(f"merge source: {e.message}") from e
+
+    def archived(self) -> list[tuple[str, list]]:
+        """(path under logs/deleted, entries naming a turn) for each deleted thread's reflog."""
+        return self.repo.refs.archived_entries()
 
     def _check_loose(self, oid: str) -> None:
         f = Path(self.repo.objects._file(oid))
@@ -160,6 +167,8 @@ def merge(repo, src: str | Path, *, dry_run: bool = False) -> MergeReport:
         source.close()
     if not dry_run:
         repo.index.refresh()
+        if report.archived:
+            repo.index.rebuild()  # archived reflogs are read by a rebuild (rare: a merge that carried some)
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
 
@@ -173,7 +182,7 @@ class _Guarded:
 
     def __getattr__(self, name):
         fn = getattr(self._s, name)
-        if name not in ("refs", "turns", "size", "read_raw"):
+        if name not in ("refs", "turns", "archived", "size", "read_raw"):
             return fn
 
         def call(*args):
@@ -202,6 +211,10 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
         if not is_oid(tip):
             raise SourceCorrupt(f"merge source thread {name!r} holds {tip!r}, not an object id")
     turns = {name: source.turns(name) for name in incoming}
+    # The provenance the source keeps for the messages it brings although no thread of it
+    # names it any more (a deleted thread's turns that a fork's messages still need): the
+    # same rule as gc's (format.md §10), applied to what this merge makes reachable.
+    carried = _provenance_to_carry(repo, source, incoming)
     # 2. Every object new here, re-hashed and decoded; one bad object and nothing is taken.
     new_ids: list[str] = []
     # Every id walked, new or already stored here, with its type (None: a damaged local
@@ -212,6 +225,7 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
     # (id, who names it, the type it must have): a thread's tip is a message, a reflog's turn
     # a turn; each object's references are typed by _typed_refs.
     todo = [(t, "thread", "message") for t in incoming.values()] + [(t, "turn", "turn") for ts in turns.values() for t in ts]
+    todo += [(e.turn, "a deleted thread's reflog", "turn") for _, es in carried for e in es]
     limit = _limit(repo)
     while todo:
         oid, by, want = todo.pop()
@@ -279,7 +293,11 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
         new = tip if action in ("created", "fast-forward", "diverged") else old
         if new != old or new_turns:
             plan.append({"thread": target, "old": old, "new": new, "turns": new_turns, "action": action})
-    if dry_run or not plan:
+    if dry_run:
+        return
+    report.provenance_turns = len({e.turn for _, es in carried for e in es if e.turn in seen})
+    if not plan:
+        report.archived = _write_archived(repo, carried)
         return
     # A merge that fails (an error, not a crash) leaves nothing behind: the refs it moved are
     # put back and its journal goes, so no later writer rolls it forward. A crash leaves the
@@ -297,6 +315,45 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
             pass
         raise
     fsio.unlink(repo.path / JOURNAL)
+    report.archived = _write_archived(repo, carried)
+
+
+def _provenance_to_carry(repo, source, incoming: dict[str, str]) -> list[tuple[str, list]]:
+    """The source's deleted-thread reflog entries whose turn records a message that an
+    incoming thread reaches (graph.deleted_provenance), by archived log."""
+    archived = source.archived()
+    if not archived:
+        return []
+
+    def read(oid: str):
+        data = repo.objects.read_bytes(oid) if repo.objects.contains(oid) else source.read_raw(oid)
+        if data is None or codec.hash_bytes(data) != oid:
+            return None  # not ours to judge here: the walk re-checks what it takes
+        try:
+            return codec.decode(data, oid)
+        except ObjectCorrupt:
+            return None
+
+    return deleted_provenance(archived, incoming.values(), read)
+
+
+def _write_archived(repo, carried: list[tuple[str, list]]) -> int:
+    """Append the carried entries to this store's archived reflogs of the same name (those
+    it has already are not written again: a merge is idempotent). Returns how many."""
+    n = 0
+    base = repo.refs.deleted_logs_dir
+    for rel, entries in carried:
+        path = base / rel
+        if not str(path.resolve()).startswith(str(base.resolve()) + os.sep) or ".." in rel.split("/"):
+            continue  # never outside logs/deleted
+        have = {(e.old, e.new, e.time_ms, e.turn) for e in read_log_file(path)}
+        lines = [format_reflog_line(e.old, e.new, e.time_ms, e.turn, e.message) for e in entries
+                 if (e.old, e.new, e.time_ms, e.turn) not in have and repo.objects.contains(e.turn)]
+        if lines:
+            fsio.check_real_dirs(repo.refs.deleted_logs_dir, path.parent)
+            fsio.append_line(path, "".join(lines), fsync=repo.config.fsync)
+            n += len(lines)
+    return n
 
 
 def _typed_refs(obj) -> list[tuple[str, str]]:

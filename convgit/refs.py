@@ -533,6 +533,17 @@ class RefStore:
     def read_log(self, name: str) -> list[ReflogEntry]:
         return read_log_file(self.log_path(name))
 
+    def archived_entries(self) -> list[tuple[str, list["ReflogEntry"]]]:
+        """(path under logs/deleted, its entries that name a turn) for each deleted thread's
+        archived reflog: what merge and bundles carry of deleted threads' provenance."""
+        out = []
+        for name, path in self.iter_log_files():
+            if name is None:
+                entries = [e for e in read_log_file(path) if e.turn]
+                if entries:
+                    out.append((str(path.relative_to(self.deleted_logs_dir)).replace(os.sep, "/"), entries))
+        return out
+
     def iter_log_files(self) -> Iterator[tuple[str | None, Path]]:
         """(thread name or None for a deleted thread's archived log, path)."""
         for base, live in ((self.logs_dir, True), (self.deleted_logs_dir, False)):

@@ -294,3 +294,28 @@ def test_answers_identical_after_gc_and_after_deleting_each_thread(cli, proj, tm
         shutil.rmtree(copy)
     with capsys.disabled():
         print(f"\n[answers identical] {len(threads)} threads, {compared} command outputs compared, 0 differed")
+
+
+def test_merge_and_bundles_carry_what_a_deleted_thread_recorded(cli, proj, tmp_path):
+    """The provenance rule across machines: a store whose thread was deleted (a fork still
+    holds its message) merged into another, directly or through a bundle, shows the same."""
+    call = {"messages": [{"role": "user", "content": "q1"}],
+            "response": {"role": "assistant", "content": "a1"}, "model": "gpt-x"}
+    ok(cli("commit", "-t", "a", "-", input=dumps(call), cwd=proj))
+    ok(cli("fork", "a~1", "b", cwd=proj))
+    ok(cli("threads", "delete", "a", cwd=proj))
+    want = ok(cli("log", "--json", "b", cwd=proj)).json()
+    assert want[0]["model"] == "gpt-x"
+    ok(cli("bundle", "create", str(tmp_path / "b.db"), cwd=proj))
+    for n, src in enumerate((str(proj), str(tmp_path / "b.db"))):
+        d = tmp_path / f"dst{n}"
+        ok(cli("init", cwd=d))
+        ok(cli("merge", src, cwd=d))
+        assert ok(cli("log", "--json", "b", cwd=d)).json() == want, src
+        logs = sorted((d / ".convgit/logs/deleted").rglob("*"))
+        size = sum(p.stat().st_size for p in logs if p.is_file())
+        ok(cli("merge", src, cwd=d))  # idempotent: nothing written twice
+        assert sum(p.stat().st_size for p in logs if p.is_file()) == size
+        ok(cli("gc", "--prune=now", cwd=d))
+        assert ok(cli("log", "--json", "b", cwd=d)).json() == want, src
+        assert fsck_json(cli, d)["status"] == "ok"
