@@ -367,6 +367,7 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
             fsio.unlink(p.pack_path)
     _remove_empty_fanout(objects)
     stats.temp_removed = _remove_stale_temp(repo, grace if grace is not None else float("inf"), now)
+    repo.refs.rotate_journal()  # no writer runs: a fresh journal (every index reads every ref once)
     if repo.config.fsync:  # every deletion durable in one flush (not one fsync per fan-out directory)
         fsio.sync_filesystem(repo.path)
     stats.lap("sweep", clock)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from . import codec, fsio, fts, reach
-from .errors import ConvgitError, ObjectCorrupt, ObjectMissing
+from .errors import ConvgitError, InvalidInput, ObjectCorrupt, ObjectMissing
 from .objects import (
     AttachmentPart,
     Blob,
@@ -298,67 +298,130 @@ class Index:
         return tuple(out)
 
     def refresh_if_changed(self) -> None:
-        """Refresh only if a ref directory changed since the last refresh (a few stat calls).
+        """Bring the index up to the refs, reading only what changed (O(changes), not
+        O(threads)): docs/format.md §8 "Catch-up".
 
-        Every ref move renames a file into its directory, which sets the directory's mtime to
-        the current (coarse) time. A signature whose newest mtime was over a second old when it
-        was taken cannot miss a later move; a younger one is not trusted.
+        Every convgit ref move first appends the thread's name to ``logs/journal`` (RefStore.
+        journal); the index records how much of the journal it has read (with the journal's
+        inode, the boot id and the ref directories' mtimes). If nothing was appended and no
+        directory changed, nothing is read; if lines were appended, just those threads are
+        caught up. Everything is read again when the journal was replaced (gc), the machine
+        rebooted since (a power loss may have dropped unsynced journal lines), or a ref
+        directory changed with no journal line to explain it (a ref copied in by another
+        tool). A ref copied in while a convgit write in the same directory runs, or a ref file
+        overwritten in place, is noticed by ``convgit reindex`` and ``fsck``.
         """
-        if not self.refs_unchanged():
+        state = self._load_state()
+        if state is None:
             self.refresh()
+            return
+        ino, size = _journal_stat(self.repo.refs.journal_path)
+        if state.get("boot") != _boot_id() or ino != state.get("ino") or size < state.get("size", 0):
+            self.refresh()
+            return
+        dirs = self._ref_dirs_signature([d for d, _ in state.get("dirs", [])])
+        if size == state["size"]:
+            if [list(x) for x in dirs] != state.get("dirs"):
+                self.refresh()
+            return
+        self._catch_up_journal(state, dirs)
 
     def refs_unchanged(self) -> bool:
-        """Do the ref directories look as the last refresh (in any process) saw them?
-
-        The signature of the last refresh is kept in ``meta``, so that opening a store with
-        100,000 threads does not read 100,000 ref files. Every ref move convgit makes renames
-        a file into a ref directory, and so does any tool that writes through a temp file; a
-        ref file overwritten in place by another tool (``cp`` over an existing ref) is noticed
-        at the next ref move or ``convgit reindex``.
-        """
-        if self._sig is None:
-            try:
-                row = self.db.execute("SELECT value FROM meta WHERE key='refs_sig'").fetchone()
-                if row:
-                    taken, dirs = json.loads(row[0])
-                    self._sig = (int(taken), tuple((str(d), m) for d, m in dirs))
-            except (sqlite3.DatabaseError, ValueError, TypeError):
-                self._sig = None
-        sig = self._sig
-        if sig is None:
+        """Has nothing changed since the index last looked (no journal line, no directory
+        change; O(1))?"""
+        state = self._load_state()
+        if state is None:
             return False
-        taken_ns, old = sig
-        newest = max((m for _, m in old if m is not None), default=0)
-        return taken_ns - newest > 1_000_000_000 and self._ref_dirs_signature([d for d, _ in old]) == old
+        ino, size = _journal_stat(self.repo.refs.journal_path)
+        if state.get("boot") != _boot_id() or ino != state.get("ino") or size != state.get("size"):
+            return False
+        return [list(x) for x in self._ref_dirs_signature([d for d, _ in state.get("dirs", [])])] == state.get("dirs")
 
-    _sig: tuple | None = None
+    def pending_names(self) -> set[str] | None:
+        """The threads the journal says moved since the index last looked (what
+        ``refresh_if_changed`` would catch up), or None when only reading every ref can tell."""
+        state = self._load_state()
+        if state is None:
+            return None
+        ino, size = _journal_stat(self.repo.refs.journal_path)
+        if state.get("boot") != _boot_id() or ino != state.get("ino") or size <= state.get("size", 0):
+            return None if not self.refs_unchanged() else set()
+        return self._journal_since(state["size"])[0]
 
-    def _store_sig(self) -> None:
-        """Best effort, an optimisation only, so without ``index.lock``: one row, and a write
-        that lands in an index another process has just swapped out is lost, not harmful
-        (SQLite refuses it: the file moved)."""
-        value = json.dumps([self._sig[0], [list(x) for x in self._sig[1]]])
+    def _load_state(self) -> dict | None:
         try:
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('refs_sig', ?)", (value,))
-        except sqlite3.DatabaseError:
-            pass
+            row = self.db.execute("SELECT value FROM meta WHERE key='refs_state'").fetchone()
+            state = json.loads(row[0]) if row else None
+        except (sqlite3.DatabaseError, ValueError, TypeError):
+            return None
+        return state if isinstance(state, dict) and isinstance(state.get("dirs"), list) else None
+
+    def _new_state(self, start: int, dirs, ino=None) -> dict:
+        if ino is None:
+            ino = _journal_stat(self.repo.refs.journal_path)[0]
+        return {"ino": ino, "size": start, "boot": _boot_id(), "dirs": [list(x) for x in dirs]}
+
+    def _journal_since(self, offset: int) -> tuple[set[str], int]:
+        """The thread names appended to the journal from byte ``offset`` (whole lines only),
+        and where they end."""
+        try:
+            with open(self.repo.refs.journal_path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return set(), offset
+        end = data.rfind(b"\n") + 1
+        names = {ln for ln in data[:end].decode("utf-8", "replace").split("\n") if ln}
+        return names, offset + end
+
+    def _read_refs(self, names) -> dict[str, str]:
+        out = {}
+        for n in names:
+            try:
+                tip = self.repo.refs.read(n)
+            except (ObjectCorrupt, InvalidInput):
+                continue  # a broken or badly named ref is left out (fsck names it)
+            if tip is not None:
+                out[n] = tip
+        return out
+
+    def _catch_up_journal(self, state: dict, dirs, *, extra: set[str] = frozenset(), cache: dict | None = None,
+                          commit: bool = False) -> None:
+        names, end = self._journal_since(state["size"])
+        commit = commit and names <= set(extra)  # another writer's move may have left messages behind
+        names |= set(extra)
+        self._catch_up(lambda: self._read_refs(names), only=names, cache=cache, commit=commit,
+                       state=self._new_state(end, dirs, state.get("ino")))
 
     @_healing
     def refresh(self) -> None:
-        """Bring the index up to the refs on disk (a crash, a copy, another process)."""
+        """Bring the index up to the refs on disk (a crash, a copy, another process): reads
+        every ref (O(threads)); ``refresh_if_changed`` is the cheap form."""
         base = self.repo.refs.threads_dir
         dirs = [dp for dp, _, _ in os.walk(base)] or [str(base)]
-        self._sig = (time.time_ns(), self._ref_dirs_signature(dirs))
+        # Taken before the refs are read: a move made while they are read is seen next time.
+        ino, start = _journal_stat(self.repo.refs.journal_path)
+        state = self._new_state(start, self._ref_dirs_signature(dirs), ino)
         refs = self.repo.refs.read_all(broken={})  # an unreadable ref is left out (fsck names it)
         known = {n: (t, size) for n, t, size in self.db.execute("SELECT name, tip, reflog_size FROM threads")}
         if set(known) != set(refs) or any(
             known[n][0] != tip or known[n][1] != self._log_size(n) for n, tip in refs.items()
         ):
-            self._catch_up(refs)
-        self._store_sig()
+            self._catch_up(refs, state=state)
+        else:
+            self._store_state(state)
+
+    def _store_state(self, state: dict) -> None:
+        """Best effort, outside a catch-up: one row (a write that lands in an index another
+        process has just swapped out is lost, not harmful)."""
+        try:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('refs_state', ?)", (json.dumps(state),))
+        except sqlite3.DatabaseError:
+            pass
 
     def record_commits(self, plans) -> None:
-        """After a commit: index what the commit wrote, using the objects already in memory."""
+        """After a commit: index what the commit wrote, using the objects already in memory,
+        and whatever else the journal says moved meanwhile (another writer)."""
         cache: dict[str, object] = {}
         names: set[str] = set()
         for plan in plans:
@@ -371,27 +434,42 @@ class Index:
                 cache[plan.turn[0]] = codec.decode(plan.turn[1], plan.turn[0])
             if plan.thread:
                 names.add(plan.thread)
-        refs = {}
-        for n in names:
-            tip = self.repo.refs.read(n)
-            if tip is not None:
-                refs[n] = tip
-        self._catch_up(refs, only=names, cache=cache)
+        state = self._load_state()
+        ino, _ = _journal_stat(self.repo.refs.journal_path)
+        if state is None or state.get("boot") != _boot_id() or state.get("ino") != ino:
+            self._catch_up(lambda: self._read_refs(names), only=names, cache=cache, commit=True)
+            return
+        # The directories as they are after this commit's own moves: they explain the change.
+        dirs = self._ref_dirs_signature([d for d, _ in state.get("dirs", [])])
+        self._catch_up_journal(state, dirs, extra=names, cache=cache, commit=True)
 
-    def _catch_up(self, refs: dict[str, str], *, only: set[str] | None = None, archived: bool = False,
-                  cache: dict | None = None) -> None:
+    def _catch_up(self, refs, *, only: set[str] | None = None, archived: bool = False,
+                  cache: dict | None = None, commit: bool = False, state: dict | None = None) -> None:
+        """Index the threads in ``refs`` (name → tip; or a function giving them, called under
+        index.lock). ``only``: just these names (those of them not in ``refs`` are gone);
+        ``commit``: the moves were a commit's (created or fast-forwarded threads only);
+        ``state``: the journal position this catch-up brings the index to."""
         cache = cache or {}
         reader = _Reader(self.repo.objects, cache)
         with fsio.flock(self.lock_path, shared=False, timeout=60):
             self._follow_swap()
+            if callable(refs):
+                refs = refs()
             db = self.db
             db.execute("BEGIN IMMEDIATE")
             try:
-                known = {r[0]: (r[1], r[2]) for r in db.execute("SELECT name, tip, reflog_size FROM threads")}
                 if only is None:
-                    for name in set(known) - set(refs):
-                        db.execute("DELETE FROM threads WHERE name=?", (name,))
-                        db.execute("UPDATE turns SET thread=NULL WHERE thread=?", (name,))
+                    known = {r[0]: (r[1], r[2]) for r in db.execute("SELECT name, tip, reflog_size FROM threads")}
+                else:  # just those threads: O(changes), not O(threads)
+                    known = {}
+                    for n in only:
+                        row = db.execute("SELECT tip, reflog_size FROM threads WHERE name=?", (n,)).fetchone()
+                        if row is not None:
+                            known[n] = tuple(row)
+                gone = set(known) - set(refs) if only is None else {n for n in only if n in known and n not in refs}
+                for name in gone:
+                    db.execute("DELETE FROM threads WHERE name=?", (name,))
+                    db.execute("UPDATE turns SET thread=NULL WHERE thread=?", (name,))
                 todo = []
                 for name, tip in sorted(refs.items()):
                     old = known.get(name)
@@ -422,7 +500,9 @@ class Index:
                         if tname is None:
                             self._note_renames(self._index_log(reader, None, path, 0)[0])
                 self._flush()
-                reach.after_catch_up(db, known, refs, only)
+                reach.after_catch_up(db, known, refs, gone, commit=commit)
+                if state is not None:
+                    db.execute("INSERT OR REPLACE INTO meta VALUES ('refs_state', ?)", (json.dumps(state),))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -817,6 +897,29 @@ class Index:
         out["messages"] = [list(r) for r in reach]
         out["renames"] = [list(r) for r in self._renames()]
         return out
+
+
+def _journal_stat(path: Path) -> tuple[int | None, int]:
+    """(inode, size) of the refs journal; (None, 0) when there is none yet."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None, 0
+    return st.st_ino, st.st_size
+
+
+_BOOT_ID: list = []
+
+
+def _boot_id() -> str | None:
+    """This boot's id (Linux), or None where the system has none to give."""
+    if not _BOOT_ID:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                _BOOT_ID.append(f.read().strip())
+        except OSError:
+            _BOOT_ID.append(None)
+    return _BOOT_ID[0]
 
 
 class _Reader:

@@ -20,25 +20,35 @@ import json
 from .fts import fts_add, fts_remove
 
 
-def after_catch_up(db, known: dict[str, tuple], refs: dict[str, str], only: set[str] | None) -> None:
+def after_catch_up(db, known: dict[str, tuple], refs: dict[str, str], gone: set[str], *, commit: bool = False) -> None:
     """Keep ``unreachable`` right after the threads in ``refs`` were caught up.
 
     ``known``: name → (tip, reflog size) before; ``refs``: the caught-up name → tip;
-    ``only``: the catch-up covered just these names (a commit, which never leaves a message
-    behind: it only creates threads or fast-forwards them).
+    ``gone``: the threads the catch-up removed; ``commit``: the catch-up was a commit's,
+    which never leaves a message behind (it only creates threads or fast-forwards them).
     """
     moved_from = [old[0] for name, old in known.items()
-                  if (name in refs and refs[name] != old[0]) or (only is None and name not in refs)]
+                  if (name in refs and refs[name] != old[0]) or name in gone]
     if db.execute("SELECT 1 FROM unreachable LIMIT 1").fetchone() is not None:
         for name, tip in refs.items():
             old = known.get(name)
             if old is None or old[0] != tip:
                 _mark_reachable(db, tip)
-    if moved_from and only is None:
-        tips = {r[0] for r in db.execute("SELECT tip FROM threads")}
+    if moved_from and not commit:
+        tips = _Tips(db)
         for old in moved_from:
             if old not in tips:
                 _mark_unreachable_from(db, old, tips)
+
+
+class _Tips:
+    """``oid in tips``: is ``oid`` some thread's tip (one indexed lookup, not a set of every tip)."""
+
+    def __init__(self, db) -> None:
+        self.db = db
+
+    def __contains__(self, oid: str) -> bool:
+        return self.db.execute("SELECT 1 FROM threads WHERE tip=? LIMIT 1", (oid,)).fetchone() is not None
 
 
 def reset(db) -> None:

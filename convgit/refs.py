@@ -23,6 +23,7 @@ from .errors import (InvalidRefName, NotFound, ObjectCorrupt, ObjectMissing, Ref
 from .ids import ZERO_OID, check_thread_name, is_oid, short
 
 ANY = object()  # "do not check the old value"
+JOURNAL = "journal"  # logs/journal: the names of threads about to change, one per line
 THREADS = "refs/threads"
 BATCH_REFS = 256  # threads locked and moved together by update_many
 NOT_APPLIED = object()  # update_many: a move not made
@@ -108,6 +109,7 @@ class RefStore:
         self.threads_dir = root / THREADS
         self.logs_dir = root / "logs" / THREADS
         self.deleted_logs_dir = root / "logs" / "deleted"
+        self.journal_path = root / "logs" / JOURNAL
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -348,6 +350,7 @@ class RefStore:
                     logged.append((m.name, self._log_size(m.name)))
                     t = m.time_ms if m.time_ms is not None else int(time.time() * 1000)
                     fsio.makedirs(self.log_path(m.name).parent, fsync=True)
+                    self.journal([m.name])
                     lines = [] if old == m.new and m.turn is None else [format_reflog_line(old, m.new, t, m.turn, m.message)]
                     lines += [format_reflog_line(m.new, m.new, t, turn, msg) for turn, msg in m.extra]
                     fsio.append_line(self.log_path(m.name), "".join(lines), fsync=False)
@@ -389,6 +392,10 @@ class RefStore:
                     fsio.truncate(self.log_path(name), size)
             except Exception:
                 pass
+        try:
+            self.journal([moves[i].name for i, *_ in staged] + [name for name, _ in logged])  # changed back
+        except Exception:
+            pass
 
     @staticmethod
     def _check_expected(name: str, old: str | None, expected: object) -> None:
@@ -421,6 +428,7 @@ class RefStore:
                 fsio.unlink(lp)
             else:
                 fsio.truncate(lp, log_size)
+            self.journal([name])  # changed back
         except Exception:  # the original error is the one to report
             pass
 
@@ -448,6 +456,7 @@ class RefStore:
                 raise NotFound(f"thread {old_name!r} does not exist", thread=old_name)
             if self._read_path(dst, new_name) is not None:
                 raise RefExists(f"thread {new_name!r} already exists", thread=new_name)
+            self.journal([new_name])
             self._append_log(old_name, tip, tip, None, rename_message(old_name, new_name))
             lsrc, ldst = self.log_path(old_name), self.log_path(new_name)
             if ldst.exists():
@@ -478,6 +487,7 @@ class RefStore:
             ldst = self.log_path(new_name)
             data = saved + ldst.read_bytes()
             fsio.replace_file(ldst, data, fsync=self.fsync)
+            self.journal([new_name])  # its reflog changed again
             for a in archived[-1:]:
                 fsio.unlink(a)
         return tip
@@ -518,7 +528,25 @@ class RefStore:
 
     def _append_log(self, name, old, new, turn, message, time_ms=None) -> None:
         t = time_ms if time_ms is not None else int(time.time() * 1000)
+        self.journal([name])
         fsio.append_line(self.log_path(name), format_reflog_line(old, new, t, turn, message), fsync=self.fsync)
+
+    def journal(self, names) -> None:
+        """Note in ``logs/journal`` that these threads are about to change (docs/format.md
+        §4): appended before the reflog line and the ref move, so that the index, which
+        remembers how much of the journal it has read, finds what moved in O(changes) instead
+        of reading every ref. Not fsynced: within one boot every process sees the line (the
+        page cache), and after a reboot (a power loss could have dropped it) the index reads
+        every ref once (Index.refresh_if_changed)."""
+        names = list(names)
+        if names:
+            fsio.append_line(self.journal_path, "".join(f"{n}\n" for n in names), fsync=False)
+
+    def rotate_journal(self) -> None:
+        """Start an empty journal (gc, under the exclusive store lock: no writer runs). Its
+        new inode tells every index to read every ref once."""
+        if self.journal_path.exists():
+            fsio.replace_file(self.journal_path, b"", fsync=False)
 
     def _archive_log(self, name: str) -> None:
         """A deleted thread's reflog is kept (it names the turns that recorded its history)."""

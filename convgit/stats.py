@@ -74,10 +74,18 @@ def _status(repo) -> dict:
     was_rebuilt = idx.rebuilt
     stale: list[str] = []
     if not was_rebuilt and not idx.refs_unchanged():  # else nothing can have moved
-        refs = repo.refs.read_all()
-        known = {n: t for n, t in idx.db.execute("SELECT name, tip FROM threads")}
-        stale = sorted(n for n in set(refs) | set(known) if refs.get(n) != known.get(n))
-        idx.refresh()
+        pending = idx.pending_names()  # the journal says which threads moved (O(changes))
+        if pending is None:
+            refs = repo.refs.read_all()
+            known = {n: t for n, t in idx.db.execute("SELECT name, tip FROM threads")}
+            stale = sorted(n for n in set(refs) | set(known) if refs.get(n) != known.get(n))
+            idx.refresh()
+        else:
+            refs = {n: repo.refs.read(n) for n in pending}
+            known = {n: (idx.db.execute("SELECT tip FROM threads WHERE name=?", (n,)).fetchone() or (None,))[0]
+                     for n in pending}
+            stale = sorted(n for n in pending if refs.get(n) != known.get(n))
+            idx.refresh_if_changed()
     db = idx.db
     q = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
     messages = q("SELECT count(*) FROM messages") - q("SELECT count(*) FROM unreachable")

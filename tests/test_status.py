@@ -64,28 +64,48 @@ def test_last_gc_from_gc_log(tmp_path):
 
 
 def test_index_freshness(tmp_path):
+    """The index notices what moved without it: a ref another tool wrote (through a temp
+    file and a rename, as tools do), and a commit whose index update never happened (a
+    crash between the ref move and the index update: its journal line is unread)."""
+    import json
+    import os
+    import sqlite3
+
     repo = _store(tmp_path)
     path = repo.path
     repo.close()
+    idx = path / "index.sqlite"
     with Repository.open(path) as r:
         st = convgit.status(r)
         assert st["index"]["up_to_date"] and st["index"]["stale_threads"] == 0
-    with Repository.open(path) as other:  # another process moves a thread
-        convgit.commit(other, conv("x", "y", "z", "w"), thread="t3")
-        (path / "refs" / "threads" / "t1").write_text(other.refs.read("t2") + "\n")
-    idx = path / "index.sqlite"
-    import sqlite3
-
+        t2 = r.refs.read("t2")
+    # 1. Another tool points t1 at t2's tip (temp file + rename: the directory changes).
+    tmp = path / "refs" / "threads" / "t1.new"
+    tmp.write_text(t2 + "\n")
+    os.replace(tmp, path / "refs" / "threads" / "t1")
+    with Repository.open(path) as r:
+        r._index = None
+        st = convgit.status(r)
+        assert not st["index"]["up_to_date"] and st["index"]["stale_threads"] == 1
+        assert st["messages"] == 8 - 2  # t1's own two are left behind
+        assert convgit.status(r)["index"]["up_to_date"]  # caught up now
+    # 2. A commit whose index update was lost: the index has not read its journal line.
     db = sqlite3.connect(idx)
-    db.execute("UPDATE threads SET tip = 'stale' WHERE name = 't3'")  # as if the index missed the commit
+    state = json.loads(db.execute("SELECT value FROM meta WHERE key='refs_state'").fetchone()[0])
+    db.close()
+    with Repository.open(path) as other:
+        convgit.commit(other, conv("x", "y", "z", "w"), thread="t3")
+    db = sqlite3.connect(idx)
+    db.execute("UPDATE threads SET tip = 'stale' WHERE name = 't3'")
+    db.execute("UPDATE meta SET value=? WHERE key='refs_state'", (json.dumps(state),))
     db.commit()
     db.close()
     with Repository.open(path) as r:
         r._index = None
         st = convgit.status(r)
-        assert not st["index"]["up_to_date"] and st["index"]["stale_threads"] == 2
-        assert st["messages"] == 8 - 2 + 2  # t1's own two are left behind; t3 grew by two
-        assert convgit.status(r)["index"]["up_to_date"]  # caught up now
+        assert not st["index"]["up_to_date"] and st["index"]["stale_threads"] == 1
+        assert st["messages"] == 8 - 2 + 2  # t3 grew by two
+        assert convgit.status(r)["index"]["up_to_date"]
     (idx).unlink()
     with Repository.open(path) as r:
         r._index = None

@@ -1,0 +1,182 @@
+"""The write path at several store sizes, with `llm` 0.36 as a peer in the same run.
+
+    .venv/bin/python benchmarks/bench_scale.py                      # 1,000 and 10,000 threads
+    .venv/bin/python benchmarks/bench_scale.py --sizes 1000,10000,100000
+    .venv/bin/python benchmarks/bench_scale.py --no-llm --rounds 5  # quick
+
+For each size it builds a store of N conversations (4 messages each; fsync off while
+building, as the issue asks) and an llm logs.db of the same N conversations (through llm's
+own ``log_to_db``, benchmarks/llm_driver.py). Then, with fsync on, it times in rounds,
+interleaved across sizes and tools (A B A B, so the machine's noise falls on all alike):
+
+- ``api``: one stateless call through ``convgit.commit`` (the thread's whole history
+  re-sent, plus a new question and its answer: a fast-forward of that thread), per call;
+- ``llm``: the same call logged by llm (``model.prompt(messages=...)`` + ``log_to_db``);
+- ``cli``: ``convgit commit -`` of the same kind of payload, and ``log -n 1``, ``status``,
+  ``search`` as commands a person runs (whole process: start-up included).
+
+Reports medians per size, the ratio of the largest store to the smallest, and convgit/llm
+per size. Writes benchmarks/out/scale.json. Nothing is written into the repository else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "out"
+LLM_VENV = HERE / ".venv-llm"
+LLM_SPEC = "llm==0.36"
+
+
+def conv(i: int) -> list[dict]:
+    return [
+        {"role": "user", "content": f"question {i}: how do I keep a store of {i} threads fast?"},
+        {"role": "assistant", "content": f"answer {i}: read only what changed since you last looked."},
+        {"role": "user", "content": f"follow-up {i}: and after a crash?"},
+        {"role": "assistant", "content": f"answer {i}b: a journal names what moved; a reboot means read everything once."},
+    ]
+
+
+def build_convgit(path: Path, n: int) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")}
+    env["CONVGIT_FSYNC"] = "0"
+    code = f"""
+import convgit, sys, time
+sys.path.insert(0, {str(HERE)!r})
+from bench_scale import conv
+repo = convgit.init({str(path)!r})
+t0 = time.perf_counter()
+items = []
+for i in range({n}):
+    items.append({{"messages": conv(i)[:-1], "response": conv(i)[-1], "model": "m"}})
+    if len(items) == 2000:
+        convgit.commit_many(repo, items); items = []
+if items:
+    convgit.commit_many(repo, items)
+repo.index.refresh()
+print(time.perf_counter() - t0)
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def ensure_llm() -> Path | None:
+    py = LLM_VENV / "bin" / "python"
+    if py.exists():
+        return py
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(LLM_VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", LLM_SPEC], check=True)
+    except (subprocess.CalledProcessError, OSError) as e:
+        print(f"note: no llm venv ({e}); llm figures skipped", file=sys.stderr)
+        return None
+    return py
+
+
+def llm_drive(py: Path, corpus: list, db: Path, tmp: Path, env: dict) -> dict:
+    cp = tmp / f"corpus-{time.monotonic_ns()}.json"
+    cp.write_text(json.dumps(corpus))
+    p = subprocess.run([str(py), str(HERE / "llm_driver.py"), "stateless", str(cp), str(db)], env=env,
+                       check=True, capture_output=True, text=True)
+    cp.unlink()
+    return json.loads(p.stdout)
+
+
+def continuation(i: int, r: int) -> dict:
+    hist = conv(i)
+    return {"messages": hist + [{"role": "user", "content": f"round {r}: one more question for thread {i}"}],
+            "response": {"role": "assistant", "content": f"round {r}: one more answer"}, "model": "m"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1000,10000", help="store sizes in threads (comma-separated)")
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds")
+    ap.add_argument("--calls", type=int, default=10, help="API / llm calls per size per round")
+    ap.add_argument("--no-llm", action="store_true")
+    ap.add_argument("--no-cli", action="store_true")
+    ap.add_argument("--out", type=Path, default=OUT / "scale.json")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    os.environ.pop("CONVGIT_FSYNC", None)  # timed with fsync on (the store default)
+    import convgit
+
+    res: dict = {"sizes": sizes, "rounds": args.rounds, "calls": args.calls, "build_s": {}, "api_ms": {}, "llm_ms": {},
+                 "cli_ms": {}}
+    with tempfile.TemporaryDirectory(prefix="convgit-scale-") as td:
+        tmp = Path(td)
+        py = None if args.no_llm else ensure_llm()
+        llm_env = dict(os.environ, LLM_USER_PATH=str(tmp / "llm-user"))
+        repos = {}
+        for n in sizes:
+            res["build_s"][n] = {"convgit": round(build_convgit(tmp / f"c{n}", n), 2)}
+            repos[n] = convgit.open_repo(tmp / f"c{n}" / ".convgit")
+            if py is not None:
+                t0 = time.perf_counter()
+                corpus = [conv(i) for i in range(n)]
+                llm_drive(py, corpus, tmp / f"llm{n}.db", tmp, llm_env)
+                res["build_s"][n]["llm"] = round(time.perf_counter() - t0, 2)
+            print(f"built {n}: {res['build_s'][n]}", file=sys.stderr)
+        api = {n: [] for n in sizes}
+        llm_t = {n: [] for n in sizes}
+        cli: dict = {n: {k: [] for k in ("commit", "log -n 1", "status", "search")} for n in sizes}
+        cli_env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")}
+        for r in range(args.rounds):
+            for n in sizes:
+                repo = repos[n]
+                ts = []
+                for c in range(args.calls):
+                    i = (r * args.calls + c) * 7919 % n
+                    t0 = time.perf_counter()
+                    out = convgit.commit(repo, continuation(i, r))
+                    ts.append((time.perf_counter() - t0) * 1000)
+                    assert out.appended_messages == 2, out
+                api[n].append(statistics.median(ts))
+                if py is not None:
+                    corpus = [continuation(((r * args.calls + c) * 7919 + 1) % n, r) for c in range(args.calls)]
+                    corpus = [d["messages"] + [d["response"]] for d in corpus]
+                    doc = llm_drive(py, corpus, tmp / f"llm{n}.db", tmp, llm_env)
+                    llm_t[n].append(doc["log_to_db_s"] * 1000 / doc["calls"])
+                if not args.no_cli:
+                    store = str(tmp / f"c{n}" / ".convgit")
+                    env = dict(cli_env, CONVGIT_DIR=store)
+                    payload = json.dumps(continuation((r * 31 + 3) % n, 1000 + r))
+                    for key, argv, inp in (("commit", ["commit", "-"], payload), ("log -n 1", ["log", "-n", "1"], None),
+                                           ("status", ["status"], None), ("search", ["search", "crash"], None)):
+                        t0 = time.perf_counter()
+                        subprocess.run([sys.executable, "-m", "convgit", *argv], env=env, input=inp, text=True,
+                                       check=True, capture_output=True)
+                        cli[n][key].append((time.perf_counter() - t0) * 1000)
+            print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
+        for repo in repos.values():
+            repo.close()
+    med = lambda xs: round(statistics.median(xs), 2) if xs else None  # noqa: E731
+    for n in sizes:
+        res["api_ms"][n] = med(api[n])
+        res["llm_ms"][n] = med(llm_t[n])
+        res["cli_ms"][n] = {k: med(v) for k, v in cli[n].items()}
+    lo, hi = sizes[0], sizes[-1]
+    print(f"\n| threads | convgit API call ms | llm log_to_db ms | convgit/llm | CLI commit - ms | log -n 1 ms | status ms | search ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in sizes:
+        a, b, c = res["api_ms"][n], res["llm_ms"][n], res["cli_ms"][n]
+        ratio = f"{a / b:.2f}" if b else "-"
+        print(f"| {n:,} | {a} | {b if b is not None else '-'} | {ratio} | {c['commit']} | {c['log -n 1']} | {c['status']} | {c['search']} |")
+    if len(sizes) > 1:
+        res["api_ratio_largest_smallest"] = round(res["api_ms"][hi] / res["api_ms"][lo], 2)
+        print(f"\nAPI call, {hi:,} / {lo:,} threads: {res['api_ratio_largest_smallest']}x")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
