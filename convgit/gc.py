@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from dataclasses import asdict, dataclass, field
 
 from . import fsio
-from .config import crash_point
+from .config import crash_point, parse_age
 from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing
 from .graph import mark_reachable
 from .ids import check_thread_name, is_oid
@@ -67,28 +66,14 @@ class GcStats:
         return d
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_prune(value: str | int | None, default_seconds: int) -> float | None:
+def parse_prune(value: str | int | None, default_seconds: int | None) -> float | None:
     """Grace in seconds: ``now`` (0), ``never`` (None), ``2w``/``3d``/``12h``/``90m``/``30s``,
     git's ``2.weeks.ago``, or plain seconds."""
     if value is None:
-        return float(default_seconds)
+        return None if default_seconds is None else float(default_seconds)
     if isinstance(value, int):
         return float(value)
-    v = value.strip().lower()
-    if v == "now":
-        return 0.0
-    if v == "never":
-        return None
-    m = re.fullmatch(r"(\d+)\.?(second|minute|hour|day|week)s?\.ago", v)
-    if m:
-        return float(int(m.group(1)) * _UNITS[m.group(2)[0] if m.group(2) != "minute" else "m"])
-    m = re.fullmatch(r"(\d+)([smhdw]?)", v)
-    if m:
-        return float(int(m.group(1)) * _UNITS[m.group(2) or "s"])
-    raise InvalidInput(f"--prune: expected now, never, a duration like 2w or 3d, or seconds; got {value!r}")
+    return parse_age(value, "--prune")
 
 
 def _disk_usage(path, *, skip_fanout: bool = False) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import fsio
-from .config import DEFAULT_CONFIG_TOML, Config, env_store_dir, load_config
+from .config import DEFAULT_CONFIG_TOML, Config, env_overrides, env_store_dir, load_config
 from .errors import NotAStore
 from .object_store import ObjectStore
 from .refs import RefStore
@@ -37,6 +37,7 @@ class Repository:
         path = Path(path).absolute()
         if (path / "format").exists():
             return cls.open(path)
+        env_overrides()  # a bad CONVGIT_* value fails before anything is written
         # An empty directory, or one an interrupted init left (skeleton only), may be initialised.
         skeleton = {"objects", "refs", "logs", "config.toml", "HEAD", f"{fsio.TMP_PREFIX}format"}
         if path.exists() and not {p.name for p in path.iterdir()} <= skeleton:
