@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import fsio
 from .config import crash_point, parse_age
-from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing
+from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing, StorageFailed
 from .graph import mark_reachable
 from .ids import check_thread_name, is_oid
 from .pack import PackWriter
@@ -54,6 +54,7 @@ class GcStats:
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step (scan, mark, pack, sweep, index)
     pruned_ids: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def lap(self, phase: str, t0: list[float]) -> None:
         now = time.perf_counter()
@@ -63,6 +64,8 @@ class GcStats:
     def to_json(self) -> dict:
         d = asdict(self)
         d["pruned_ids"] = d["pruned_ids"][:1000]
+        if not d["warnings"]:
+            del d["warnings"]
         return d
 
 
@@ -419,10 +422,16 @@ def _finish_index_and_stats(repo, stats: GcStats) -> None:
     clock = [time.perf_counter()]
     objects = repo.objects
     objects.packs(reload=True)
-    if stats.pruned:
-        repo.index.rebuild()
-    elif stats.reflog_expired:
-        repo.index.refresh()
+    try:
+        if stats.pruned:
+            repo.index.rebuild()
+        elif stats.reflog_expired:
+            repo.index.refresh()
+    except StorageFailed as e:  # gc is done; the next command rebuilds the index
+        from .index import invalidate
+
+        invalidate(repo)
+        stats.warnings.append(f"index not updated ({e.message}); the next command rebuilds it")
     stats.loose_after = sum(1 for _ in objects.iter_loose())
     stats.packs_after = len(objects.packs())
     stats.objects_after = stats.objects_before - stats.pruned  # each kept object is still stored
