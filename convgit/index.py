@@ -770,6 +770,12 @@ class Index:
                SELECT m.id, m.parent, m.role, m.depth, m.title_id, m.turn_id, m.n_parts FROM messages m JOIN r ON r.id = m.id ORDER BY m.id"""
         )
         out["messages"] = [list(r) for r in reach]
+        # The text and fields of every part too: search, log and show read them from here, so
+        # a part that differs from its message object (fsck) is a wrong answer.
+        out["parts"] = [list(r) for r in self.db.execute(
+            """WITH RECURSIVE r(id) AS (SELECT tip FROM threads UNION SELECT m.parent FROM messages m JOIN r ON m.id = r.id WHERE m.parent IS NOT NULL)
+               SELECT m.id, p.position, p.type, p.text, p.name, p.tool_call_id, p.blob, p.mime_type, p.data_json
+               FROM parts p JOIN messages m ON m.rowid = p.message_rowid JOIN r ON r.id = m.id ORDER BY m.id, p.position""")]
         return out
 
 
