@@ -258,6 +258,28 @@ class Index:
         except sqlite3.DatabaseError:
             return None
 
+    def _remove_dead_temp_files(self) -> None:
+        """Temp indexes (``tmp_index.sqlite.<pid>.<ns>``) of rebuilds whose process is gone
+        (killed mid-rebuild): each can be as large as the index, and on a full disk it must
+        not wait two weeks for gc. A live pid's file is left alone (another process may be
+        rebuilding; a reused pid only delays the removal to gc)."""
+        prefix = f"{fsio.TMP_PREFIX}{INDEX_FILE}."
+        try:
+            names = [n for n in os.listdir(self.path.parent) if n.startswith(prefix)]
+        except OSError:
+            return
+        for name in names:
+            pid = name[len(prefix):].split(".", 1)[0].split("-", 1)[0]
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                os.kill(int(pid), 0)
+                continue  # alive (or not ours to signal): keep
+            except ProcessLookupError:
+                fsio._unlink_quiet(self.path.with_name(name))
+            except (PermissionError, OverflowError, OSError):
+                continue
+
     def close(self) -> None:
         if self.db is not None:
             self.db.close()
@@ -272,6 +294,7 @@ class Index:
         if getattr(self, "db", None) is not None:
             self.db.close()
             self.db = None  # type: ignore[assignment]
+        self._remove_dead_temp_files()
         tmp = self.path.with_name(f"{fsio.TMP_PREFIX}{INDEX_FILE}.{os.getpid()}.{time.monotonic_ns()}")
         db = None
         try:

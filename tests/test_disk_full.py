@@ -272,3 +272,19 @@ def test_index_full_merge_stands_with_a_warning(cli, proj, tmp_path, index_full)
     assert (proj / ".convgit" / "refs" / "threads" / "theirs").exists()
     index_full[0] = False
     assert len(ok(cli("log", "-t", "theirs", "--json")).json()) == 2
+
+
+def test_a_temp_index_left_by_a_dead_rebuild_is_removed_by_the_next_rebuild(cli, proj):
+    """A rebuild killed mid-way leaves ``tmp_index.sqlite.<pid>.<ns>`` (as large as the
+    index): on a full disk that space must come back without waiting for gc's grace."""
+    ok(cli("commit", "-", "-t", "a", input=_big(1)))
+    store = proj / ".convgit"
+    p = subprocess.Popen(["true"])
+    p.wait()  # a pid that no longer runs
+    dead = store / f"{fsio.TMP_PREFIX}index.sqlite.{p.pid}.123"
+    alive = store / f"{fsio.TMP_PREFIX}index.sqlite.{os.getppid()}.456"
+    for f in (dead, Path(f"{dead}-journal"), alive):
+        f.write_bytes(b"\0" * 4096)
+    ok(cli("reindex", "--json"))
+    assert not dead.exists() and not Path(f"{dead}-journal").exists()
+    assert alive.exists()  # a live process's (it may be rebuilding right now)
