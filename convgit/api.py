@@ -19,7 +19,7 @@ import msgspec
 
 from . import codec, graph, revparse
 from .commit import CommitResult, commit_many as _commit_many, commit_payload
-from .errors import InvalidInput, NotFound, ObjectMissing, RefExists, SchemaValidationFailed
+from .errors import InvalidInput, NotFound, ObjectMissing, RefExists, SchemaValidationFailed, StorageFailed
 from .ids import check_thread_name, is_oid, short
 from .ingest import Payload, TurnInfo, parse_payload
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
@@ -314,6 +314,15 @@ def threads(repo: Repository) -> list[dict]:
     return out
 
 
+def _index_after_move(repo: Repository) -> None:
+    """After a ref moved: the move stands even when the index cannot follow (a full disk);
+    the next command catches up, so this is a warning, never a failure."""
+    try:
+        repo.index.refresh()
+    except StorageFailed as e:
+        repo.warnings.append(f"index not updated ({e.message}); it will catch up on the next command")
+
+
 @dataclass
 class ForkResult:
     thread: str
@@ -354,7 +363,7 @@ def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | N
             name, oid, expected=None, turn=tid, exists=repo.objects.contains, time_ms=now,
             message=f"fork: from {src_thread or short(oid)} at {short(oid)}",
         )
-    repo.index.refresh()
+    _index_after_move(repo)
     return ForkResult(name, oid, {"thread": src_thread, "message": oid}, tid)
 
 
@@ -386,14 +395,14 @@ def rename_thread(repo: Repository, old: str, new: str) -> dict:
         tip = repo.refs.rename(old, new)
         if repo.refs.read_head() == old:
             repo.refs.write_head(new)
-    repo.index.refresh()
+    _index_after_move(repo)
     return {"status": "renamed", "old": old, "new": new, "tip": tip}
 
 
 def delete_thread(repo: Repository, name: str) -> dict:
     with repo.write_lock():
         tip = repo.refs.update(name, None, message="delete")
-    repo.index.refresh()
+    _index_after_move(repo)
     return {"status": "deleted", "thread": name, "tip": tip}
 
 
@@ -420,7 +429,7 @@ def update_ref(repo: Repository, name: str, new: str | None, old: str | None = N
         expected = revparse.resolve(repo, old) if not is_oid(old) else old
     with repo.write_lock():
         prev = repo.refs.update(name, new, expected=expected, exists=repo.objects.contains, message="update-ref")
-    repo.index.refresh()
+    _index_after_move(repo)
     return {"status": "updated", "thread": name, "old": prev, "new": new}
 
 

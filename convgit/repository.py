@@ -28,6 +28,9 @@ class Repository:
         self.objects = ObjectStore(path / "objects", fsync=config.fsync)
         self.refs = RefStore(path, fsync=config.fsync, lock_timeout=config.lock_timeout)
         self._index = None
+        # Said once the operation is done (the CLI prints them to stderr): a ref move that
+        # stands although the index could not follow it (a full disk), and the like.
+        self.warnings: list[str] = []
 
     # -- creation and opening ---------------------------------------------------------------
 

@@ -288,3 +288,51 @@ def test_a_temp_index_left_by_a_dead_rebuild_is_removed_by_the_next_rebuild(cli,
     ok(cli("reindex", "--json"))
     assert not dead.exists() and not Path(f"{dead}-journal").exists()
     assert alive.exists()  # a live process's (it may be rebuilding right now)
+
+
+def test_index_full_ref_moves_stand_with_a_warning(cli, proj, monkeypatch):
+    """fork, threads rename / delete and update-ref: the ref moved, so the command succeeds
+    with a warning; the index that could not follow catches up once there is space."""
+    import sqlite3
+
+    from convgit.refs import RefStore
+
+    ok(cli("commit", "-", "-t", "a", input=_big(1)))
+    ok(cli("commit", "-", "-t", "b", input=_big(2)))
+    tip_b = (proj / ".convgit" / "refs" / "threads" / "b").read_text().strip()
+    full = [False]
+    real_catch_up = Index._catch_up
+
+    def catch_up(self, *a, **k):
+        if full[0]:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real_catch_up(self, *a, **k)
+
+    monkeypatch.setattr(Index, "_catch_up", catch_up)
+    for meth in ("update", "rename"):
+        real = getattr(RefStore, meth)
+
+        def moved(self, *a, _real=real, **k):  # the disk fills up right after the ref moved
+            out = _real(self, *a, **k)
+            full[0] = True
+            return out
+
+        monkeypatch.setattr(RefStore, meth, moved)
+    threads = proj / ".convgit" / "refs" / "threads"
+    for args, check in (
+        (["fork", "a", "f", "--json"], lambda: (threads / "f").exists()),
+        (["threads", "rename", "f", "g", "--json"], lambda: (threads / "g").exists() and not (threads / "f").exists()),
+        (["update-ref", "g", tip_b, "--json"], lambda: (threads / "g").read_text().strip() == tip_b),
+        (["threads", "delete", "g", "--json"], lambda: not (threads / "g").exists()),
+    ):
+        full[0] = False
+        r = cli(*args)
+        assert r.rc == 0 and "Traceback" not in r.err, r
+        assert "warning: index not updated" in r.err and "database or disk is full" in r.err, r
+        assert check(), r
+        r.json()  # stdout is still the one result document
+        full[0] = False  # space is back: the next command catches the index up
+        shown = {t["name"]: t["tip"] for t in ok(cli("threads", "--json")).json()}
+        assert shown == {p.name: p.read_text().strip() for p in threads.iterdir() if not p.name.endswith(".lock")}
+    assert set(shown) == {"a", "b"}
+    assert ok(cli("fsck", "--json")).json()["errors"] == 0

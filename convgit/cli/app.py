@@ -26,7 +26,11 @@ class _Group(TyperGroup):
             rest = [*getattr(ctx, "_protected_args", ()), *ctx.args]
             output.set_json("--json" in rest)
         try:
-            return super().invoke(ctx)
+            rv = super().invoke(ctx)
+            if ctx.parent is None and _repo is not None:
+                for w in _repo.warnings:
+                    output.info(f"convgit: warning: {w}")
+            return rv
         except ConvgitError as e:
             output.report_error(e)
             ctx.exit(e.exit_code)
