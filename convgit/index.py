@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from . import codec, fsio, fts, reach
-from .errors import ConvgitError, ObjectCorrupt, ObjectMissing, StorageFailed, storage_failure
+from .errors import ConvgitError, ObjectCorrupt, ObjectMissing, storage_failure
 from .objects import (
     AttachmentPart,
     Blob,
