@@ -22,7 +22,7 @@ from .commit import (
     CommitResult, check_on_conflict, commit_many as _commit_many, commit_payload, move_head, read_head_before_commit,
     thread_exists,
 )
-from .errors import InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed
+from .errors import InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed, StorageFailed
 from .ids import check_thread_name, is_oid, short
 from .ingest import Payload, TurnInfo, parse_payload
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
@@ -340,6 +340,16 @@ def threads(repo: Repository) -> list[dict]:
     return out
 
 
+def _index_after_move(repo: Repository) -> None:
+    """After a ref moved: the index follows (the journal names what moved, so this reads only
+    that). The move stands even when the index cannot follow (a full disk); the next command
+    catches up, so this is a warning, never a failure."""
+    try:
+        repo.index.refresh_if_changed()
+    except StorageFailed as e:
+        repo.warnings.append(f"index not updated ({e.message}); it will catch up on the next command")
+
+
 @dataclass
 class ForkResult:
     thread: str
@@ -380,7 +390,7 @@ def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | N
             name, oid, expected=None, turn=tid, exists=repo.objects.contains, time_ms=now,
             message=f"fork: from {src_thread or short(oid)} at {short(oid)}",
         )
-    repo.index.refresh()
+    _index_after_move(repo)
     return ForkResult(name, oid, {"thread": src_thread, "message": oid}, tid)
 
 
@@ -415,7 +425,7 @@ def rename_thread(repo: Repository, old: str, new: str) -> dict:
     with repo.write_lock():
         tip = repo.refs.rename(old, new)
         warning = move_head(repo, new, head) if head == old else None
-    repo.index.refresh()
+    _index_after_move(repo)
     doc = {"status": "renamed", "old": old, "new": new, "tip": tip}
     if warning:
         doc["warnings"] = [warning]
@@ -441,7 +451,7 @@ def delete_thread(repo: Repository, name: str) -> dict:
         if not exists:
             raise NotFound(f"thread {name!r} does not exist", thread=name)
         tip = repo.refs.update(name, None, message="delete")
-        repo.index.refresh()
+        _index_after_move(repo)
         warnings: list[str] = []
         new_head = head
         if name == head:
@@ -482,7 +492,7 @@ def update_ref(repo: Repository, name: str, new: str | None, old: str | None = N
         expected = revparse.resolve(repo, old) if not is_oid(old) else old
     with repo.write_lock():
         prev = repo.refs.update(name, new, expected=expected, exists=repo.objects.contains, message="update-ref")
-    repo.index.refresh()
+    _index_after_move(repo)
     return {"status": "updated", "thread": name, "old": prev, "new": new}
 
 

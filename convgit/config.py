@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -34,7 +36,7 @@ class Config:
     max_payload_bytes: int = 256 * 1024 * 1024
     fsync: bool = True
     lock_timeout: float = 30.0
-    grace_seconds: int = 14 * 24 * 3600
+    grace_seconds: int | None = 14 * 24 * 3600  # None: never prune (CONVGIT_GC_GRACE=never)
     reflog_expire_days: int = 90
 
 
@@ -58,19 +60,76 @@ def load_config(path: Path) -> Config:
             for k in keys:
                 if k in sec:
                     values[k] = sec[k]
-    types = {f.name: f.type for f in fields(Config)}
+    types = {f.name: f.type.split(" |")[0] for f in fields(Config)}
     for k, v in list(values.items()):
         want = {"int": int, "float": (int, float), "bool": bool}[types[k]]
         if not isinstance(v, want) or (types[k] == "int" and isinstance(v, bool)):
             raise InvalidInput(f"{path}: {k} must be {types[k]}, got {v!r}")
+        if types[k] == "float" and not math.isfinite(v):
+            raise InvalidInput(f"{path}: {k} must be a finite number, got {v!r}")
+        if types[k] != "bool" and v < (1 if k in _POSITIVE else 0):
+            raise InvalidInput(f"{path}: {k} must be {'positive' if k in _POSITIVE else 'zero or more'}, got {v!r}")
+    values.update(env_overrides())
+    return Config(**values)
+
+
+def env_overrides() -> dict:
+    """The settings the environment overrides, each checked as its option is: a bad value is
+    invalid_input naming the variable, never a traceback or a silent default. (Every
+    ``CONVGIT_*`` variable is read in this module and nowhere else.)"""
+    values: dict = {}
     env = os.environ
     if env.get("CONVGIT_FSYNC") is not None:
-        values["fsync"] = env["CONVGIT_FSYNC"] not in ("0", "false", "no", "")
+        values["fsync"] = parse_bool(env["CONVGIT_FSYNC"], "CONVGIT_FSYNC")
     if env.get("CONVGIT_LOCK_TIMEOUT"):
-        values["lock_timeout"] = float(env["CONVGIT_LOCK_TIMEOUT"])
+        values["lock_timeout"] = parse_seconds(env["CONVGIT_LOCK_TIMEOUT"], "CONVGIT_LOCK_TIMEOUT")
     if env.get("CONVGIT_GC_GRACE"):
-        values["grace_seconds"] = int(env["CONVGIT_GC_GRACE"])
-    return Config(**values)
+        grace = parse_age(env["CONVGIT_GC_GRACE"], "CONVGIT_GC_GRACE")
+        values["grace_seconds"] = None if grace is None else int(grace)
+    return values
+
+
+_POSITIVE = ("max_messages", "max_message_bytes", "max_payload_bytes")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_bool(text: str, what: str) -> bool:
+    v = text.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise InvalidInput(f"{what}: expected 1/true/yes/on or 0/false/no/off, got {text!r}")
+
+
+def parse_seconds(text: str, what: str) -> float:
+    """A finite, non-negative number of seconds (``30``, ``0.5``)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v) or v < 0:
+        raise InvalidInput(f"{what}: expected a number of seconds (0 or more), got {text!r}")
+    return v
+
+
+def parse_age(value: str, what: str) -> float | None:
+    """An age in seconds, as ``--prune`` takes it: ``now`` (0), ``never`` (None),
+    ``2w``/``3d``/``12h``/``90m``/``30s``, git's ``2.weeks.ago``, or plain whole seconds."""
+    v = value.strip().lower()
+    if v == "now":
+        return 0.0
+    if v == "never":
+        return None
+    m = re.fullmatch(r"(\d+)\.?(second|minute|hour|day|week)s?\.ago", v)
+    if m:
+        return float(int(m.group(1)) * _UNITS[m.group(2)[0]])
+    m = re.fullmatch(r"(\d+)([smhdw]?)", v)
+    if m:
+        return float(int(m.group(1)) * _UNITS[m.group(2) or "s"])
+    raise InvalidInput(f"{what}: expected now, never, a duration like 2w or 3d, or seconds; got {value!r}")
 
 
 def load_aliases(path: Path) -> dict[str, str]:

@@ -6,6 +6,9 @@ on stderr (or a JSON document under ``--json``) and ``exit_code``. The table is 
 
 from __future__ import annotations
 
+import errno
+import sqlite3
+
 
 class ConvgitError(Exception):
     """Root of every error convgit raises on purpose."""
@@ -164,6 +167,35 @@ class UnsafeSymlink(StorageFailed):
 
     code = "unsafe_symlink"
     exit_code = 41
+
+
+# errno values and SQLite result codes that mean the file system failed, not the data.
+_STORAGE_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EIO", "EROFS", "EFBIG") if hasattr(errno, n))
+# (Not SQLITE_READONLY: that is how SQLite reports an index swapped out under a connection,
+# which the index cures by reconnecting.)
+_SQLITE_STORAGE = ("SQLITE_FULL", "SQLITE_IOERR")
+_SQLITE_STORAGE_TEXT = ("database or disk is full", "disk i/o error")
+
+
+def storage_failure(e: BaseException, what: str = "") -> "StorageFailed | None":
+    """The StorageFailed that ``e`` stands for when it is a file-system failure (a full disk,
+    an I/O error, a read-only file system) raised as OSError or by SQLite, else None.
+
+    (SQLite reports ENOSPC as SQLITE_FULL after it has rolled back on its own: this is how
+    such an error is told apart from a corrupt index, which a rebuild cures.)
+    """
+    if isinstance(e, StorageFailed):
+        return e
+    prefix = f"{what}: " if what else ""
+    if isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS:
+        where = f"{e.filename}: " if e.filename and not what else ""
+        return StorageFailed(f"{prefix}{where}{e.strerror or e}", errno=e.errno)
+    if isinstance(e, sqlite3.Error):
+        name = getattr(e, "sqlite_errorname", "") or ""
+        text = str(e).lower()
+        if name.startswith(_SQLITE_STORAGE) or any(t in text for t in _SQLITE_STORAGE_TEXT):
+            return StorageFailed(f"{prefix}{e}", sqlite_error=name or None)
+    return None
 
 
 ALL_ERRORS: tuple[type[ConvgitError], ...] = (

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from dataclasses import asdict, dataclass, field
 
 from . import fsio
-from .config import crash_point
-from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing
+from .config import crash_point, parse_age
+from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing, StorageFailed
 from .graph import mark_reachable, records_reachable
 from .ids import check_thread_name, is_oid
 from .objects import Message, Turn
@@ -60,6 +59,7 @@ class GcStats:
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step (scan, mark, pack, sweep, index)
     pruned_ids: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def lap(self, phase: str, t0: list[float]) -> None:
         now = time.perf_counter()
@@ -69,31 +69,19 @@ class GcStats:
     def to_json(self) -> dict:
         d = asdict(self)
         d["pruned_ids"] = d["pruned_ids"][:1000]
+        if not d["warnings"]:
+            del d["warnings"]
         return d
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_prune(value: str | int | None, default_seconds: int) -> float | None:
+def parse_prune(value: str | int | None, default_seconds: int | None) -> float | None:
     """Grace in seconds: ``now`` (0), ``never`` (None), ``2w``/``3d``/``12h``/``90m``/``30s``,
     git's ``2.weeks.ago``, or plain seconds."""
     if value is None:
-        return float(default_seconds)
+        return None if default_seconds is None else float(default_seconds)
     if isinstance(value, int):
         return float(value)
-    v = value.strip().lower()
-    if v == "now":
-        return 0.0
-    if v == "never":
-        return None
-    m = re.fullmatch(r"(\d+)\.?(second|minute|hour|day|week)s?\.ago", v)
-    if m:
-        return float(int(m.group(1)) * _UNITS[m.group(2)[0] if m.group(2) != "minute" else "m"])
-    m = re.fullmatch(r"(\d+)([smhdw]?)", v)
-    if m:
-        return float(int(m.group(1)) * _UNITS[m.group(2) or "s"])
-    raise InvalidInput(f"--prune: expected now, never, a duration like 2w or 3d, or seconds; got {value!r}")
+    return parse_age(value, "--prune")
 
 
 def _disk_usage(path, *, skip_fanout: bool = False) -> int:
@@ -469,10 +457,16 @@ def _finish_index_and_stats(repo, stats: GcStats) -> None:
     clock = [time.perf_counter()]
     objects = repo.objects
     objects.packs(reload=True)
-    if stats.pruned:
-        repo.index.rebuild()
-    elif stats.reflog_expired:
-        repo.index.refresh()
+    try:
+        if stats.pruned:
+            repo.index.rebuild()
+        elif stats.reflog_expired:
+            repo.index.refresh()
+    except StorageFailed as e:  # gc is done; the next command rebuilds the index
+        from .index import invalidate
+
+        invalidate(repo)
+        stats.warnings.append(f"index not updated ({e.message}); the next command rebuilds it")
     stats.loose_after = sum(1 for _ in objects.iter_loose())
     stats.packs_after = len(objects.packs())
     stats.objects_after = stats.objects_before - stats.pruned  # each kept object is still stored

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from . import codec, fsio, fts, reach
-from .errors import ConvgitError, InvalidInput, ObjectCorrupt, ObjectMissing
+from .errors import ConvgitError, InvalidInput, ObjectCorrupt, ObjectMissing, storage_failure
 from .objects import (
     AttachmentPart,
     Blob,
@@ -174,19 +174,36 @@ def _healing(fn):
     """A query that meets a corrupt page rebuilds the index and runs once more.
 
     (An index with a damaged page deep inside can pass every check on open; it is a cache,
-    so the cure is always the same.)
+    so the cure is always the same.) A full disk or an I/O error is no damage: a rebuild would
+    need space too and hide the real error, so that is StorageFailed at once.
     """
 
     def wrapper(self, *args, **kwargs):
         try:
             return fn(self, *args, **kwargs)
-        except sqlite3.DatabaseError:
+        except sqlite3.DatabaseError as e:
+            failed = storage_failure(e, INDEX_FILE)
+            if failed is not None:
+                raise failed from e
             self.rebuild()
             return fn(self, *args, **kwargs)
 
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
+
+
+def invalidate(repo) -> None:
+    """Drop ``index.sqlite`` (which needs no space) so that the next command rebuilds it: for
+    an operation that changed the store but could not bring the index up to date (a full
+    disk), and whose stale rows no ref change would reveal (gc's pruned objects)."""
+    repo.close()  # closes the open index connection, if any
+    try:
+        with fsio.flock(repo.path / "index.lock", shared=False, timeout=60):
+            for suffix in ("", "-journal"):
+                fsio._unlink_quiet(repo.path / (INDEX_FILE + suffix))
+    except ConvgitError:
+        pass  # no lock (a full disk cannot even create it): the caller already warns
 
 
 class Index:
@@ -249,17 +266,45 @@ class Index:
         except sqlite3.DatabaseError:
             return None
 
+    def _remove_dead_temp_files(self) -> None:
+        """Temp indexes (``tmp_index.sqlite.<pid>.<ns>``) of rebuilds whose process is gone
+        (killed mid-rebuild): each can be as large as the index, and on a full disk it must
+        not wait two weeks for gc. A live pid's file is left alone (another process may be
+        rebuilding; a reused pid only delays the removal to gc)."""
+        prefix = f"{fsio.TMP_PREFIX}{INDEX_FILE}."
+        try:
+            names = [n for n in os.listdir(self.path.parent) if n.startswith(prefix)]
+        except OSError:
+            return
+        for name in names:
+            pid = name[len(prefix):].split(".", 1)[0].split("-", 1)[0]
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                os.kill(int(pid), 0)
+                continue  # alive (or not ours to signal): keep
+            except ProcessLookupError:
+                fsio._unlink_quiet(self.path.with_name(name))
+            except (PermissionError, OverflowError, OSError):
+                continue
+
     def close(self) -> None:
         if self.db is not None:
             self.db.close()
             self.db = None  # type: ignore[assignment]
 
     def rebuild(self) -> dict:
-        """Build a fresh index in a temp file and swap it in atomically."""
+        """Build a fresh index in a temp file and swap it in atomically.
+
+        A failure (a full disk) leaves the old index file as it was and no temp file behind.
+        """
         t0 = time.perf_counter()
         if getattr(self, "db", None) is not None:
             self.db.close()
+            self.db = None  # type: ignore[assignment]
+        self._remove_dead_temp_files()
         tmp = self.path.with_name(f"{fsio.TMP_PREFIX}{INDEX_FILE}.{os.getpid()}.{time.monotonic_ns()}")
+        db = None
         try:
             db = self._connect(tmp)
             db.executescript("BEGIN;" + SCHEMA + FTS_SCHEMA + "COMMIT;")  # one transaction: one sync, not one per table
@@ -278,8 +323,15 @@ class Index:
                 for suffix in ("-journal", "-wal", "-shm"):
                     fsio.unlink(self.path.with_name(INDEX_FILE + suffix))
                 fsio.rename(tmp, self.path)
-        except BaseException:
-            fsio._unlink_quiet(tmp)
+        except BaseException as e:
+            if db is not None:
+                db.close()
+            for suffix in ("", "-journal"):
+                fsio._unlink_quiet(Path(f"{tmp}{suffix}"))
+            self.db = self._open_valid()  # the old index, if it is still usable
+            failed = storage_failure(e, f"rebuilding {INDEX_FILE}")
+            if failed is not None and failed is not e:
+                raise failed from e
             raise
         self.db = self._connect(self.path)
         self.rebuilt = True
@@ -504,8 +556,17 @@ class Index:
                 if state is not None:
                     db.execute("INSERT OR REPLACE INTO meta VALUES ('refs_state', ?)", (json.dumps(state),))
                 db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
+            except BaseException as e:
+                # On SQLITE_FULL or an I/O error SQLite may have rolled back already: a second
+                # ROLLBACK would raise "no transaction is active" and hide the real error.
+                if db.in_transaction:
+                    try:
+                        db.execute("ROLLBACK")
+                    except sqlite3.DatabaseError:
+                        pass  # the journal rolls the file back when it is next opened
+                failed = storage_failure(e, INDEX_FILE)
+                if failed is not None and failed is not e:
+                    raise failed from e
                 raise
 
     def _log_size(self, name: str) -> int:
@@ -896,6 +957,12 @@ class Index:
         )
         out["messages"] = [list(r) for r in reach]
         out["renames"] = [list(r) for r in self._renames()]
+        # The text and fields of every part too: search, log and show read them from here, so
+        # a part that differs from its message object (fsck) is a wrong answer.
+        out["parts"] = [list(r) for r in self.db.execute(
+            """WITH RECURSIVE r(id) AS (SELECT tip FROM threads UNION SELECT m.parent FROM messages m JOIN r ON m.id = r.id WHERE m.parent IS NOT NULL)
+               SELECT m.id, p.position, p.type, p.text, p.name, p.tool_call_id, p.blob, p.mime_type, p.data_json
+               FROM parts p JOIN messages m ON m.rowid = p.message_rowid JOIN r ON r.id = m.id ORDER BY m.id, p.position""")]
         return out
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from . import codec, fsio
 from .bundle import BundleSource
 from .config import crash_point
-from .errors import ConvgitError, InvalidInput, NotAStore, ObjectCorrupt, ObjectMissing, SourceCorrupt, UnsafeSymlink
+from .errors import ConvgitError, InvalidInput, NotAStore, ObjectCorrupt, ObjectMissing, SourceCorrupt, StorageFailed, UnsafeSymlink
 from .graph import deleted_provenance, typed_references
 from .ids import check_thread_name, is_oid
 from .objects import Message
@@ -45,11 +45,14 @@ class MergeReport:
     archived: int = 0  # reflog entries of deleted threads written here (they name those turns)
     refs: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"status": "dry-run" if self.dry_run else "merged", "source": self.source, "new_objects": self.new_objects,
-                "new_bytes": self.new_bytes, "provenance_turns": self.provenance_turns, "refs": self.refs,
-                "seconds": self.seconds}
+        out = {"status": "dry-run" if self.dry_run else "merged", "source": self.source, "new_objects": self.new_objects,
+               "new_bytes": self.new_bytes, "provenance_turns": self.provenance_turns, "refs": self.refs, "seconds": self.seconds}
+        if self.warnings:
+            out["warnings"] = self.warnings
+        return out
 
 
 class StoreSource:
@@ -166,9 +169,15 @@ def merge(repo, src: str | Path, *, dry_run: bool = False) -> MergeReport:
     finally:
         source.close()
     if not dry_run:
-        repo.index.refresh()
+        try:
+            repo.index.refresh()
+        except StorageFailed as e:  # the merge stands; its refs moved, so the next command catches up
+            report.warnings.append(f"index not updated ({e.message}); it will catch up on the next command")
         if report.archived:
-            repo.index.rebuild()  # archived reflogs are read by a rebuild (rare: a merge that carried some)
+            try:
+                repo.index.rebuild()  # archived reflogs are read by a rebuild (rare: a merge that carried some)
+            except StorageFailed as e:
+                report.warnings.append(f"index not rebuilt ({e.message}); convgit reindex rebuilds it")
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
 

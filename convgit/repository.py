@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import fsio
-from .config import DEFAULT_CONFIG_TOML, Config, env_store_dir, load_config
+from .config import DEFAULT_CONFIG_TOML, Config, env_overrides, env_store_dir, load_config
 from .errors import NotAStore, UnsafeSymlink
 from .object_store import ObjectStore
 from .refs import RefStore
@@ -28,6 +28,9 @@ class Repository:
         self.objects = ObjectStore(path / "objects", fsync=config.fsync)
         self.refs = RefStore(path, fsync=config.fsync, lock_timeout=config.lock_timeout)
         self._index = None
+        # Said once the operation is done (the CLI prints them to stderr): a ref move that
+        # stands although the index could not follow it (a full disk), and the like.
+        self.warnings: list[str] = []
 
     # -- creation and opening ---------------------------------------------------------------
 
@@ -37,6 +40,7 @@ class Repository:
         path = Path(path).absolute()
         if (path / "format").exists():
             return cls.open(path)
+        env_overrides()  # a bad CONVGIT_* value fails before anything is written
         # An empty directory, or one an interrupted init left (skeleton only), may be initialised.
         skeleton = {"objects", "refs", "logs", "config.toml", "HEAD", f"{fsio.TMP_PREFIX}format"}
         if path.exists() and not {p.name for p in path.iterdir()} <= skeleton:

@@ -99,10 +99,14 @@ Environment variables:
 | Variable | Effect |
 |---|---|
 | `CONVGIT_DIR` | The store to use (see above). |
-| `CONVGIT_FSYNC` | `0`, `false` or `no` turns fsync off (throw-away stores only: tests, benchmarks). Overrides `core.fsync` in `config.toml`. |
-| `CONVGIT_LOCK_TIMEOUT` | Seconds to wait for a lock before failing with `locked`. Overrides `core.lock_timeout`. |
-| `CONVGIT_GC_GRACE` | Seconds an unreachable object is kept before gc may delete it. Overrides `gc.grace_seconds`. |
+| `CONVGIT_FSYNC` | `0`, `false`, `no` or `off` turns fsync off (throw-away stores only: tests, benchmarks); `1`, `true`, `yes` or `on` turns it on. Overrides `core.fsync` in `config.toml`. |
+| `CONVGIT_LOCK_TIMEOUT` | Seconds (a finite number, 0 or more) to wait for a lock before failing with `locked`. Overrides `core.lock_timeout`. |
+| `CONVGIT_GC_GRACE` | How long an unreachable object is kept before gc may delete it, as `gc --prune` takes it (`2w`, `3d`, `12h`, `90m`, seconds, `now`, `never`). Overrides `gc.grace_seconds`. |
 | `NO_COLOR` | Any non-empty value turns colour off on a terminal. |
+
+A bad value of a `CONVGIT_*` variable (`CONVGIT_LOCK_TIMEOUT=abc`, `=nan`, `=-1`;
+`CONVGIT_GC_GRACE=2x`) makes every command fail with `invalid_input` (10) naming the
+variable.
 
 ## Revisions
 
@@ -415,7 +419,7 @@ MEANING: dict[str, str] = {
     "object_corrupt": "A stored object's bytes do not hash to its id, or an object is not of the type needed (a blob where a message is expected).",
     "object_missing": "An object that must be present is not in the store (for example the parent of a message being written).",
     "not_a_store": "Not a convgit store, or a store format version this convgit cannot read.",
-    "storage_failed": "The file system failed (I/O error, disk full, a failed fsync): the operation did not happen.",
+    "storage_failed": "The file system failed (I/O error, disk full, a failed fsync): the operation did not happen. (A write that did happen but could not update the index succeeds with a warning; see format.md §8.)",
     "unsafe_symlink": "A symlink inside the store where convgit writes (a reflog, a lock, `index.sqlite`, `objects/pack`, …): refused, nothing was written through it (see docs/format.md, Symlinks).",
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Optional
@@ -11,7 +12,7 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
-from ..errors import ConvgitError, InvalidInput
+from ..errors import ConvgitError, InvalidInput, storage_failure
 from . import output
 
 
@@ -25,7 +26,11 @@ class _Group(TyperGroup):
             rest = [*getattr(ctx, "_protected_args", ()), *ctx.args]
             output.set_json("--json" in rest)
         try:
-            return super().invoke(ctx)
+            rv = super().invoke(ctx)
+            if ctx.parent is None and _repo is not None:
+                for w in _repo.warnings:
+                    output.info(f"convgit: warning: {w}")
+            return rv
         except ConvgitError as e:
             output.report_error(e)
             ctx.exit(e.exit_code)
@@ -36,6 +41,14 @@ class _Group(TyperGroup):
             except OSError:
                 pass
             ctx.exit(0)
+        except (OSError, sqlite3.Error) as e:
+            # A full disk or an I/O error that reached here unmapped is still storage_failed
+            # (40), never a traceback; anything else is a bug and keeps its traceback.
+            failed = storage_failure(e)
+            if failed is None:
+                raise
+            output.report_error(failed)
+            ctx.exit(failed.exit_code)
         except KeyboardInterrupt:
             sys.stderr.write("convgit: interrupted\n")
             ctx.exit(130)

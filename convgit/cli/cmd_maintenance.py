@@ -38,6 +38,8 @@ def gc_cmd(
     entries, remove stale temp files, rebuild the index. Safe while others commit."""
     output.set_json(json_)
     s = api.gc(get_repo(), prune=prune, dry_run=dry_run, auto=auto)
+    for w in s.warnings:
+        output.info(f"convgit: warning: {w}")
     if json_:
         output.emit_json(s.to_json())
         return
@@ -97,6 +99,8 @@ def merge_cmd(
     created, behind ones fast-forwarded, diverged ones kept under NAME-merged-<tip>."""
     output.set_json(json_)
     rep = api.merge(get_repo(), source, dry_run=dry_run)
+    for w in rep.warnings:
+        output.info(f"convgit: warning: {w}")
     if json_:
         output.emit_json(rep.to_json())
         return
