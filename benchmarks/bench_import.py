@@ -3,8 +3,11 @@
 branches: edited prompts and regenerations), imported into an empty store, then again.
 
     .venv/bin/python benchmarks/bench_import.py [--mb 100] [--keep DIR] [--no-fsync]
+    .venv/bin/python benchmarks/bench_import.py --conversations 20000   # a heavy user's export
 
-Reports messages/s and the peak RSS of the importing process (it runs in a child process,
+Reports messages/s, the rate in each tenth of the export (a constant rate from the first
+conversation to the last is the target: the last tenth at least 0.8x the first), and the
+peak RSS of the importing process (it runs in a child process,
 so the generator's memory is not counted). Results: docs/performance.md, "Import".
 """
 
@@ -82,14 +85,14 @@ def conversation(rnd: random.Random, i: int) -> dict:
             "default_model_slug": "gpt-4o", "id": cid}
 
 
-def generate(path: Path, mb: int, seed: int = 7) -> tuple[int, int]:
+def generate(path: Path, mb: int, seed: int = 7, count: int | None = None) -> tuple[int, int]:
     rnd = random.Random(seed)
     target = mb * 1_000_000
     n = nodes = 0
     with open(path, "w", encoding="utf-8") as f:
         f.write("[")
         size = 1
-        while size < target:
+        while (n < count) if count is not None else (size < target):
             c = conversation(rnd, n)
             s = ("," if n else "") + json.dumps(c)  # ASCII with \\u escapes, as the real export
             f.write(s)
@@ -107,9 +110,21 @@ def child(store: str, export: str) -> None:
     from convgit import api
 
     repo = convgit.init(store)
+    total = os.path.getsize(export)
+    marks: list[float] = []  # the time each tenth of the export's bytes was read
+    done = [0]
+
+    def progress(n: int) -> None:
+        done[0] += n
+        while len(marks) < 10 and done[0] >= total * (len(marks) + 1) / 10:
+            marks.append(time.perf_counter())
+
     t0 = time.perf_counter()
-    r1 = api.import_paths(repo, [export])
+    r1 = api.import_paths(repo, [export], progress=progress)
     t1 = time.perf_counter()
+    while len(marks) < 10:
+        marks.append(t1)
+    tenths = [round(b - a, 2) for a, b in zip([t0] + marks[:-1], marks)]
     r2 = api.import_paths(repo, [export])
     t2 = time.perf_counter()
     msgs = sum(c.messages for c in r1.conversations)
@@ -118,12 +133,16 @@ def child(store: str, export: str) -> None:
         "new_messages": sum(c.new_messages for c in r1.conversations), "threads": len(repo.refs.read_all()),
         "first_s": round(t1 - t0, 2), "reimport_s": round(t2 - t1, 2), "reimport_new_objects": r2.new_objects,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "tenths_s": tenths,
+        "conversations_per_s_by_tenth": [round(len(r1.conversations) / 10 / t) if t else None for t in tenths],
+        "last_tenth_vs_first": round(tenths[0] / tenths[-1], 2) if tenths[-1] else None,
     }))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=100)
+    ap.add_argument("--conversations", type=int, default=None, help="generate this many conversations (instead of --mb)")
     ap.add_argument("--keep", type=Path, default=None, help="work in DIR and keep it")
     ap.add_argument("--no-fsync", action="store_true", help="CONVGIT_FSYNC=0 (throw-away store)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
@@ -135,7 +154,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     export = work / "conversations.json"
     t = time.perf_counter()
-    n, nodes = generate(export, a.mb)
+    n, nodes = generate(export, a.mb, count=a.conversations)
     gen_s = time.perf_counter() - t
     size = export.stat().st_size
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")}

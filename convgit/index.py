@@ -349,6 +349,7 @@ class Index:
                 out.append((d, None))
         return tuple(out)
 
+    @_healing
     def refresh_if_changed(self) -> None:
         """Bring the index up to the refs, reading only what changed (O(changes), not
         O(threads)): docs/format.md §8 "Catch-up".
