@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import itertools
 import time
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from .ids import check_thread_name, is_oid, short
 from .ingest import Payload, TurnInfo, parse_payload
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
 from .repository import Repository
+from .timefmt import iso
 
 if TYPE_CHECKING:  # a runtime import would load the query module on every start
     from .query import Filters
@@ -98,13 +98,6 @@ def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None
 
 
 # -- reading --------------------------------------------------------------------------------
-
-
-def iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    d = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc)
-    return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 def message_text(repo: Repository, msg: Message) -> str:
