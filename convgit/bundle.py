@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import codec, fsio
 from .errors import InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, SourceCorrupt
-from .graph import deleted_provenance, mark_reachable
+from .graph import deleted_provenance, mark_reachable, typed_references
 from .ids import check_thread_name, is_oid
 from .refs import format_reflog_line, parse_reflog_line
 
@@ -212,8 +212,6 @@ def verify_bundle(path: str | Path) -> BundleInfo:
 
 
 def _verify(src: BundleSource, info: BundleInfo) -> None:
-    from .merge import _typed_refs as typed_refs  # the rules merge applies (merge imports us)
-
     types: dict[str, str] = {}
     bad: set[str] = set()  # present, but failed a check (reported once, not again by referrers)
     refs_needed: list[tuple[str, str, str]] = []  # (id, wanted type, referrer)
@@ -240,7 +238,7 @@ def _verify(src: BundleSource, info: BundleInfo) -> None:
         if not codec.is_canonical(data, obj):
             info.problems.append(f"object {oid}: not in canonical encoding")
         types[oid] = codec.type_name(obj)
-        refs_needed.extend((r, want, oid) for r, want in typed_refs(obj))
+        refs_needed.extend((r, want, oid) for r, want in typed_references(obj))
 
     def check(oid, want: str, by: str) -> None:
         if oid in bad:

@@ -30,6 +30,7 @@ from .config import crash_point
 from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing
 from .graph import mark_reachable, records_reachable
 from .ids import check_thread_name, is_oid
+from .journal import recover
 from .objects import Message, Turn
 from .pack import PackWriter
 from .refs import broken_ref_fix, format_reflog_line, parse_rename, read_log_file
@@ -134,8 +135,6 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
         return stats
     try:
         with repo.exclusive_lock():
-            from .merge import recover
-
             if not dry_run:
                 recover(repo)
             _run(repo, stats, grace, now, dry_run)

@@ -13,7 +13,6 @@ as ``<name>-merged-<first 10 hex of its tip>`` (predictable: merging again chang
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
@@ -26,12 +25,12 @@ from .config import crash_point
 from .errors import ConvgitError, InvalidInput, NotAStore, ObjectCorrupt, ObjectMissing, SourceCorrupt, UnsafeSymlink
 from .graph import deleted_provenance, typed_references
 from .ids import check_thread_name, is_oid
+from .journal import JOURNAL, recover, write_journal
 from .objects import Message
 from .pack import write_pack
 from .refs import ANY, NOT_APPLIED, RefMove, format_reflog_line, read_log_file
 from .repository import STORE_DIRS
 
-JOURNAL = "merge-journal.json"
 SOURCE_FILES = ("format", "config.toml", "HEAD", JOURNAL)  # read from a source store at open
 
 
@@ -223,7 +222,7 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
     # thread's tip is refused whichever of the two the walk meets first.
     walked: dict[str, str | None] = {}
     # (id, who names it, the type it must have): a thread's tip is a message, a reflog's turn
-    # a turn; each object's references are typed by _typed_refs.
+    # a turn; each object's references are typed by graph.typed_references.
     todo = [(t, "thread", "message") for t in incoming.values()] + [(t, "turn", "turn") for ts in turns.values() for t in ts]
     todo += [(e.turn, "a deleted thread's reflog", "turn") for _, es in carried for e in es]
     limit = _limit(repo)
@@ -256,7 +255,7 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
         walked[oid] = want
         new_ids.append(oid)
         report.new_bytes += len(data)
-        todo.extend((r, oid, t) for r, t in _typed_refs(obj))
+        todo.extend((r, oid, t) for r, t in typed_references(obj))
     report.new_objects = len(new_ids)
     seen = set(new_ids)
     for name, tip in incoming.items():
@@ -304,7 +303,7 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
     # journal and the next writer finishes the merge; so does a failure whose own rollback
     # failed (finishing it is then the only all-or-nothing outcome).
     try:
-        _write_journal(repo, plan)
+        write_journal(repo, plan)
         _apply(repo, plan)
     except _RollbackFailed as e:
         raise e.original from None
@@ -354,11 +353,6 @@ def _write_archived(repo, carried: list[tuple[str, list]]) -> int:
             fsio.append_line(path, "".join(lines), fsync=repo.config.fsync)
             n += len(lines)
     return n
-
-
-def _typed_refs(obj) -> list[tuple[str, str]]:
-    """An object's references with the type each must have."""
-    return typed_references(obj)
 
 
 def _local_type(repo, oid: str) -> str | None:
@@ -426,10 +420,6 @@ def _source_has_ancestor(source, tip: str, a: str) -> bool:
     return False
 
 
-def _write_journal(repo, plan) -> None:
-    fsio.replace_file(repo.path / JOURNAL, json.dumps(plan).encode(), fsync=repo.config.fsync)
-
-
 class _RollbackFailed(Exception):
     def __init__(self, original: BaseException) -> None:
         self.original = original
@@ -486,41 +476,4 @@ def _move_for(repo, e) -> RefMove | None:
     return RefMove(name, new, expected=old, message=f"merge: {e['action']}", turn=first, extra=extra)
 
 
-def _apply_one(repo, e) -> None:
-    name, old, new, turns = e["thread"], e["old"], e["new"], e["turns"]
-    cur = repo.refs.read(name)
-    if new is not None and cur != new:
-        first = turns[0] if turns else None
-        repo.refs.update(name, new, expected=old, turn=first, exists=repo.objects.contains,
-                         message=f"merge: {e['action']}")
-        turns = turns[1:]
-    tip = repo.refs.read(name)
-    logged = {x.turn for x in repo.refs.read_log(name) if x.turn}
-    for t in turns:
-        if t not in logged and tip is not None:
-            repo.refs.update(name, tip, expected=tip, turn=t, message="merge: recorded turn")
-
-
-def recover(repo) -> bool:
-    """Roll an interrupted merge forward (objects are all in; finish moving the refs)."""
-    path = repo.path / JOURNAL
-    if not path.exists():
-        return False
-    try:
-        plan = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
-        fsio.unlink(path)
-        return False
-    for e in plan:
-        cur = repo.refs.read(e["thread"])
-        if cur == e["new"] or cur == e["old"]:
-            e = dict(e, old=cur)
-            try:
-                _apply_one(repo, e)
-            except ConvgitError:
-                pass
-    fsio.unlink(path)
-    return True
-
-
-__all__ = ["MergeReport", "merge", "open_source", "recover", "ANY"]
+__all__ = ["JOURNAL", "MergeReport", "merge", "open_source", "recover", "ANY"]

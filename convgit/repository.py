@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Iterator
 
 from . import fsio
-from .config import DEFAULT_CONFIG_TOML, Config, env_store_dir, load_config
+from .config import DEFAULT_CONFIG_TOML, Config, env_store_dir, expand_home, load_config, user_data_dir
 from .errors import NotAStore, UnsafeSymlink
+from .journal import JOURNAL, recover
 from .object_store import ObjectStore
 from .refs import RefStore
 
@@ -63,7 +64,7 @@ class Repository:
         ``.convgit/``, then the per-user default store (created on first use)."""
         env = env_store_dir()
         if env:
-            p = Path(env).expanduser()
+            p = expand_home(env)
             if not p.is_absolute() and start is not None:
                 p = Path(start) / p
             if p.exists() and not p.is_dir():
@@ -97,9 +98,7 @@ class Repository:
         with ExitStack() as held:
             with fsio.flock(self.path / "queue.lock", shared=True, timeout=t):
                 held.enter_context(fsio.flock(self.path / "lock", shared=True, timeout=t))
-            if (self.path / "merge-journal.json").exists():  # a merge died mid-way: finish it
-                from .merge import recover
-
+            if (self.path / JOURNAL).exists():  # a merge died mid-way: finish it
                 recover(self)
             yield
 
@@ -134,9 +133,8 @@ class Repository:
 
 
 def default_store_path() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("convgit", appauthor=False)) / STORE_DIRNAME
+    """The per-user default store: ``<platformdirs user_data_dir("convgit")>/.convgit``."""
+    return user_data_dir() / STORE_DIRNAME
 
 
 def check_format(path: Path) -> None:
