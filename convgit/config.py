@@ -89,7 +89,21 @@ def load_aliases(path: Path) -> dict[str, str]:
 
 
 def env_store_dir() -> str | None:
+    """``CONVGIT_DIR`` as given (None when unset or empty)."""
     return os.environ.get("CONVGIT_DIR") or None
+
+
+def expand_home(path: str) -> Path:
+    """``~`` and ``~user`` expanded (from HOME): the environment is read here, not by callers."""
+    return Path(path).expanduser()
+
+
+def user_data_dir() -> Path:
+    """The per-user data directory (platformdirs: XDG_DATA_HOME, else ~/.local/share/convgit
+    on Linux), under which the default store lives."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("convgit", appauthor=False))
 
 
 def crash_point(name: str) -> None:
