@@ -35,8 +35,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from . import codec
-from .commit import PACK_THRESHOLD, _decide, _View
+from . import codec, object_store
+from .commit import _decide, _View
 from .config import crash_point
 from .errors import ConvgitError, InvalidRefName, Locked, NotFound, RefExists, RefStale, StorageFailed
 from .ids import check_thread_name
@@ -654,7 +654,7 @@ def _write_objects(repo, plans: list[_Plan]) -> int:
         objs.extend(m.turn for m in p.moves if m.turn)
     if not objs:
         return 0
-    if len(objs) >= PACK_THRESHOLD:
+    if len(objs) > object_store.PACK_THRESHOLD:
         return len(repo.objects.write_packed(objs, missing=missing))
     # A few objects: each file fsynced before its rename, in dependency order (§6.1). (Loose
     # files renamed unsynced and flushed by one syncfs could be found empty after a power

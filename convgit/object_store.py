@@ -19,8 +19,10 @@ from .ids import is_oid
 from .objects import Object
 from .pack import Pack, write_pack
 
-# Up to this many objects a batch is made durable file by file; above it, written as one pack.
-_SYNCFS_THRESHOLD = 16
+# The one pack threshold (docs/format.md §6.1, §6.3): a batch of up to this many objects is
+# written loose, each file made durable before the next; a larger one is written as one pack
+# (write_many here; commit_many and import decide the same way before calling write_packed).
+PACK_THRESHOLD = 16
 _READ_SIZE = 256 * 1024
 
 
@@ -262,7 +264,7 @@ class ObjectStore:
         for oid, data in items:
             if codec.hash_bytes(data) != oid:
                 raise ObjectCorrupt(f"refusing to store bytes under the wrong id {oid}", oid=oid)
-        per_file = self.fsync and len(items) <= _SYNCFS_THRESHOLD
+        per_file = self.fsync and len(items) <= PACK_THRESHOLD
         if self.fsync and not per_file:
             # Many objects: one pack, not loose files and a syncfs. A power loss before a
             # syncfs could keep any subset of the loose files' entries (a message without its
