@@ -21,7 +21,7 @@ from .commit import (
     CommitResult, check_on_conflict, commit_many as _commit_many, commit_payload, move_head, read_head_before_commit,
     thread_exists,
 )
-from .errors import InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed
+from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed
 from .ids import check_thread_name, is_oid, short
 from .ingest import Payload, TurnInfo, parse_payload
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
@@ -618,10 +618,18 @@ def show_refs(repo: Repository) -> dict[str, str]:
     return repo.refs.read_all()
 
 
+# The library surface; ``convgit.__all__`` is this list plus ``__version__`` (tests/test_api_surface.py).
 __all__ = [
-    "CommitResult", "ForkResult", "LogEntry", "Payload", "RefExists", "Repository", "TurnInfo",
-    "cat_object", "check_on_conflict", "commit", "commit_many", "conversation", "delete_thread", "export", "fork", "hash_object",
-    "import_paths",
-    "init", "iter_log", "log", "make_filters", "open_repo", "rename_thread", "reindex", "rev_parse",
-    "search", "show_refs", "status", "switch", "threads", "tree", "update_ref",
+    # types
+    "CommitResult", "ConvgitError", "ForkResult", "LogEntry", "Payload", "RefExists", "Repository", "TurnInfo",
+    # stores
+    "init", "open_repo",
+    # writing
+    "check_on_conflict", "commit", "commit_many", "delete_thread", "fork", "hash_object", "import_paths",
+    "rename_thread", "switch", "to_payload", "update_ref",
+    # reading
+    "cat_object", "conversation", "export", "iso", "iter_log", "log", "make_filters", "message_text", "object_json",
+    "part_json", "rev_parse", "search", "show_refs", "status", "threads", "tree",
+    # maintenance
+    "bundle_create", "bundle_verify", "fsck", "gc", "merge", "reindex",
 ]
