@@ -43,6 +43,8 @@ def init(path: str | Path = ".convgit") -> Repository:
 
 
 def open_repo(start: str | Path | None = None) -> Repository:
+    """The store for ``start`` (default: the current directory), discovered as git does:
+    CONVGIT_DIR, a ``.convgit/`` here or above, else the per-user default store."""
     return Repository.discover(start)
 
 
@@ -119,6 +121,7 @@ def _resolve_text(repo: Repository, p: TextPart | ReasoningPart) -> str:
 
 
 def part_json(repo: Repository, p) -> dict:
+    """One part as JSON builtins, with the text of a long (blob-stored) text part filled in."""
     d = msgspec.to_builtins(p)
     if isinstance(p, (TextPart, ReasoningPart)) and p.blob:
         d["text"] = _resolve_text(repo, p)
@@ -127,6 +130,9 @@ def part_json(repo: Repository, p) -> dict:
 
 @dataclass
 class LogEntry:
+    """One message of a log walk: its id, parent, role, visible text, depth from the tip, and
+    the turn that gives it its time and model on this thread (``provenance`` says which rule)."""
+
     id: str
     parent: str | None
     role: str
@@ -136,6 +142,7 @@ class LogEntry:
     turn: dict | None
 
     def to_json(self, repo: Repository) -> dict:
+        """The ``log --json`` shape of this entry (docs/json.md); ``repo`` resolves blob text."""
         t = self.turn or {}
         return {
             "id": self.id,
@@ -335,12 +342,15 @@ def threads(repo: Repository) -> list[dict]:
 
 @dataclass
 class ForkResult:
+    """What ``fork`` made: the new thread, its tip, where it forked from, and the fork's turn."""
+
     thread: str
     tip: str
     forked_from: dict
     turn: str
 
     def to_json(self) -> dict:
+        """The ``fork --json`` document."""
         return {"status": "forked", "thread": self.thread, "tip": self.tip, "forked_from": self.forked_from, "turn": self.turn}
 
 
@@ -453,6 +463,7 @@ def delete_thread(repo: Repository, name: str) -> dict:
 
 
 def switch(repo: Repository, name: str) -> dict:
+    """Point HEAD at the existing thread ``name`` (NotFound if there is none)."""
     check_thread_name(name)
     if repo.refs.read(name) is None:
         raise NotFound(f"thread {name!r} does not exist", thread=name)
@@ -534,6 +545,7 @@ def export(repo: Repository, revs: list[str], *, fmt: str = "native") -> str:
 
 
 def rev_parse(repo: Repository, rev: str) -> str:
+    """The id a revision names (see convgit.revparse for the syntax)."""
     return revparse.resolve(repo, rev)
 
 
@@ -545,6 +557,7 @@ def cat_object(repo: Repository, rev: str) -> tuple[str, bytes, Any]:
 
 
 def object_json(obj) -> Any:
+    """A stored object as JSON builtins (``cat-object --json``)."""
     return msgspec.to_builtins(obj)
 
 
@@ -578,6 +591,7 @@ def hash_object(repo: Repository, data: bytes, *, type_: str = "blob", write: bo
 
 
 def reindex(repo: Repository) -> dict:
+    """Rebuild the derived index from the objects and refs; returns its counts."""
     return repo.index.rebuild()
 
 
@@ -603,18 +617,23 @@ def merge(repo: Repository, src: str | Path, *, dry_run: bool = False):
 
 
 def bundle_create(repo: Repository, path: str | Path, threads: list[str] | None = None):
+    """Write ``threads`` (default: all) and every object they reach to the bundle ``path``.
+    Returns BundleInfo."""
     from .bundle import create_bundle
 
     return create_bundle(repo, path, threads)
 
 
 def bundle_verify(path: str | Path):
+    """Check the bundle at ``path`` without a store: every object re-hashed and typed.
+    Returns BundleInfo (``problems`` empty when it is sound)."""
     from .bundle import verify_bundle
 
     return verify_bundle(path)
 
 
 def show_refs(repo: Repository) -> dict[str, str]:
+    """Every thread and its tip (``show-ref``)."""
     return repo.refs.read_all()
 
 

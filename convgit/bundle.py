@@ -43,6 +43,8 @@ CREATE TABLE archived (log TEXT NOT NULL, seq INTEGER NOT NULL, line TEXT NOT NU
 
 @dataclass
 class BundleInfo:
+    """What a bundle holds (threads, object count, bytes) and, after a verify, what is wrong."""
+
     path: str
     threads: dict[str, str] = field(default_factory=dict)
     objects: int = 0
@@ -50,6 +52,7 @@ class BundleInfo:
     problems: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
+        """The ``bundle --json`` document: ``ok`` or ``corrupt`` with the problems."""
         return {"status": "ok" if not self.problems else "corrupt", "path": self.path, "threads": self.threads,
                 "objects": self.objects, "bytes": self.bytes, "problems": self.problems}
 
@@ -130,12 +133,14 @@ class BundleSource:
             raise InvalidInput(f"{path} is a bundle of version {meta.get('version')}; this convgit reads {BUNDLE_VERSION}")
 
     def refs(self) -> dict[str, str]:
+        """Every thread of the bundle and its tip (SourceCorrupt if unreadable)."""
         try:
             return {str(n): t for n, t in self.db.execute("SELECT name, tip FROM refs ORDER BY name")}
         except sqlite3.DatabaseError as e:
             raise SourceCorrupt(f"{self.path}: refs unreadable: {e}") from e
 
     def turns(self, name: str) -> list[str]:
+        """The turns recorded for thread ``name``, oldest first."""
         try:
             return [t for (t,) in self.db.execute("SELECT turn FROM turns WHERE thread=? ORDER BY seq", (name,))]
         except sqlite3.DatabaseError as e:
@@ -157,10 +162,12 @@ class BundleSource:
             raise SourceCorrupt(f"{self.path}: archived reflogs unreadable: {e}") from e
 
     def size(self, oid: str) -> int | None:
+        """The stored size of object ``oid``, or None if the bundle does not hold it."""
         row = self.db.execute("SELECT length(data) FROM objects WHERE id=?", (oid,)).fetchone()
         return None if row is None else row[0]
 
     def read_raw(self, oid: str) -> bytes | None:
+        """The bytes of object ``oid`` as stored (not yet verified), or None if absent."""
         row = self.db.execute("SELECT data FROM objects WHERE id=?", (oid,)).fetchone()
         if row is None:
             return None
@@ -169,9 +176,11 @@ class BundleSource:
         return row[0]
 
     def same_store(self, repo) -> bool:
+        """Always False: a bundle is never the store it is merged into."""
         return False
 
     def close(self) -> None:
+        """Close the bundle's database."""
         self.db.close()
 
 

@@ -39,6 +39,9 @@ _MAX_RETRIES = 20
 
 @dataclass
 class CommitResult:
+    """What one commit did: the status (created, appended, deduplicated, forked), the thread
+    and its tip, and how many messages and objects were new."""
+
     status: str  # created | appended | deduplicated | forked
     thread: str | None
     tip: str | None
@@ -51,6 +54,7 @@ class CommitResult:
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
+        """The ``commit --json`` document (docs/json.md)."""
         return {
             "status": self.status,
             "thread": self.thread,

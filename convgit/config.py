@@ -29,6 +29,9 @@ reflog_expire_days = 90
 
 @dataclass(frozen=True)
 class Config:
+    """The settings of one store: limits, durability, lock timeout, gc grace (docs/format.md
+    §2.2), from config.toml with the environment's overrides applied."""
+
     max_messages: int = 100_000
     max_message_bytes: int = 16 * 1024 * 1024
     max_payload_bytes: int = 256 * 1024 * 1024

@@ -42,6 +42,9 @@ GC_LOG = "gc.log"
 
 @dataclass
 class GcStats:
+    """What gc did (or, with ``dry_run``, would do): objects and packs before and after,
+    pruned objects, expired reflog entries, seconds per phase."""
+
     status: str = "done"  # done | skipped | nothing-to-do | dry-run
     reason: str | None = None
     objects_before: int = 0
@@ -63,11 +66,13 @@ class GcStats:
     pruned_ids: list[str] = field(default_factory=list)
 
     def lap(self, phase: str, t0: list[float]) -> None:
+        """Add the time since ``t0[0]`` to ``phase`` and restart the clock."""
         now = time.perf_counter()
         self.phases[phase] = round(self.phases.get(phase, 0.0) + now - t0[0], 3)
         t0[0] = now
 
     def to_json(self) -> dict:
+        """The ``gc --json`` document (at most 1,000 pruned ids listed)."""
         d = asdict(self)
         d["pruned_ids"] = d["pruned_ids"][:1000]
         return d
@@ -112,6 +117,7 @@ def _disk_usage(path, *, skip_fanout: bool = False) -> int:
 
 
 def count_loose(objects) -> int:
+    """How many loose objects ``objects`` holds."""
     return sum(1 for _ in objects.iter_loose())
 
 

@@ -36,6 +36,9 @@ SOURCE_FILES = ("format", "config.toml", "HEAD", JOURNAL)  # read from a source 
 
 @dataclass
 class MergeReport:
+    """What a merge took: new objects and bytes, carried provenance, and one entry per ref
+    (created, fast-forwarded, kept, diverged)."""
+
     source: str
     dry_run: bool = False
     new_objects: int = 0
@@ -46,6 +49,7 @@ class MergeReport:
     seconds: float = 0.0
 
     def to_json(self) -> dict:
+        """The ``merge --json`` document."""
         return {"status": "dry-run" if self.dry_run else "merged", "source": self.source, "new_objects": self.new_objects,
                 "new_bytes": self.new_bytes, "provenance_turns": self.provenance_turns, "refs": self.refs,
                 "seconds": self.seconds}
@@ -88,12 +92,14 @@ class StoreSource:
                                     path=rel)
 
     def refs(self) -> dict[str, str]:
+        """Every thread of the source store and its tip."""
         try:
             return self.repo.refs.read_all()
         except (ObjectCorrupt, UnsafeSymlink) as e:
             raise SourceCorrupt(f"merge source: {e.message}") from e
 
     def turns(self, name: str) -> list[str]:
+        """The turns the source's reflog records for ``name``, oldest first, each once."""
         try:
             return list(dict.fromkeys(e.turn for e in self.repo.refs.read_log(name) if e.turn))
         except UnsafeSymlink as e:
@@ -108,10 +114,12 @@ class StoreSource:
         self._check_links(f.parent, [f.name])
 
     def size(self, oid: str) -> int | None:
+        """The stored size of ``oid`` in the source, or None."""
         self._check_loose(oid)
         return self.repo.objects.stored_size(oid)
 
     def read_raw(self, oid: str) -> bytes | None:
+        """The bytes of ``oid`` in the source (not yet verified), or None if absent."""
         self._check_loose(oid)
         try:
             return self.repo.objects.read_bytes(oid)
@@ -121,13 +129,17 @@ class StoreSource:
             raise SourceCorrupt(f"merge source: {e.message}", oid=oid) from e
 
     def same_store(self, repo) -> bool:
+        """True when the source is ``repo`` itself (same real path)."""
         return os.path.realpath(self.path) == os.path.realpath(repo.path)
 
     def close(self) -> None:
+        """Close the source store."""
         self.repo.close()
 
 
 def open_source(src: str | Path):
+    """A merge source for ``src``: a store directory or a bundle file (InvalidInput for
+    anything else, such as an llm logs.db)."""
     p = Path(src)
     if p.is_dir():
         return StoreSource(p)
@@ -153,6 +165,8 @@ def open_source(src: str | Path):
 
 
 def merge(repo, src: str | Path, *, dry_run: bool = False) -> MergeReport:
+    """Merge the store or bundle ``src`` into ``repo`` (see the module docstring for the
+    order and the ref rules). Returns MergeReport."""
     t0 = time.perf_counter()
     source = open_source(src)
     report = MergeReport(str(src), dry_run=dry_run)

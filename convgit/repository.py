@@ -53,6 +53,8 @@ class Repository:
 
     @classmethod
     def open(cls, path: Path | str) -> "Repository":
+        """Open the existing store at ``path``: check its format version and that it holds no
+        unsafe symlink, then read its config."""
         path = Path(path).absolute()
         check_format(path)
         check_no_symlinks(path)
@@ -94,6 +96,8 @@ class Repository:
 
     @contextmanager
     def write_lock(self) -> Iterator[None]:
+        """Hold the store lock shared, as every writer does (after rolling an interrupted merge
+        forward)."""
         t = self.config.lock_timeout
         with ExitStack() as held:
             with fsio.flock(self.path / "queue.lock", shared=True, timeout=t):
@@ -104,6 +108,7 @@ class Repository:
 
     @contextmanager
     def exclusive_lock(self, timeout: float | None = None) -> Iterator[None]:
+        """Hold the store lock exclusively (gc, merge): no writer runs meanwhile."""
         t = self.config.lock_timeout if timeout is None else timeout
         with fsio.flock(self.path / "queue.lock", shared=False, timeout=t), \
                 fsio.flock(self.path / "lock", shared=False, timeout=t):
@@ -121,6 +126,7 @@ class Repository:
         return self._index
 
     def close(self) -> None:
+        """Close the index, if it was opened."""
         if self._index is not None:
             self._index.close()
             self._index = None
@@ -138,6 +144,7 @@ def default_store_path() -> Path:
 
 
 def check_format(path: Path) -> None:
+    """Raise NotAStore unless ``path/format`` names this format version."""
     try:
         raw = (path / "format").read_text("utf-8", errors="replace")
     except (FileNotFoundError, NotADirectoryError):

@@ -28,6 +28,7 @@ class Hit:
     highlights: list[tuple[int, int]]
 
     def to_json(self) -> dict:
+        """The hit as one entry of ``search --json``."""
         t = self.turn or {}
         return {
             "id": self.id,

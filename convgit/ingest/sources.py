@@ -134,6 +134,7 @@ def payload_conversation(payload: Payload, *, source: str, label: str, size: int
 
 
 def conversation_from_document(doc: Any, fmt: str | None, label: str, size: int = 0) -> Conversation:
+    """One decoded document of format ``fmt`` (None: detected) as a Conversation to import."""
     fmt = fmt or detect(doc)
     if fmt is None:
         raise SchemaValidationFailed("unknown format: not a conversation convgit can read (use --format)")
