@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 
 import convgit
-import importlib
-commit_mod = importlib.import_module("convgit.commit")
+from convgit import object_store
 from convgit import api
 from convgit.fsck import fsck
 
@@ -95,7 +94,7 @@ def du(path) -> tuple[int, int]:
 def build(path: str, parts: list[tuple[int, int]]) -> None:
     """A store at ``path`` holding the conversations of each (count, seed), every object loose."""
     os.environ["CONVGIT_FSYNC"] = "0"
-    saved, commit_mod.PACK_THRESHOLD = commit_mod.PACK_THRESHOLD, 10**12
+    saved, object_store.PACK_THRESHOLD = object_store.PACK_THRESHOLD, 10**12
     try:
         repo = convgit.init(path)
         for n, seed in parts:
@@ -105,7 +104,7 @@ def build(path: str, parts: list[tuple[int, int]]) -> None:
         repo.close()
         os.sync()  # the set-up's unsynced writes flushed now, not by gc's syncfs
     finally:
-        commit_mod.PACK_THRESHOLD = saved
+        object_store.PACK_THRESHOLD = saved
         del os.environ["CONVGIT_FSYNC"]
 
 

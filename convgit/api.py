@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import itertools
 import time
 from dataclasses import dataclass
@@ -22,11 +21,12 @@ from .commit import (
     CommitResult, check_on_conflict, commit_many as _commit_many, commit_payload, move_head, read_head_before_commit,
     thread_exists,
 )
-from .errors import InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed, StorageFailed
+from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed, StorageFailed
 from .ids import check_thread_name, is_oid, short
 from .ingest import Payload, TurnInfo, parse_payload
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
 from .repository import Repository
+from .timefmt import iso
 
 if TYPE_CHECKING:  # a runtime import would load the query module on every start
     from .query import Filters
@@ -43,6 +43,8 @@ def init(path: str | Path = ".convgit") -> Repository:
 
 
 def open_repo(start: str | Path | None = None) -> Repository:
+    """The store for ``start`` (default: the current directory), discovered as git does:
+    CONVGIT_DIR, a ``.convgit/`` here or above, else the per-user default store."""
     return Repository.discover(start)
 
 
@@ -100,13 +102,6 @@ def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None
 # -- reading --------------------------------------------------------------------------------
 
 
-def iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    d = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc)
-    return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
 def message_text(repo: Repository, msg: Message) -> str:
     """The visible text of a message (text parts; long ones read from their blobs)."""
     out = []
@@ -126,6 +121,7 @@ def _resolve_text(repo: Repository, p: TextPart | ReasoningPart) -> str:
 
 
 def part_json(repo: Repository, p) -> dict:
+    """One part as JSON builtins, with the text of a long (blob-stored) text part filled in."""
     d = msgspec.to_builtins(p)
     if isinstance(p, (TextPart, ReasoningPart)) and p.blob:
         d["text"] = _resolve_text(repo, p)
@@ -134,6 +130,9 @@ def part_json(repo: Repository, p) -> dict:
 
 @dataclass
 class LogEntry:
+    """One message of a log walk: its id, parent, role, visible text, depth from the tip, and
+    the turn that gives it its time and model on this thread (``provenance`` says which rule)."""
+
     id: str
     parent: str | None
     role: str
@@ -143,6 +142,7 @@ class LogEntry:
     turn: dict | None
 
     def to_json(self, repo: Repository) -> dict:
+        """The ``log --json`` shape of this entry (docs/json.md); ``repo`` resolves blob text."""
         t = self.turn or {}
         return {
             "id": self.id,
@@ -352,12 +352,15 @@ def _index_after_move(repo: Repository) -> None:
 
 @dataclass
 class ForkResult:
+    """What ``fork`` made: the new thread, its tip, where it forked from, and the fork's turn."""
+
     thread: str
     tip: str
     forked_from: dict
     turn: str
 
     def to_json(self) -> dict:
+        """The ``fork --json`` document."""
         return {"status": "forked", "thread": self.thread, "tip": self.tip, "forked_from": self.forked_from, "turn": self.turn}
 
 
@@ -470,6 +473,7 @@ def delete_thread(repo: Repository, name: str) -> dict:
 
 
 def switch(repo: Repository, name: str) -> dict:
+    """Point HEAD at the existing thread ``name`` (NotFound if there is none)."""
     check_thread_name(name)
     if repo.refs.read(name) is None:
         raise NotFound(f"thread {name!r} does not exist", thread=name)
@@ -551,6 +555,7 @@ def export(repo: Repository, revs: list[str], *, fmt: str = "native") -> str:
 
 
 def rev_parse(repo: Repository, rev: str) -> str:
+    """The id a revision names (see convgit.revparse for the syntax)."""
     return revparse.resolve(repo, rev)
 
 
@@ -562,6 +567,7 @@ def cat_object(repo: Repository, rev: str) -> tuple[str, bytes, Any]:
 
 
 def object_json(obj) -> Any:
+    """A stored object as JSON builtins (``cat-object --json``)."""
     return msgspec.to_builtins(obj)
 
 
@@ -595,6 +601,7 @@ def hash_object(repo: Repository, data: bytes, *, type_: str = "blob", write: bo
 
 
 def reindex(repo: Repository) -> dict:
+    """Rebuild the derived index from the objects and refs; returns its counts."""
     return repo.index.rebuild()
 
 
@@ -620,25 +627,38 @@ def merge(repo: Repository, src: str | Path, *, dry_run: bool = False):
 
 
 def bundle_create(repo: Repository, path: str | Path, threads: list[str] | None = None):
+    """Write ``threads`` (default: all) and every object they reach to the bundle ``path``.
+    Returns BundleInfo."""
     from .bundle import create_bundle
 
     return create_bundle(repo, path, threads)
 
 
 def bundle_verify(path: str | Path):
+    """Check the bundle at ``path`` without a store: every object re-hashed and typed.
+    Returns BundleInfo (``problems`` empty when it is sound)."""
     from .bundle import verify_bundle
 
     return verify_bundle(path)
 
 
 def show_refs(repo: Repository) -> dict[str, str]:
+    """Every thread and its tip (``show-ref``)."""
     return repo.refs.read_all()
 
 
+# The library surface; ``convgit.__all__`` is this list plus ``__version__`` (tests/test_api_surface.py).
 __all__ = [
-    "CommitResult", "ForkResult", "LogEntry", "Payload", "RefExists", "Repository", "TurnInfo",
-    "cat_object", "check_on_conflict", "commit", "commit_many", "conversation", "delete_thread", "export", "fork", "hash_object",
-    "import_paths",
-    "init", "iter_log", "log", "make_filters", "open_repo", "rename_thread", "reindex", "rev_parse",
-    "search", "show_refs", "status", "switch", "threads", "tree", "update_ref",
+    # types
+    "CommitResult", "ConvgitError", "ForkResult", "LogEntry", "Payload", "RefExists", "Repository", "TurnInfo",
+    # stores
+    "init", "open_repo",
+    # writing
+    "check_on_conflict", "commit", "commit_many", "delete_thread", "fork", "hash_object", "import_paths",
+    "rename_thread", "switch", "to_payload", "update_ref",
+    # reading
+    "cat_object", "conversation", "export", "iso", "iter_log", "log", "make_filters", "message_text", "object_json",
+    "part_json", "rev_parse", "search", "show_refs", "status", "threads", "tree",
+    # maintenance
+    "bundle_create", "bundle_verify", "fsck", "gc", "merge", "reindex",
 ]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import codec, fsio
 from .errors import InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, SourceCorrupt
-from .graph import deleted_provenance, mark_reachable
+from .graph import deleted_provenance, mark_reachable, typed_references
 from .ids import check_thread_name, is_oid
 from .refs import format_reflog_line, parse_reflog_line
 
@@ -43,6 +43,8 @@ CREATE TABLE archived (log TEXT NOT NULL, seq INTEGER NOT NULL, line TEXT NOT NU
 
 @dataclass
 class BundleInfo:
+    """What a bundle holds (threads, object count, bytes) and, after a verify, what is wrong."""
+
     path: str
     threads: dict[str, str] = field(default_factory=dict)
     objects: int = 0
@@ -50,6 +52,7 @@ class BundleInfo:
     problems: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
+        """The ``bundle --json`` document: ``ok`` or ``corrupt`` with the problems."""
         return {"status": "ok" if not self.problems else "corrupt", "path": self.path, "threads": self.threads,
                 "objects": self.objects, "bytes": self.bytes, "problems": self.problems}
 
@@ -130,12 +133,14 @@ class BundleSource:
             raise InvalidInput(f"{path} is a bundle of version {meta.get('version')}; this convgit reads {BUNDLE_VERSION}")
 
     def refs(self) -> dict[str, str]:
+        """Every thread of the bundle and its tip (SourceCorrupt if unreadable)."""
         try:
             return {str(n): t for n, t in self.db.execute("SELECT name, tip FROM refs ORDER BY name")}
         except sqlite3.DatabaseError as e:
             raise SourceCorrupt(f"{self.path}: refs unreadable: {e}") from e
 
     def turns(self, name: str) -> list[str]:
+        """The turns recorded for thread ``name``, oldest first."""
         try:
             return [t for (t,) in self.db.execute("SELECT turn FROM turns WHERE thread=? ORDER BY seq", (name,))]
         except sqlite3.DatabaseError as e:
@@ -157,10 +162,12 @@ class BundleSource:
             raise SourceCorrupt(f"{self.path}: archived reflogs unreadable: {e}") from e
 
     def size(self, oid: str) -> int | None:
+        """The stored size of object ``oid``, or None if the bundle does not hold it."""
         row = self.db.execute("SELECT length(data) FROM objects WHERE id=?", (oid,)).fetchone()
         return None if row is None else row[0]
 
     def read_raw(self, oid: str) -> bytes | None:
+        """The bytes of object ``oid`` as stored (not yet verified), or None if absent."""
         row = self.db.execute("SELECT data FROM objects WHERE id=?", (oid,)).fetchone()
         if row is None:
             return None
@@ -169,9 +176,11 @@ class BundleSource:
         return row[0]
 
     def same_store(self, repo) -> bool:
+        """Always False: a bundle is never the store it is merged into."""
         return False
 
     def close(self) -> None:
+        """Close the bundle's database."""
         self.db.close()
 
 
@@ -212,8 +221,6 @@ def verify_bundle(path: str | Path) -> BundleInfo:
 
 
 def _verify(src: BundleSource, info: BundleInfo) -> None:
-    from .merge import _typed_refs as typed_refs  # the rules merge applies (merge imports us)
-
     types: dict[str, str] = {}
     bad: set[str] = set()  # present, but failed a check (reported once, not again by referrers)
     refs_needed: list[tuple[str, str, str]] = []  # (id, wanted type, referrer)
@@ -240,7 +247,7 @@ def _verify(src: BundleSource, info: BundleInfo) -> None:
         if not codec.is_canonical(data, obj):
             info.problems.append(f"object {oid}: not in canonical encoding")
         types[oid] = codec.type_name(obj)
-        refs_needed.extend((r, want, oid) for r, want in typed_refs(obj))
+        refs_needed.extend((r, want, oid) for r, want in typed_references(obj))
 
     def check(oid, want: str, by: str) -> None:
         if oid in bad:

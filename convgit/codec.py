@@ -38,10 +38,12 @@ def encode(obj: Object) -> bytes:
 
 
 def hash_bytes(data: bytes) -> str:
+    """The object id of ``data``: its BLAKE3 hash in hex."""
     return blake3(data).hexdigest()
 
 
 def encode_and_hash(obj: Object) -> tuple[str, bytes]:
+    """``(id, canonical bytes)`` of ``obj``."""
     data = encode(obj)
     return hash_bytes(data), data
 
@@ -68,6 +70,7 @@ def is_canonical(data: bytes, obj: Object) -> bool:
 
 
 def type_name(obj: Object) -> str:
+    """The stored type name of ``obj``: ``message``, ``turn`` or ``blob``."""
     if isinstance(obj, Message):
         return "message"
     if isinstance(obj, Turn):

@@ -31,6 +31,9 @@ reflog_expire_days = 90
 
 @dataclass(frozen=True)
 class Config:
+    """The settings of one store: limits, durability, lock timeout, gc grace (docs/format.md
+    §2.2), from config.toml with the environment's overrides applied."""
+
     max_messages: int = 100_000
     max_message_bytes: int = 16 * 1024 * 1024
     max_payload_bytes: int = 256 * 1024 * 1024
@@ -148,7 +151,21 @@ def load_aliases(path: Path) -> dict[str, str]:
 
 
 def env_store_dir() -> str | None:
+    """``CONVGIT_DIR`` as given (None when unset or empty)."""
     return os.environ.get("CONVGIT_DIR") or None
+
+
+def expand_home(path: str) -> Path:
+    """``~`` and ``~user`` expanded (from HOME): the environment is read here, not by callers."""
+    return Path(path).expanduser()
+
+
+def user_data_dir() -> Path:
+    """The per-user data directory (platformdirs: XDG_DATA_HOME, else ~/.local/share/convgit
+    on Linux), under which the default store lives."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("convgit", appauthor=False))
 
 
 def crash_point(name: str) -> None:

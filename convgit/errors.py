@@ -22,6 +22,7 @@ class ConvgitError(Exception):
         self.details = details
 
     def to_json(self) -> dict:
+        """The error as the JSON document the CLI prints under ``--json``."""
         out: dict = {"status": "error", "error_code": self.code, "error_message": self.message}
         if self.details:
             out["details"] = self.details
@@ -46,11 +47,15 @@ class SchemaValidationFailed(InvalidInput):
 
 
 class PayloadTooLarge(InvalidInput):
+    """The input is over a limit (``limits.max_payload_bytes``, ``max_messages``, ``max_message_bytes``)."""
+
     code = "payload_too_large"
     exit_code = 12
 
 
 class InvalidRefName(InvalidInput):
+    """A thread name that is not allowed (docs/format.md §5)."""
+
     code = "invalid_ref_name"
     exit_code = 13
 
@@ -70,6 +75,8 @@ class NotFound(ConvgitError):
 
 
 class AmbiguousRevision(NotFound):
+    """A short id or an imported id that names more than one object."""
+
     code = "ambiguous_revision"
     exit_code = 16
 
@@ -99,6 +106,8 @@ class RefStale(ConvgitError):
 
 
 class RefExists(ConvgitError):
+    """A thread of that name exists already (create, rename, fork to a taken name)."""
+
     code = "ref_exists"
     exit_code = 23
 
@@ -114,11 +123,15 @@ class Locked(ConvgitError):
 
 
 class ObjectCorrupt(ConvgitError):
+    """Stored bytes that do not hash to their id or do not decode, or a damaged ref or HEAD."""
+
     code = "object_corrupt"
     exit_code = 30
 
 
 class ObjectMissing(ConvgitError):
+    """An object that should be stored (a parent, a blob, a tip) is not."""
+
     code = "object_missing"
     exit_code = 31
 

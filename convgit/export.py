@@ -52,6 +52,7 @@ def _native_part(repo, p) -> dict:
 
 
 def thread_messages(repo, rev: str) -> tuple[str, str | None, list]:
+    """``(tip, thread or None, [(id, message), ...] root first)`` for revision ``rev``."""
     tip, thread = revparse.resolve_with_thread(repo, rev)
     pairs = list(graph.iter_ancestry(repo.objects, tip))
     pairs.reverse()
@@ -129,6 +130,8 @@ def fork_origins(repo) -> dict[str, dict | None]:
 
 
 def openai_doc(repo, rev: str) -> dict:
+    """The thread at ``rev`` as an OpenAI Chat Completions request (``{"messages": [...]}``),
+    ready to replay."""
     _, _, pairs = thread_messages(repo, rev)
     out = []
     for _, m in pairs:
@@ -160,6 +163,8 @@ def openai_doc(repo, rev: str) -> dict:
 
 
 def anthropic_doc(repo, rev: str) -> dict:
+    """The thread at ``rev`` as an Anthropic Messages request: system prompts joined into
+    ``system``, tool calls and results as content blocks."""
     _, _, pairs = thread_messages(repo, rev)
     system: list[str] = []
     msgs: list[dict] = []
@@ -200,6 +205,7 @@ def anthropic_doc(repo, rev: str) -> dict:
 
 
 def markdown(repo, rev: str) -> str:
+    """The thread at ``rev`` as Markdown to read: one section per message."""
     tip, thread, pairs = thread_messages(repo, rev)
     lines = [f"# {thread or tip[:12]}", ""]
     for oid, m in pairs:

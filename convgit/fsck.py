@@ -28,17 +28,22 @@ from .refs import THREADS, broken_ref_fix, read_log_file
 
 @dataclass
 class Problem:
+    """One finding of fsck: severity (error, warning, info), kind, message and the object."""
+
     severity: str  # error | warning | info
     kind: str  # object_corrupt, object_missing, not_canonical, bad_ref, bad_reflog, provenance_missing, pack, index, temp, unreachable
     message: str
     oid: str | None = None
 
     def to_json(self) -> dict:
+        """The problem as one entry of ``fsck --json``'s ``problems``."""
         return {"severity": self.severity, "kind": self.kind, "message": self.message, "oid": self.oid}
 
 
 @dataclass
 class FsckReport:
+    """What fsck counted (objects, packs, threads, reachable) and every problem it found."""
+
     objects: int = 0
     loose: int = 0
     packed: int = 0
@@ -51,13 +56,16 @@ class FsckReport:
 
     @property
     def errors(self) -> list[Problem]:
+        """The problems of severity ``error`` (warnings do not fail fsck)."""
         return [p for p in self.problems if p.severity == "error"]
 
     @property
     def ok(self) -> bool:
+        """True when there is no error."""
         return not self.errors
 
     def to_json(self) -> dict:
+        """The ``fsck --json`` document: ``ok`` or ``corrupt``, the counts and the problems."""
         return {
             "status": "ok" if self.ok else "corrupt",
             "objects": self.objects, "loose": self.loose, "packed": self.packed, "packs": self.packs,
@@ -70,6 +78,8 @@ class FsckReport:
 
 
 def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
+    """Check every object (re-hashed and decoded), ref, reflog, pack and, with
+    ``check_index``, the index. With ``repair``, fix what can be fixed without losing data."""
     t0 = time.perf_counter()
     rep = FsckReport()
     add = rep.problems.append

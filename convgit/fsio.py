@@ -88,6 +88,7 @@ def check_real_dirs(base: Path, path: Path) -> None:
 
 
 def fsync_fd(fd: int, path: os.PathLike | str = "?") -> None:
+    """fsync ``fd``; a failure raises StorageFailed naming ``path``."""
     try:
         os.fsync(fd)
     except OSError as e:
@@ -95,6 +96,7 @@ def fsync_fd(fd: int, path: os.PathLike | str = "?") -> None:
 
 
 def fsync_dir(path: os.PathLike | str) -> None:
+    """fsync the directory ``path``, so the entries renamed or created in it are durable."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as e:
@@ -293,6 +295,7 @@ def truncate(path: Path, size: int) -> None:
 
 
 def rename(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst`` (atomic on one file system); StorageFailed on failure."""
     try:
         os.rename(src, dst)
     except OSError as e:
@@ -300,6 +303,7 @@ def rename(src: Path, dst: Path) -> None:
 
 
 def unlink(path: Path) -> None:
+    """Remove ``path``; a missing file is not an error."""
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -372,6 +376,7 @@ class NewFile:
         self._buf = bytearray()
 
     def write(self, data) -> None:
+        """Append ``data`` (buffered; flushed in large writes)."""
         self._buf += data
         if len(self._buf) >= self._BUF:
             self._flush()
@@ -382,10 +387,12 @@ class NewFile:
             self._buf = bytearray()
 
     def sync(self) -> None:
+        """Flush the buffer and fsync the file."""
         self._flush()
         fsync_fd(self.fd, self.path)
 
     def close(self) -> None:
+        """Flush and close (idempotent)."""
         if self.fd is not None:
             try:
                 self._flush()
@@ -394,6 +401,7 @@ class NewFile:
                 self.fd = None
 
     def abort(self) -> None:
+        """Close without flushing what is buffered, and remove the file."""
         if self.fd is not None:
             try:
                 os.close(self.fd)

@@ -141,6 +141,7 @@ def fts_remove(db, rowid: int) -> None:
 
 
 def fts_add(db, rowid: int) -> None:
+    """Add message ``rowid`` of the index to the full-text table."""
     vals = _values_from_db(db, rowid)
     if vals is not None:
         db.execute(f"INSERT INTO {FTS_TABLE} (rowid, {', '.join(COLUMNS)}) VALUES (?,?,?,?,?,?)", (rowid, *vals))
@@ -159,6 +160,8 @@ class Term:
 
 @dataclass
 class Query:
+    """A parsed search: the FTS5 expression handed to MATCH and the terms, for snippets."""
+
     fts: str  # what is handed to MATCH
     terms: list[Term] = field(default_factory=list)
 
@@ -307,6 +310,7 @@ def iter_tokens(text: str):
 
 
 def query_tokens(s: str) -> list[str]:
+    """The tokens of ``s`` as the FTS tokenizer splits them."""
     return [t for _, _, t in iter_tokens(s)]
 
 

@@ -29,6 +29,7 @@ from .config import crash_point, parse_age
 from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing, StorageFailed
 from .graph import mark_reachable, records_reachable
 from .ids import check_thread_name, is_oid
+from .journal import recover
 from .objects import Message, Turn
 from .pack import PackWriter
 from .refs import broken_ref_fix, format_reflog_line, parse_rename, read_log_file
@@ -40,6 +41,9 @@ GC_LOG = "gc.log"
 
 @dataclass
 class GcStats:
+    """What gc did (or, with ``dry_run``, would do): objects and packs before and after,
+    pruned objects, expired reflog entries, seconds per phase."""
+
     status: str = "done"  # done | skipped | nothing-to-do | dry-run
     reason: str | None = None
     objects_before: int = 0
@@ -62,11 +66,13 @@ class GcStats:
     warnings: list[str] = field(default_factory=list)
 
     def lap(self, phase: str, t0: list[float]) -> None:
+        """Add the time since ``t0[0]`` to ``phase`` and restart the clock."""
         now = time.perf_counter()
         self.phases[phase] = round(self.phases.get(phase, 0.0) + now - t0[0], 3)
         t0[0] = now
 
     def to_json(self) -> dict:
+        """The ``gc --json`` document (at most 1,000 pruned ids listed)."""
         d = asdict(self)
         d["pruned_ids"] = d["pruned_ids"][:1000]
         if not d["warnings"]:
@@ -99,6 +105,7 @@ def _disk_usage(path, *, skip_fanout: bool = False) -> int:
 
 
 def count_loose(objects) -> int:
+    """How many loose objects ``objects`` holds."""
     return sum(1 for _ in objects.iter_loose())
 
 
@@ -122,8 +129,6 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
         return stats
     try:
         with repo.exclusive_lock():
-            from .merge import recover
-
             if not dry_run:
                 recover(repo)
             _run(repo, stats, grace, now, dry_run)

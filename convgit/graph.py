@@ -10,6 +10,7 @@ from .objects import Message
 
 
 def read_message(objects, oid: str) -> Message:
+    """The message ``oid`` (ObjectCorrupt if that id holds another type)."""
     obj = objects.read(oid)
     if not isinstance(obj, Message):
         raise ObjectCorrupt(f"{oid} is a {type(obj).__name__.lower()}, not a message", oid=oid)

@@ -24,14 +24,17 @@ RESERVED_PREFIX = "tmp_"
 
 
 def is_oid(s: object) -> bool:
+    """True for a full object id: 64 lowercase hex digits."""
     return isinstance(s, str) and _OID_RE.match(s) is not None
 
 
 def is_oid_prefix(s: str) -> bool:
+    """True for something that can abbreviate an id (4 to 64 lowercase hex digits)."""
     return _PREFIX_RE.match(s) is not None
 
 
 def short(oid: str | None) -> str:
+    """The short form of an id shown to people (empty for None)."""
     return oid[:SHORT_LEN] if oid else ""
 
 

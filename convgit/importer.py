@@ -35,8 +35,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from . import codec
-from .commit import PACK_THRESHOLD, _decide, _View
+from . import codec, object_store
+from .commit import _decide, _View
 from .config import crash_point
 from .errors import ConvgitError, InvalidRefName, Locked, NotFound, RefExists, RefStale, StorageFailed
 from .ids import check_thread_name
@@ -53,6 +53,9 @@ BATCH_CONVERSATIONS = 2_000
 
 @dataclass
 class ConvReport:
+    """One line of the import report: one conversation, what became of it (imported,
+    appended, updated, deduplicated, conflict, skipped), its threads and counts, or its error."""
+
     label: str
     status: str  # imported | appended | updated | deduplicated | conflict | skipped
     source: str | None = None
@@ -68,6 +71,7 @@ class ConvReport:
     warning: bool = False  # skipped with nothing to import there: not a failure, unless it is all a file holds
 
     def to_json(self) -> dict:
+        """This conversation's entry of ``import --json``."""
         d = {
             "label": self.label, "status": self.status, "source": self.source,
             "upstream_id": self.upstream_id, "title": self.title, "threads": self.threads,
@@ -88,6 +92,8 @@ STATUSES = ("imported", "appended", "updated", "deduplicated", "conflict", "skip
 
 @dataclass
 class ImportReport:
+    """The whole import: one ConvReport per conversation, new objects, time, warnings."""
+
     conversations: list[ConvReport] = field(default_factory=list)
     dry_run: bool = False
     new_objects: int = 0
@@ -95,6 +101,7 @@ class ImportReport:
     warnings: list[str] = field(default_factory=list)  # after the import stood (HEAD not moved)
 
     def counts(self) -> dict[str, int]:
+        """How many conversations ended in each status."""
         out = {s: 0 for s in STATUSES}
         for c in self.conversations:
             out[c.status] += 1
@@ -102,9 +109,11 @@ class ImportReport:
 
     @property
     def failures(self) -> list[ConvReport]:
+        """The conversations that failed (warnings excluded)."""
         return [c for c in self.conversations if c.error_code is not None and not c.warning]
 
     def to_json(self) -> dict:
+        """The ``import --json`` document: ``ok``, ``partial`` or ``failed``, counts and lines."""
         ok = len(self.conversations) - len(self.failures)
         status = "ok" if not self.failures else ("partial" if ok else "failed")
         return {
@@ -192,6 +201,8 @@ def _safe(s: str, n: int) -> str:
 
 
 def base_name(conv: Conversation, tip: str) -> str:
+    """The thread name an imported conversation gets: ``<source>/<upstream id>`` (or the
+    first 12 hex of its tip), made safe as a ref name."""
     src = _safe(conv.source, 40) or "import"
     up = _safe(conv.upstream_id or "", 100)
     name = f"{src}/{up or tip[:12]}"
@@ -654,7 +665,7 @@ def _write_objects(repo, plans: list[_Plan]) -> int:
         objs.extend(m.turn for m in p.moves if m.turn)
     if not objs:
         return 0
-    if len(objs) >= PACK_THRESHOLD:
+    if len(objs) > object_store.PACK_THRESHOLD:
         return len(repo.objects.write_packed(objs, missing=missing))
     # A few objects: each file fsynced before its rename, in dependency order (§6.1). (Loose
     # files renamed unsynced and flushed by one syncfs could be found empty after a power

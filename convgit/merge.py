@@ -13,7 +13,6 @@ as ``<name>-merged-<first 10 hex of its tip>`` (predictable: merging again chang
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
@@ -26,17 +25,20 @@ from .config import crash_point
 from .errors import ConvgitError, InvalidInput, NotAStore, ObjectCorrupt, ObjectMissing, SourceCorrupt, StorageFailed, UnsafeSymlink
 from .graph import deleted_provenance, typed_references
 from .ids import check_thread_name, is_oid
+from .journal import JOURNAL, recover, write_journal
 from .objects import Message
 from .pack import write_pack
 from .refs import ANY, NOT_APPLIED, RefMove, format_reflog_line, read_log_file
 from .repository import STORE_DIRS
 
-JOURNAL = "merge-journal.json"
 SOURCE_FILES = ("format", "config.toml", "HEAD", JOURNAL)  # read from a source store at open
 
 
 @dataclass
 class MergeReport:
+    """What a merge took: new objects and bytes, carried provenance, and one entry per ref
+    (created, fast-forwarded, kept, diverged)."""
+
     source: str
     dry_run: bool = False
     new_objects: int = 0
@@ -48,6 +50,7 @@ class MergeReport:
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
+        """The ``merge --json`` document."""
         out = {"status": "dry-run" if self.dry_run else "merged", "source": self.source, "new_objects": self.new_objects,
                "new_bytes": self.new_bytes, "provenance_turns": self.provenance_turns, "refs": self.refs, "seconds": self.seconds}
         if self.warnings:
@@ -92,12 +95,14 @@ class StoreSource:
                                     path=rel)
 
     def refs(self) -> dict[str, str]:
+        """Every thread of the source store and its tip."""
         try:
             return self.repo.refs.read_all()
         except (ObjectCorrupt, UnsafeSymlink) as e:
             raise SourceCorrupt(f"merge source: {e.message}") from e
 
     def turns(self, name: str) -> list[str]:
+        """The turns the source's reflog records for ``name``, oldest first, each once."""
         try:
             return list(dict.fromkeys(e.turn for e in self.repo.refs.read_log(name) if e.turn))
         except UnsafeSymlink as e:
@@ -112,10 +117,12 @@ class StoreSource:
         self._check_links(f.parent, [f.name])
 
     def size(self, oid: str) -> int | None:
+        """The stored size of ``oid`` in the source, or None."""
         self._check_loose(oid)
         return self.repo.objects.stored_size(oid)
 
     def read_raw(self, oid: str) -> bytes | None:
+        """The bytes of ``oid`` in the source (not yet verified), or None if absent."""
         self._check_loose(oid)
         try:
             return self.repo.objects.read_bytes(oid)
@@ -125,13 +132,17 @@ class StoreSource:
             raise SourceCorrupt(f"merge source: {e.message}", oid=oid) from e
 
     def same_store(self, repo) -> bool:
+        """True when the source is ``repo`` itself (same real path)."""
         return os.path.realpath(self.path) == os.path.realpath(repo.path)
 
     def close(self) -> None:
+        """Close the source store."""
         self.repo.close()
 
 
 def open_source(src: str | Path):
+    """A merge source for ``src``: a store directory or a bundle file (InvalidInput for
+    anything else, such as an llm logs.db)."""
     p = Path(src)
     if p.is_dir():
         return StoreSource(p)
@@ -157,6 +168,8 @@ def open_source(src: str | Path):
 
 
 def merge(repo, src: str | Path, *, dry_run: bool = False) -> MergeReport:
+    """Merge the store or bundle ``src`` into ``repo`` (see the module docstring for the
+    order and the ref rules). Returns MergeReport."""
     t0 = time.perf_counter()
     source = open_source(src)
     report = MergeReport(str(src), dry_run=dry_run)
@@ -232,7 +245,7 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
     # thread's tip is refused whichever of the two the walk meets first.
     walked: dict[str, str | None] = {}
     # (id, who names it, the type it must have): a thread's tip is a message, a reflog's turn
-    # a turn; each object's references are typed by _typed_refs.
+    # a turn; each object's references are typed by graph.typed_references.
     todo = [(t, "thread", "message") for t in incoming.values()] + [(t, "turn", "turn") for ts in turns.values() for t in ts]
     todo += [(e.turn, "a deleted thread's reflog", "turn") for _, es in carried for e in es]
     limit = _limit(repo)
@@ -265,7 +278,7 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
         walked[oid] = want
         new_ids.append(oid)
         report.new_bytes += len(data)
-        todo.extend((r, oid, t) for r, t in _typed_refs(obj))
+        todo.extend((r, oid, t) for r, t in typed_references(obj))
     report.new_objects = len(new_ids)
     seen = set(new_ids)
     for name, tip in incoming.items():
@@ -313,7 +326,7 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
     # journal and the next writer finishes the merge; so does a failure whose own rollback
     # failed (finishing it is then the only all-or-nothing outcome).
     try:
-        _write_journal(repo, plan)
+        write_journal(repo, plan)
         _apply(repo, plan)
     except _RollbackFailed as e:
         raise e.original from None
@@ -363,11 +376,6 @@ def _write_archived(repo, carried: list[tuple[str, list]]) -> int:
             fsio.append_line(path, "".join(lines), fsync=repo.config.fsync)
             n += len(lines)
     return n
-
-
-def _typed_refs(obj) -> list[tuple[str, str]]:
-    """An object's references with the type each must have."""
-    return typed_references(obj)
 
 
 def _local_type(repo, oid: str) -> str | None:
@@ -435,10 +443,6 @@ def _source_has_ancestor(source, tip: str, a: str) -> bool:
     return False
 
 
-def _write_journal(repo, plan) -> None:
-    fsio.replace_file(repo.path / JOURNAL, json.dumps(plan).encode(), fsync=repo.config.fsync)
-
-
 class _RollbackFailed(Exception):
     def __init__(self, original: BaseException) -> None:
         self.original = original
@@ -495,41 +499,4 @@ def _move_for(repo, e) -> RefMove | None:
     return RefMove(name, new, expected=old, message=f"merge: {e['action']}", turn=first, extra=extra)
 
 
-def _apply_one(repo, e) -> None:
-    name, old, new, turns = e["thread"], e["old"], e["new"], e["turns"]
-    cur = repo.refs.read(name)
-    if new is not None and cur != new:
-        first = turns[0] if turns else None
-        repo.refs.update(name, new, expected=old, turn=first, exists=repo.objects.contains,
-                         message=f"merge: {e['action']}")
-        turns = turns[1:]
-    tip = repo.refs.read(name)
-    logged = {x.turn for x in repo.refs.read_log(name) if x.turn}
-    for t in turns:
-        if t not in logged and tip is not None:
-            repo.refs.update(name, tip, expected=tip, turn=t, message="merge: recorded turn")
-
-
-def recover(repo) -> bool:
-    """Roll an interrupted merge forward (objects are all in; finish moving the refs)."""
-    path = repo.path / JOURNAL
-    if not path.exists():
-        return False
-    try:
-        plan = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
-        fsio.unlink(path)
-        return False
-    for e in plan:
-        cur = repo.refs.read(e["thread"])
-        if cur == e["new"] or cur == e["old"]:
-            e = dict(e, old=cur)
-            try:
-                _apply_one(repo, e)
-            except ConvgitError:
-                pass
-    fsio.unlink(path)
-    return True
-
-
-__all__ = ["MergeReport", "merge", "open_source", "recover", "ANY"]
+__all__ = ["JOURNAL", "MergeReport", "merge", "open_source", "recover", "ANY"]

@@ -19,12 +19,17 @@ from .ids import is_oid
 from .objects import Object
 from .pack import Pack, write_pack
 
-# Up to this many objects a batch is made durable file by file; above it, written as one pack.
-_SYNCFS_THRESHOLD = 16
+# The one pack threshold (docs/format.md §6.1, §6.3): a batch of up to this many objects is
+# written loose, each file made durable before the next; a larger one is written as one pack
+# (write_many here; commit_many and import decide the same way before calling write_packed).
+PACK_THRESHOLD = 16
 _READ_SIZE = 256 * 1024
 
 
 class ObjectStore:
+    """The objects of one store: loose files and packs behind one interface. Writes are
+    write-once and crash-safe (docs/format.md §6.1); reads verify the id."""
+
     def __init__(self, path: Path, *, fsync: bool = True) -> None:
         self.path = path
         self._root = str(path)
@@ -76,6 +81,7 @@ class ObjectStore:
         return None
 
     def close(self) -> None:
+        """Close every open pack."""
         for p in (self._packs or {}).values():
             p.close()
         self._packs = None
@@ -83,6 +89,7 @@ class ObjectStore:
     # -- reading ----------------------------------------------------------------------------
 
     def contains(self, oid: str) -> bool:
+        """True when ``oid`` is stored, loose or packed."""
         # packs() re-reads the pack list whenever the pack directory changed. (Writers, the
         # callers that act on a miss, hold the store lock, so gc cannot move objects meanwhile.)
         return os.path.exists(self._file(oid)) or self._pack_with(oid) is not None
@@ -103,6 +110,7 @@ class ObjectStore:
         return None
 
     def is_loose(self, oid: str) -> bool:
+        """True when ``oid`` is stored as a loose file."""
         return os.path.exists(self._file(oid))
 
     def read_bytes(self, oid: str) -> bytes:
@@ -171,9 +179,11 @@ class ObjectStore:
             os.close(fd)
 
     def read(self, oid: str) -> Object:
+        """The decoded object ``oid`` (verified against its id)."""
         return codec.decode(self.read_bytes(oid), oid)
 
     def iter_loose(self) -> Iterator[str]:
+        """The id of every loose object, fan-out directory by directory."""
         try:
             fan = sorted(os.listdir(self.path))
         except FileNotFoundError:
@@ -217,6 +227,7 @@ class ObjectStore:
         return sorted(found)
 
     def resolve_prefix(self, prefix: str) -> str | None:
+        """The one id starting with ``prefix``, None if none does (AmbiguousRevision if several)."""
         found = self.find_prefix(prefix)
         if len(found) > 1:
             raise AmbiguousRevision(
@@ -232,6 +243,7 @@ class ObjectStore:
         return self.write_many([(oid, data)]) == 1
 
     def write(self, obj: Object) -> tuple[str, bool]:
+        """Store ``obj``; ``(id, True if it was new)``."""
         oid, data = codec.encode_and_hash(obj)
         return oid, self.write_raw(oid, data)
 
@@ -262,7 +274,7 @@ class ObjectStore:
         for oid, data in items:
             if codec.hash_bytes(data) != oid:
                 raise ObjectCorrupt(f"refusing to store bytes under the wrong id {oid}", oid=oid)
-        per_file = self.fsync and len(items) <= _SYNCFS_THRESHOLD
+        per_file = self.fsync and len(items) <= PACK_THRESHOLD
         if self.fsync and not per_file:
             # Many objects: one pack, not loose files and a syncfs. A power loss before a
             # syncfs could keep any subset of the loose files' entries (a message without its

@@ -94,6 +94,8 @@ class Message(_Obj, tag="message"):
 
 
 class Blob(_Obj, tag="blob"):
+    """Raw bytes: a long text or an attachment, referenced by id from a part."""
+
     data: bytes
 
 

@@ -118,9 +118,11 @@ class Pack:
         return -1
 
     def contains(self, oid: str) -> bool:
+        """True when the pack holds ``oid``."""
         return self._find(bytes.fromhex(oid)) >= 0
 
     def ids(self) -> Iterator[str]:
+        """Every id in the pack, in id order."""
         for i in range(self.count):
             yield self._id(i).hex()
 
@@ -157,6 +159,7 @@ class Pack:
         return off, inner, size
 
     def read(self, oid: str) -> bytes | None:
+        """The bytes of ``oid``, verified against the id, or None if the pack does not hold it."""
         i = self._find(bytes.fromhex(oid))
         if i < 0:
             return None
@@ -219,6 +222,7 @@ class Pack:
         return self._pack
 
     def close(self) -> None:
+        """Unmap the pack and its index."""
         for m in (self._pack, self._idx):
             if isinstance(m, mmap.mmap):
                 try:
@@ -396,4 +400,5 @@ class PackWriter:
         return final_idx
 
     def abort(self) -> None:
+        """Give up the pack being written (its temporary file is removed)."""
         self._f.abort()

@@ -45,6 +45,8 @@ class RefMove:
 
 @dataclass(frozen=True)
 class ReflogEntry:
+    """One reflog line: the old and new tip, the time (UTC ms), the turn it recorded, a message."""
+
     old: str | None
     new: str | None
     time_ms: int
@@ -53,6 +55,7 @@ class ReflogEntry:
 
 
 def format_reflog_line(old: str | None, new: str | None, time_ms: int, turn: str | None, msg: str) -> str:
+    """One reflog line (docs/format.md §4): ``old new time turn<TAB>message``."""
     msg = " ".join(msg.split())  # one line, always
     return f"{old or ZERO_OID} {new or ZERO_OID} {time_ms} {turn or '-'}\t{msg}\n"
 
@@ -87,6 +90,7 @@ def broken_ref_fix(name: object) -> str:
 
 
 def parse_reflog_line(line: str) -> ReflogEntry | None:
+    """A reflog line as a ReflogEntry, or None when the line is not well formed."""
     head, _, msg = line.rstrip("\n").partition("\t")
     f = head.split(" ")
     if len(f) != 4 or not is_oid(f[0]) or not is_oid(f[1]) or not f[2].isdigit():
@@ -102,6 +106,9 @@ def parse_reflog_line(line: str) -> ReflogEntry | None:
 
 
 class RefStore:
+    """The refs of one store: a file per thread under ``refs/threads/``, HEAD, and a reflog
+    per thread. Every move is a compare-and-swap under the thread's lock (docs/format.md §6.2)."""
+
     def __init__(self, root: Path, *, fsync: bool = True, lock_timeout: float = 30.0) -> None:
         self.root = root  # the .convgit directory
         self.fsync = fsync
@@ -114,9 +121,11 @@ class RefStore:
     # -- paths ------------------------------------------------------------------------------
 
     def ref_path(self, name: str) -> Path:
+        """The ref file of thread ``name``."""
         return self._path(self.threads_dir, name)
 
     def log_path(self, name: str) -> Path:
+        """The reflog file of thread ``name``."""
         return self._path(self.logs_dir, name)
 
     @staticmethod
@@ -184,6 +193,7 @@ class RefStore:
     # -- HEAD -------------------------------------------------------------------------------
 
     def read_head(self) -> str:
+        """The thread HEAD names (``main`` when there is no HEAD file)."""
         try:
             raw = (self.root / "HEAD").read_text("utf-8").strip()
         except FileNotFoundError:
@@ -195,6 +205,7 @@ class RefStore:
         return raw[len(prefix):]
 
     def write_head(self, name: str) -> None:
+        """Point HEAD at thread ``name``."""
         check_thread_name(name)
         fsio.replace_file(self.root / "HEAD", f"ref: {THREADS}/{name}\n".encode(), fsync=self.fsync)
 
@@ -559,6 +570,7 @@ class RefStore:
         fsio.rename(src, dst)
 
     def read_log(self, name: str) -> list[ReflogEntry]:
+        """The reflog of thread ``name``, oldest first."""
         return read_log_file(self.log_path(name))
 
     def archived_entries(self) -> list[tuple[str, list["ReflogEntry"]]]:
@@ -590,6 +602,7 @@ class RefStore:
 
 
 def read_log_file(path: Path, offset: int = 0) -> list[ReflogEntry]:
+    """The well-formed entries of the reflog at ``path`` from byte ``offset`` on."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)

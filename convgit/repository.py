@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Iterator
 
 from . import fsio
-from .config import DEFAULT_CONFIG_TOML, Config, env_overrides, env_store_dir, load_config
+from .config import DEFAULT_CONFIG_TOML, Config, env_overrides, env_store_dir, expand_home, load_config, user_data_dir
 from .errors import NotAStore, UnsafeSymlink
+from .journal import JOURNAL, recover
 from .object_store import ObjectStore
 from .refs import RefStore
 
@@ -56,6 +57,8 @@ class Repository:
 
     @classmethod
     def open(cls, path: Path | str) -> "Repository":
+        """Open the existing store at ``path``: check its format version and that it holds no
+        unsafe symlink, then read its config."""
         path = Path(path).absolute()
         check_format(path)
         check_no_symlinks(path)
@@ -67,7 +70,7 @@ class Repository:
         ``.convgit/``, then the per-user default store (created on first use)."""
         env = env_store_dir()
         if env:
-            p = Path(env).expanduser()
+            p = expand_home(env)
             if not p.is_absolute() and start is not None:
                 p = Path(start) / p
             if p.exists() and not p.is_dir():
@@ -97,18 +100,19 @@ class Repository:
 
     @contextmanager
     def write_lock(self) -> Iterator[None]:
+        """Hold the store lock shared, as every writer does (after rolling an interrupted merge
+        forward)."""
         t = self.config.lock_timeout
         with ExitStack() as held:
             with fsio.flock(self.path / "queue.lock", shared=True, timeout=t):
                 held.enter_context(fsio.flock(self.path / "lock", shared=True, timeout=t))
-            if (self.path / "merge-journal.json").exists():  # a merge died mid-way: finish it
-                from .merge import recover
-
+            if (self.path / JOURNAL).exists():  # a merge died mid-way: finish it
                 recover(self)
             yield
 
     @contextmanager
     def exclusive_lock(self, timeout: float | None = None) -> Iterator[None]:
+        """Hold the store lock exclusively (gc, merge): no writer runs meanwhile."""
         t = self.config.lock_timeout if timeout is None else timeout
         with fsio.flock(self.path / "queue.lock", shared=False, timeout=t), \
                 fsio.flock(self.path / "lock", shared=False, timeout=t):
@@ -126,6 +130,7 @@ class Repository:
         return self._index
 
     def close(self) -> None:
+        """Close the index, if it was opened."""
         if self._index is not None:
             self._index.close()
             self._index = None
@@ -138,12 +143,12 @@ class Repository:
 
 
 def default_store_path() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("convgit", appauthor=False)) / STORE_DIRNAME
+    """The per-user default store: ``<platformdirs user_data_dir("convgit")>/.convgit``."""
+    return user_data_dir() / STORE_DIRNAME
 
 
 def check_format(path: Path) -> None:
+    """Raise NotAStore unless ``path/format`` names this format version."""
     try:
         raw = (path / "format").read_text("utf-8", errors="replace")
     except (FileNotFoundError, NotADirectoryError):

@@ -76,6 +76,7 @@ def resolve(repo, rev: str) -> str:
 
 
 def resolve_with_thread(repo, rev: str) -> tuple[str, str | None]:
+    """``(id, thread or None)`` for a revision; the thread when ``rev`` names one."""
     if not isinstance(rev, str) or not rev:
         raise NotFound("empty revision")
     base, n = split_rev(rev)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from .errors import InvalidInput
 from .fts import _TEXT_COLUMN, COLUMNS, DEFAULT_IN, FTS_TABLE, WEIGHTS, Query, Term, parse, snippet
+from .timefmt import iso
 
 
 @dataclass
@@ -27,8 +28,7 @@ class Hit:
     highlights: list[tuple[int, int]]
 
     def to_json(self) -> dict:
-        from .api import iso
-
+        """The hit as one entry of ``search --json``."""
         t = self.turn or {}
         return {
             "id": self.id,

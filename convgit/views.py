@@ -85,6 +85,7 @@ def usage(entry) -> dict | None:
 
 
 def usage_totals(entries: Sequence) -> dict:
+    """Token usage summed over ``entries``: turns with usage, input and output tokens."""
     turns = inp = outp = 0
     for e in entries:
         u = usage(e)

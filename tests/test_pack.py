@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import struct
 
@@ -158,7 +159,7 @@ def test_gc_rewrites_a_version_1_pack(tmp_path):
 def test_gc_sweeps_with_threads_and_leaves_no_loose_copy(tmp_path, monkeypatch):
     """Above a threshold the sweep unlinks from several threads (the file system's per-unlink
     latency dominates a 1,000,000-object gc): every loose copy still goes, nothing else."""
-    import convgit.gc as gc_mod
+    gc_mod = importlib.import_module("convgit.gc")  # (convgit.gc is also a function)
 
     monkeypatch.setattr(gc_mod, "_UNLINK_PARALLEL_ABOVE", 5)
     repo = convgit.init(tmp_path / ".convgit")
@@ -200,7 +201,7 @@ def _many_threads(repo, n=12, k=4):
 def test_a_large_gc_packs_in_pieces_and_deletes_while_it_marks(tmp_path, monkeypatch):
     """Past PACK_SPLIT objects gc finishes a pack and deletes the loose copies it holds while
     it goes on marking: several packs, no loose copy left, every object readable."""
-    import convgit.gc as gc_mod
+    gc_mod = importlib.import_module("convgit.gc")  # (convgit.gc is also a function)
 
     monkeypatch.setattr(gc_mod, "PACK_SPLIT", 7)
     monkeypatch.setattr(gc_mod, "_UNLINK_PARALLEL_ABOVE", 3)
@@ -219,7 +220,7 @@ def test_a_large_gc_packs_in_pieces_and_deletes_while_it_marks(tmp_path, monkeyp
 def test_a_gc_refused_mid_mark_loses_nothing_it_had_packed(tmp_path, monkeypatch):
     """A missing object met late in the mark: gc refuses (gc_refused), and every object that
     was readable before still is (loose copies already deleted are in durable packs)."""
-    import convgit.gc as gc_mod
+    gc_mod = importlib.import_module("convgit.gc")  # (convgit.gc is also a function)
     from convgit import errors
 
     monkeypatch.setattr(gc_mod, "PACK_SPLIT", 5)

@@ -119,6 +119,8 @@ def _items(items: list, where: str) -> list[Draft]:
 
 
 def is_anthropic_request(doc: dict) -> bool:
+    """True when ``doc`` is an Anthropic Messages request: a top-level ``system`` or content
+    blocks of Anthropic's types."""
     if "system" in doc and isinstance(doc.get("messages"), list):
         return True
     for m in doc.get("messages") or ():

@@ -24,6 +24,7 @@ class Chain:
 
     @property
     def tip(self) -> str | None:
+        """The id of the last message, or None for an empty chain."""
         return self.ids[-1] if self.ids else None
 
     def objects_from(self, k: int) -> list[tuple[str, bytes]]:
@@ -36,6 +37,8 @@ class Chain:
 
 
 def build_chain(drafts: Sequence[Draft], parent: str | None = None, config: Config | None = None) -> Chain:
+    """Hash ``drafts`` as a chain of messages below ``parent``, texts over the blob threshold
+    moved into blobs; limits of ``config`` enforced before anything is hashed."""
     config = config or Config()
     chain = Chain()
     for i, d in enumerate(drafts):

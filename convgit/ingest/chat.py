@@ -113,6 +113,7 @@ def _drafts(items: list, what: str) -> tuple[Draft, ...]:
 
 
 def message_draft(m: Any, where: str) -> Draft:
+    """One native / OpenAI chat message (``where`` names it in errors) as a Draft."""
     if not isinstance(m, dict):
         raise SchemaValidationFailed(f"{where}: a message must be an object, got {type(m).__name__}")
     if "role" not in m:

@@ -10,7 +10,7 @@ model_slug, status, the rest of ``metadata``) is provenance and goes into the no
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import SchemaValidationFailed
 from ..objects import AttachmentPart, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
@@ -30,7 +30,10 @@ def looks_like(doc: Any) -> bool:
     return "mapping" in doc or "current_node" in doc or ("conversation_id" in doc and "title" in doc)
 
 
-def parse(doc: Any, label: str = "") -> Conversation:
+def parse(doc: Any, label: str = "", *, detect: Callable[[Any], str | None] | None = None) -> Conversation:
+    """One ChatGPT export entry as a conversation tree. ``detect`` (sources' format detector,
+    passed in because sources imports this module) names what a forced ``--format chatgpt``
+    document looks like instead."""
     if not isinstance(doc, dict):
         raise SchemaValidationFailed("a ChatGPT conversation must be an object")
     mapping = doc.get("mapping")
@@ -39,7 +42,7 @@ def parse(doc: Any, label: str = "") -> Conversation:
         upstream = None
     if mapping is None:
         if not looks_like(doc):  # --format chatgpt forced on something else
-            raise SchemaValidationFailed(f"not a ChatGPT conversation (no \"mapping\"){_looks_like_other(doc)}")
+            raise SchemaValidationFailed(f"not a ChatGPT conversation (no \"mapping\"){_looks_like_other(doc, detect)}")
         raise SchemaValidationFailed("entry has no \"mapping\" (a corrupted or partial export entry): skipped", skip=True)
     if not isinstance(mapping, dict):
         raise SchemaValidationFailed("\"mapping\" must be an object")
@@ -91,10 +94,8 @@ def parse(doc: Any, label: str = "") -> Conversation:
                         tree=True, title=title, meta=meta or None, label=label)
 
 
-def _looks_like_other(doc: dict) -> str:
-    from .sources import detect  # the one detector (sources imports this module)
-
-    other = detect(doc)
+def _looks_like_other(doc: dict, detect) -> str:
+    other = detect(doc) if detect is not None else None
     return f": it looks like {other} (use --format {other}, or auto)" if other and other != SOURCE else ""
 
 

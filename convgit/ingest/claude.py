@@ -23,10 +23,12 @@ _BLOCK_PROVENANCE = ("start_timestamp", "stop_timestamp", "flags")
 
 
 def looks_like(doc: Any) -> bool:
+    """True for a Claude.ai conversation (a ``chat_messages`` list)."""
     return isinstance(doc, dict) and isinstance(doc.get("chat_messages"), list)
 
 
 def parse(doc: Any, label: str = "") -> Conversation:
+    """One Claude.ai conversation: linear, or a tree when messages name their parent."""
     if not isinstance(doc, dict) or not isinstance(doc.get("chat_messages"), list):
         raise SchemaValidationFailed("a Claude conversation needs a \"chat_messages\" list")
     msgs = doc["chat_messages"]

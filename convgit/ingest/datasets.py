@@ -26,11 +26,13 @@ _MEDIA = re.compile(r"<(image|video|audio)>")
 
 
 def sharegpt_looks_like(doc: Any) -> bool:
+    """True for a ShareGPT record (or bare list) of ``{from, value}`` turns."""
     turns = doc.get("conversations") if isinstance(doc, dict) else doc
     return isinstance(turns, list) and bool(turns) and all(isinstance(t, dict) and "from" in t and "value" in t for t in turns[:3])
 
 
 def sharegpt_payload(doc: Any) -> Payload:
+    """One ShareGPT record as a Payload (media lists attached to their placeholders)."""
     if isinstance(doc, list):
         doc = {"conversations": doc}
     turns = doc.get("conversations") if isinstance(doc, dict) else None

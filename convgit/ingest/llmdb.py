@@ -30,6 +30,7 @@ SOURCE = "llm"
 
 
 def is_llm_db(path) -> bool:
+    """True when ``path`` is an llm logs.db (a ``responses`` table, or llm's threads schema)."""
     try:
         db = sqlite3.connect(sqlite_readonly_uri(path), uri=True)
         try:
@@ -42,15 +43,20 @@ def is_llm_db(path) -> bool:
 
 
 def canonical_json(obj: Any) -> str:
+    """llm's canonical JSON: sorted keys, no spaces, UTF-8 kept."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def b2_hash(message: dict, parent: str | None) -> str:
+    """llm's id of a message under ``parent``: ``b2:`` and BLAKE2b-128 of canonical JSON (used
+    to check that the database was not altered)."""
     data = canonical_json({"parent": parent, "message": message}).encode("utf-8", "surrogatepass")
     return "b2:" + hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def iter_conversations(path, label: str) -> Iterator[Conversation | tuple[str, Exception]]:
+    """Each thread of the llm database at ``path`` as a Conversation, or ``(label, error)``
+    for one that cannot be read."""
     try:
         db = sqlite3.connect(sqlite_readonly_uri(path), uri=True)
         db.row_factory = sqlite3.Row

@@ -52,6 +52,7 @@ class Payload(msgspec.Struct, frozen=True):
 
     @property
     def all_messages(self) -> tuple[Draft, ...]:
+        """The request's messages followed by the response's."""
         return self.messages + self.response
 
 

@@ -32,6 +32,8 @@ ROLE_ALIASES = {
 
 
 def normalize_role(role: Any, where: str) -> str:
+    """A role in canonical form (aliases such as ``human``, ``model`` mapped), or
+    SchemaValidationFailed naming ``where``."""
     if not isinstance(role, str):
         raise SchemaValidationFailed(f"{where}: role must be a string, got {_tname(role)}")
     r = role.strip().lower()
@@ -81,6 +83,7 @@ def _str_or_none(d: dict, key: str, where: str) -> str | None:
 
 
 def part_from_dict(d: dict, where: str) -> Part:
+    """One part given as a dict (native or provider content block) as a Part."""
     t = d.get("type")
     if t in ("text", "input_text", "output_text"):
         text = d.get("text", "")
@@ -227,4 +230,5 @@ def _b64(s: str, where: str) -> bytes:
 
 
 def is_empty(parts: list[Part]) -> bool:
+    """True when ``parts`` hold no content: only empty text."""
     return all(isinstance(p, TextPart) and p.text == "" and p.blob is None for p in parts)

@@ -18,10 +18,11 @@ from ..config import Config
 from ..errors import ConvgitError, InvalidInput, PayloadTooLarge, SchemaValidationFailed
 from . import apis, chatgpt, claude, datasets, llmdb, native, webui
 from .chat import parse_chat
+from .decode import decode_json
 from .jsonsplit import CHUNK, Skipped, iter_array
 from .model import Conversation, Node, Payload, TurnInfo
 
-TREE_FORMATS = {"chatgpt": chatgpt.parse, "claude": claude.parse, "open-webui": webui.parse_owui,
+TREE_FORMATS = {"chatgpt": lambda doc, label="": chatgpt.parse(doc, label, detect=detect), "claude": claude.parse, "open-webui": webui.parse_owui,
                 "librechat": webui.parse_librechat}
 PAYLOAD_FORMATS = ("native", "openai", "openai-completion", "openai-responses", "anthropic", "gemini", "aistudio",
                    "sharegpt", "messages", "conversation", "transcript")
@@ -133,6 +134,7 @@ def payload_conversation(payload: Payload, *, source: str, label: str, size: int
 
 
 def conversation_from_document(doc: Any, fmt: str | None, label: str, size: int = 0) -> Conversation:
+    """One decoded document of format ``fmt`` (None: detected) as a Conversation to import."""
     fmt = fmt or detect(doc)
     if fmt is None:
         raise SchemaValidationFailed("unknown format: not a conversation convgit can read (use --format)")
@@ -253,8 +255,6 @@ def _one(label: str, size: int, make) -> Conversation | Rejected:
 
 
 def _element(raw: bytes, fmt: str | None, label: str, limit: int) -> Conversation | Rejected:
-    from . import decode_json
-
     if len(raw) > limit:
         return Rejected(label, PayloadTooLarge(f"{len(raw)} bytes; the limit is {limit} (limits.max_payload_bytes)"), len(raw))
     return _one(label, len(raw), lambda: conversation_from_document(decode_json(raw), fmt, label, len(raw)))
@@ -262,8 +262,6 @@ def _element(raw: bytes, fmt: str | None, label: str, limit: int) -> Conversatio
 
 def _document(raw: bytes, fmt: str | None, label: str, limit: int) -> Iterator[Conversation | Rejected]:
     """One JSON document: a conversation, or a convgit export bundle of several threads."""
-    from . import decode_json
-
     if fmt in (None, "native") and len(raw) <= limit and b'"threads"' in raw:
         try:
             doc = decode_json(raw)
@@ -289,8 +287,6 @@ def _iter_array_source(f: BinaryIO, fmt: str | None, config: Config, label: str)
     message is (an earlier replay buffer that stopped remembering spliced the file), and an
     element or a message list over ``max_payload_bytes`` is refused without being buffered.
     """
-    from . import decode_json
-
     limit = config.max_payload_bytes
     it = iter_array(f, max_element=limit)
     seen: list[tuple[int, bytes | Skipped]] = []  # read before the kind is known
@@ -348,8 +344,6 @@ def _message_list(seen: list[tuple[int, bytes | Skipped]], head: Any, it: Iterat
                   fmt: str | None, label: str, limit: int) -> Conversation | Rejected:
     """One conversation whose messages are the array's elements (``head`` is the first one,
     already decoded): decoded one by one, refused as soon as it exceeds ``limit`` bytes."""
-    from . import decode_json
-
     def too_large(size: int) -> Rejected:
         return Rejected(label, PayloadTooLarge(
             f"more than {limit} bytes in one conversation (limits.max_payload_bytes)"), size)

@@ -43,6 +43,7 @@ class Built:
         return out
 
     def chain(self, tip: str | None) -> Chain:
+        """The messages from the root to ``tip`` as a Chain (for commit's decision)."""
         c = Chain()
         for oid in self.path(tip):
             c.ids.append(oid)

@@ -30,6 +30,7 @@ ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 
 def owui_looks_like(doc: Any) -> bool:
+    """True for an Open WebUI chat (``history.messages``, at the top or under ``chat``)."""
     if not isinstance(doc, dict):
         return False
     chat = doc.get("chat") if isinstance(doc.get("chat"), dict) else doc
@@ -37,6 +38,7 @@ def owui_looks_like(doc: Any) -> bool:
 
 
 def parse_owui(doc: Any, label: str = "") -> Conversation:
+    """One Open WebUI chat as a conversation tree."""
     if not owui_looks_like(doc):
         raise SchemaValidationFailed("an Open WebUI chat needs history.messages")
     chat = doc.get("chat") if isinstance(doc.get("chat"), dict) else doc
@@ -158,11 +160,13 @@ def _output_item(it: Any) -> Any:
 
 
 def librechat_looks_like(doc: Any) -> bool:
+    """True for a LibreChat export (``conversationId`` and messages)."""
     return isinstance(doc, dict) and "conversationId" in doc and (
         isinstance(doc.get("messages"), list) or isinstance(doc.get("messagesTree"), list))
 
 
 def parse_librechat(doc: Any, label: str = "") -> Conversation:
+    """One LibreChat export (flat or nested ``children``) as a conversation tree."""
     if not librechat_looks_like(doc):
         raise SchemaValidationFailed("a LibreChat export needs conversationId and messages")
     roots = doc.get("messagesTree") if isinstance(doc.get("messagesTree"), list) else doc["messages"]

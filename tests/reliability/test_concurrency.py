@@ -111,7 +111,7 @@ def _break_gc() -> None:
     unreachable object is prunable whatever its age: --prune=now with its clock an hour ahead,
     so not even objects written during the run count as young); and refs read before objects
     are listed, so an object written and referenced in between looks unreachable."""
-    import convgit.gc as gc_mod
+    gc_mod = importlib.import_module("convgit.gc")  # (convgit.gc is also a function)
 
     Repository.exclusive_lock = lambda self, timeout=None: contextlib.nullcontext()  # type: ignore[method-assign]
     real_run, real_roots = gc_mod._run, gc_mod._roots
@@ -313,7 +313,7 @@ def test_t6501_commit_on_an_old_abandoned_parent_survives_a_gc_in_between(tmp_pa
 def test_mutation_t6501_gc_that_keeps_young_objects_but_not_their_ancestry(tmp_path, monkeypatch):
     """The same interleaving against a gc that keeps young objects but not what they reach:
     the old parent is pruned and the new commit's history is broken."""
-    import convgit.gc as gc_mod
+    gc_mod = importlib.import_module("convgit.gc")  # (convgit.gc is also a function)
 
     repo, old_tip = _abandoned_store(tmp_path)
     real = gc_mod.mark_reachable
@@ -494,7 +494,7 @@ def test_gc_fails_closed_and_deletes_nothing(tmp_path, case):
 def test_mutation_gc_that_skips_bad_refs_deletes_data(tmp_path, monkeypatch, case):
     """A gc that ignores what it cannot read (treats the ref as absent, the object as a leaf)
     deletes objects: the snapshot check above would catch it."""
-    import convgit.gc as gc_mod
+    gc_mod = importlib.import_module("convgit.gc")  # (convgit.gc is also a function)
 
     repo = _populated(tmp_path)
     FAIL_CLOSED[case](repo.path)
@@ -528,7 +528,7 @@ def test_mutation_gc_that_skips_bad_refs_deletes_data(tmp_path, monkeypatch, cas
 
 
 def _slow_gc(root: str, go, q) -> None:
-    import convgit.gc as gc_mod
+    gc_mod = importlib.import_module("convgit.gc")  # (convgit.gc is also a function)
 
     def slow(name):  # hold the gc lock long enough for the other to try
         if name == "gc_after_mark":
