@@ -99,6 +99,8 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def parse_bool(text: str, what: str) -> bool:
+    """A yes/no setting (``1/true/yes/on``, ``0/false/no/off`` or empty); anything else is
+    ``invalid_input`` naming ``what``."""
     v = text.strip().lower()
     if v in _TRUE:
         return True

@@ -29,7 +29,7 @@ from .config import crash_point, parse_age
 from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing, StorageFailed
 from .graph import mark_reachable, records_reachable
 from .ids import check_thread_name, is_oid
-from .journal import recover
+from .merge_journal import recover
 from .objects import Message, Turn
 from .pack import PackWriter
 from .refs import broken_ref_fix, format_reflog_line, parse_rename, read_log_file

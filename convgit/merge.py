@@ -25,7 +25,7 @@ from .config import crash_point
 from .errors import ConvgitError, InvalidInput, NotAStore, ObjectCorrupt, ObjectMissing, SourceCorrupt, StorageFailed, UnsafeSymlink
 from .graph import deleted_provenance, typed_references
 from .ids import check_thread_name, is_oid
-from .journal import JOURNAL, recover, write_journal
+from .merge_journal import JOURNAL, recover, write_journal
 from .objects import Message
 from .pack import write_pack
 from .refs import ANY, NOT_APPLIED, RefMove, format_reflog_line, read_log_file

@@ -10,7 +10,7 @@ from typing import Iterator
 from . import fsio
 from .config import DEFAULT_CONFIG_TOML, Config, env_overrides, env_store_dir, expand_home, load_config, user_data_dir
 from .errors import NotAStore, UnsafeSymlink
-from .journal import JOURNAL, recover
+from .merge_journal import JOURNAL, recover
 from .object_store import ObjectStore
 from .refs import RefStore
 
