@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from collections.abc import MutableMapping
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -125,6 +125,8 @@ def _build(name: str):
 
 
 class _RootGroup(_Group):
+    """convgit's own group: its commands are the lazy table (typer passes those it built)."""
+
     def __init__(self, *args, commands=None, **kwargs):
         super().__init__(*args, commands=_LazyCommands(commands or {}), **kwargs)
 
