@@ -4,31 +4,70 @@
     repo = convgit.open_repo()
     convgit.commit(repo, {"messages": [...]})
 
-The names here are exactly ``convgit.api.__all__`` (plus ``__version__``): one surface.
+The names here are exactly ``convgit.api.__all__`` (plus ``__version__``): one surface
+(tests/test_api_surface.py). They are imported on first use (PEP 562 ``__getattr__``), not
+when the package is: every CLI command imports ``convgit`` first, and most of them need only
+a small part of the library (start-up: docs/performance.md). ``from convgit import commit``
+and ``convgit.commit(...)`` work as before.
 """
+
+from __future__ import annotations
+
+import sys
+import types
 
 __version__ = "0.1.0"
 
-import sys as _sys  # noqa: E402
-import types as _types  # noqa: E402
+from .errors import ConvgitError  # noqa: E402
 
-from . import api as _api  # noqa: E402
-from .api import *  # noqa: E402,F401,F403
+_API = (
+    # types
+    "CommitResult", "ConvgitError", "ForkResult", "LogEntry", "Payload", "RefExists", "Repository", "TurnInfo",
+    # stores
+    "init", "open_repo",
+    # writing
+    "check_on_conflict", "commit", "commit_many", "delete_thread", "fork", "hash_object", "import_paths",
+    "rename_thread", "switch", "to_payload", "update_ref",
+    # reading
+    "cat_object", "conversation", "export", "iso", "iter_log", "log", "make_filters", "message_text", "object_json",
+    "part_json", "rev_parse", "search", "show_refs", "status", "threads", "tree",
+    # maintenance
+    "bundle_create", "bundle_verify", "fsck", "gc", "merge", "reindex",
+)
+# name -> the module that defines it (each imported when the name is first used)
+_LAZY = {name: "api" for name in _API if name != "ConvgitError"}
+_LAZY["Repository"] = "repository"
 
-__all__ = ["__version__", *_api.__all__]
+__all__ = ["__version__", *_API]
 
 
-class _Package(_types.ModuleType):
+def __getattr__(name: str):
+    if name == "api":  # `import convgit; convgit.api.x` worked when api was imported eagerly
+        __import__(f"{__name__}.api")
+        return sys.modules[f"{__name__}.api"]
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'convgit' has no attribute {name!r}")
+    __import__(f"{__name__}.{module}")  # (not importlib.import_module: -X importtime sees this one)
+    value = getattr(sys.modules[f"{__name__}.{module}"], name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
     """The ``convgit`` package object. Python binds a submodule to its package's attribute of
-    the same name when it is first imported, so the lazy ``from .gc import gc`` inside
-    ``api.gc`` would turn ``convgit.gc`` from the function into the module; here the functions
-    (commit, gc, fsck, merge, export) keep their names. Reach a submodule with
-    ``from convgit.gc import ...`` or ``importlib.import_module("convgit.gc")``."""
+    the same name when it is first imported (``convgit.commit``, ``convgit.gc``, ...): here
+    the public names stay the functions. Reach a submodule with ``from convgit.gc import ...``
+    or ``importlib.import_module("convgit.gc")``."""
 
-    def __setattr__(self, name: str, value: object) -> None:
-        if isinstance(value, _types.ModuleType) and name in __all__:
+    def __setattr__(self, name: str, value) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)
 
 
-_sys.modules[__name__].__class__ = _Package
+sys.modules[__name__].__class__ = _Package

@@ -17,19 +17,32 @@ from typing import TYPE_CHECKING, Any, Iterator
 import msgspec
 
 from . import codec, graph, revparse
-from .commit import (
-    CommitResult, check_on_conflict, commit_many as _commit_many, commit_payload, move_head, read_head_before_commit,
-    thread_exists,
-)
 from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed, StorageFailed
 from .ids import check_thread_name, is_oid, short
-from .ingest import Payload, TurnInfo, parse_payload
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
 from .repository import Repository
 from .timefmt import iso
 
-if TYPE_CHECKING:  # a runtime import would load the query module on every start
+if TYPE_CHECKING:  # runtime imports are in the functions: each command loads only what it uses
+    from .commit import CommitResult
+    from .ingest import Payload
     from .query import Filters
+
+# Names re-exported from modules that reading commands never need (commit, the input parsers):
+# imported on first use (PEP 562), so `convgit log` does not load them.
+_REEXPORTS = {"CommitResult": "commit", "check_on_conflict": "commit", "Payload": "ingest", "TurnInfo": "ingest"}
+
+
+def __getattr__(name: str):
+    module = _REEXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import sys
+
+    __import__(f"{__package__}.{module}")
+    value = getattr(sys.modules[f"{__package__}.{module}"], name)
+    globals()[name] = value
+    return value
 
 # -- stores ---------------------------------------------------------------------------------
 
@@ -53,6 +66,8 @@ def open_repo(start: str | Path | None = None) -> Repository:
 
 def to_payload(repo: Repository, data: Any, *, model: str | None = None) -> Payload:
     """Bytes/str (JSON), a decoded dict/list, or a Payload → a validated Payload."""
+    from .ingest import Payload, parse_payload
+
     if isinstance(data, Payload):
         payload = data
     elif isinstance(data, (bytes, str)):
@@ -88,6 +103,8 @@ def commit(
 ) -> CommitResult:
     """Store one conversation (see DESIGN §5 for which thread moves). HEAD then names the
     thread committed to (``convgit.commit.follow_head``, the rule the CLI follows too)."""
+    from .commit import check_on_conflict, commit_payload
+
     check_on_conflict(on_conflict)
     return commit_payload(repo, to_payload(repo, data, model=model), thread=thread, on_conflict=on_conflict,
                           now_ms=now_ms, move_head=True)
@@ -96,6 +113,8 @@ def commit(
 def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None) -> list[CommitResult]:
     """Bulk ingestion: same decisions as ``commit`` without ``thread``, far fewer flushes.
     HEAD then names the last thread committed to, as after ``commit``."""
+    from .commit import commit_many as _commit_many
+
     return _commit_many(repo, [to_payload(repo, d) for d in items], now_ms=now_ms, move_head=True)
 
 
@@ -424,6 +443,8 @@ def rename_thread(repo: Repository, old: str, new: str) -> dict:
     """Rename a thread; HEAD follows it, and threads forked from it show the new name.
     HEAD is read before the rename; a failure to write it afterwards is a warning (the
     rename stands), in ``warnings``."""
+    from .commit import move_head
+
     head = repo.refs.read_head()
     with repo.write_lock():
         tip = repo.refs.rename(old, new)
@@ -443,6 +464,8 @@ def delete_thread(repo: Repository, name: str) -> dict:
     (``head``, ``head_moved``), so HEAD never silently names a deleted thread while others
     exist; with none left it keeps naming the deleted one. ``warnings``: what went wrong
     after the delete (it stands)."""
+    from .commit import move_head
+
     check_thread_name(name)
     head = repo.refs.read_head()  # unreadable: refuse before deleting anything
     broken = None
@@ -507,6 +530,7 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
                  progress=None, now_ms: int | None = None):
     """Import every conversation in ``paths`` (see convgit/importer.py). Returns an
     ImportReport; one bad conversation is reported, never raised."""
+    from .commit import move_head, read_head_before_commit, thread_exists
     from .importer import import_conversations
     from .ingest.sources import Rejected, iter_path
 

@@ -1,23 +1,60 @@
-"""The typer application: global options, error mapping, and the command modules."""
+"""The typer application: global options, error mapping, and the command modules.
+
+Start-up: a command imports only its own module. The root group knows every command's name
+and module (``COMMANDS``) and imports the module, and builds the click command, when the
+command is looked up (``--help`` looks up all of them). Parameters are converted without
+pydantic (``params.lean``).
+"""
 
 from __future__ import annotations
 
 import os
 import sqlite3
 import sys
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Optional
 
 import typer
+import typer.main
 from typer.core import TyperGroup
 
 from .. import __version__
 from ..errors import ConvgitError, InvalidInput, storage_failure
-from . import output
+from . import output, params
+
+# Every command, in the order `convgit --help` lists them (typer's order: the commands in the
+# order their modules registered them, then the groups), and the module that registers it.
+# tests/test_startup.py checks this table against what the modules register.
+COMMANDS = {
+    "init": "cmd_commit", "commit": "cmd_commit",
+    "import": "cmd_import", "export": "cmd_import",
+    "log": "cmd_log", "show": "cmd_log",
+    "gc": "cmd_maintenance", "fsck": "cmd_maintenance", "merge": "cmd_maintenance",
+    "rev-parse": "cmd_plumbing", "cat-object": "cmd_plumbing", "hash-object": "cmd_plumbing",
+    "update-ref": "cmd_plumbing", "show-ref": "cmd_plumbing", "reindex": "cmd_plumbing", "path": "cmd_plumbing",
+    "search": "cmd_search",
+    "status": "cmd_status",
+    "switch": "cmd_threads", "fork": "cmd_threads",
+    "bundle": "cmd_maintenance",
+    "threads": "cmd_threads",
+}
 
 
 class _Group(TyperGroup):
     """The one place that maps convgit errors to a message and an exit code."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        params.lean(self)
+        # (the lazy table leans each command it builds; typer built these ones already)
+        built = self.commands._built if isinstance(self.commands, _LazyCommands) else self.commands
+        for cmd in built.values():
+            if not isinstance(cmd, _Group):  # a group leans its own
+                params.lean(cmd)
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(self.commands)  # names only: a lazy table builds nothing to list
 
     def invoke(self, ctx):
         if ctx.parent is None:
@@ -54,8 +91,61 @@ class _Group(TyperGroup):
             ctx.exit(130)
 
 
+class _LazyCommands(MutableMapping):
+    """The root group's commands: every name of ``COMMANDS``, each built on first lookup."""
+
+    def __init__(self, built: dict):
+        self._built = dict(built)
+
+    def __getitem__(self, name: str):
+        cmd = self._built.get(name)
+        if cmd is None:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            cmd = self._built[name] = _build(name)
+        return cmd
+
+    def __setitem__(self, name: str, cmd) -> None:
+        self._built[name] = cmd
+
+    def __delitem__(self, name: str) -> None:
+        del self._built[name]
+
+    def __iter__(self):
+        yield from COMMANDS
+        yield from (n for n in self._built if n not in COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS) + sum(1 for n in self._built if n not in COMMANDS)
+
+    def __contains__(self, name) -> bool:
+        return name in COMMANDS or name in self._built
+
+
+def _build(name: str):
+    """Import the module of command ``name`` and build its click command from its registration."""
+    __import__(f"{__package__}.{COMMANDS[name]}")  # (not importlib: -X importtime sees this one)
+    opts = {"pretty_exceptions_short": app.pretty_exceptions_short, "rich_markup_mode": app.rich_markup_mode}
+    for info in app.registered_commands:
+        if info.name == name:
+            cmd = typer.main.get_command_from_info(info, **opts)
+            params.lean(cmd)
+            return cmd
+    for info in app.registered_groups:
+        if info.name == name:
+            return typer.main.get_group_from_info(info, suggest_commands=app.suggest_commands, **opts)
+    raise KeyError(name)  # pragma: no cover - COMMANDS names a command no module registers
+
+
+class _RootGroup(_Group):
+    """convgit's own group: its commands are the lazy table (typer passes those it built)."""
+
+    def __init__(self, *args, commands=None, **kwargs):
+        super().__init__(*args, commands=_LazyCommands(commands or {}), **kwargs)
+
+
 app = typer.Typer(
-    cls=_Group,
+    cls=_RootGroup,
     name="convgit",
     help="git for LLM conversations: a content-addressed, deduplicated, forkable message store.",
     no_args_is_help=True,
@@ -107,9 +197,6 @@ def reset_repo() -> None:
     if _repo is not None:
         _repo.close()
     _repo = None
-
-
-from . import cmd_commit, cmd_import, cmd_log, cmd_maintenance, cmd_plumbing, cmd_search, cmd_status, cmd_threads  # noqa: E402,F401
 
 
 def run(argv: list[str]) -> None:

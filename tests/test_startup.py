@@ -1,0 +1,180 @@
+"""Start-up structure (not timing): each command imports only what it needs.
+
+A command imports its own CLI module and the library modules it uses, never pydantic (typer
+converts parameters with it unless convgit/cli/params.py does), never the input parsers
+unless it reads input, and `--version` / `--help` never open a store. The figures are in
+docs/performance.md ("Start-up"), from benchmarks/bench_startup.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import PY, cli, cli_env, env, ok, proj, run  # noqa: F401  (fixtures)
+
+# Run convgit as `python -m convgit ARGS` would, then write the names of the loaded modules.
+PROBE = """
+import atexit, json, runpy, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv = ["convgit", *sys.argv[2:]]
+runpy.run_module("convgit", run_name="__main__", alter_sys=True)
+"""
+
+HEAVY = ("pydantic", "pydantic_core", "typer._adapters", "zstandard", "rich", "sqlite3", "convgit.index",
+         "convgit.ingest", "convgit.importer", "convgit.api")
+
+
+def loaded(args, *, cwd: Path, env: dict, tmp_path: Path, input: bytes = b"") -> set[str]:
+    out = tmp_path / "modules.json"
+    p = subprocess.run([PY, "-c", PROBE, str(out), *args], cwd=cwd, env=env, input=input, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    return set(json.loads(out.read_text()))
+
+
+def present(modules: set[str], prefixes) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
+
+
+@pytest.fixture
+def store(tmp_path, run) -> Path:
+    """A project store with two loose conversations (no pack: reading needs no zstandard)."""
+    d = tmp_path / "proj"
+    ok(run("init"))
+    for i in range(2):
+        ok(run("commit", "-", input=json.dumps({"messages": [
+            {"role": "user", "content": f"foo question {i}"}, {"role": "assistant", "content": f"answer {i}"}]})))
+    return d
+
+
+@pytest.mark.parametrize("args", [["--version"], ["-V"]])
+def test_version_loads_no_library_and_no_typer(args, store, env, tmp_path):
+    mods = loaded(args, cwd=store, env=env, tmp_path=tmp_path)
+    assert present(mods, HEAVY + ("convgit.repository", "convgit.refs", "typer", "convgit.cli.app")) == []
+
+
+@pytest.mark.parametrize("args", [["--help"], ["log", "--help"], ["threads", "--help"], ["import", "--help"]])
+def test_help_opens_no_store_and_loads_no_parsers(args, store, env, tmp_path):
+    mods = loaded(args, cwd=store, env=env, tmp_path=tmp_path)
+    # (--help lists every command, so every command module and convgit.api are loaded)
+    assert present(mods, [h for h in HEAVY if h != "convgit.api"]) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["log", "-n", "1"], ["log", "--json"], ["status"], ["search", "foo"], ["threads"], ["show"], ["show", "--json"],
+])
+def test_reading_commands_load_no_parsers_and_no_pydantic(args, store, env, tmp_path):
+    mods = loaded(args, cwd=store, env=env, tmp_path=tmp_path)
+    assert present(mods, ("pydantic", "pydantic_core", "typer._adapters", "zstandard", "convgit.ingest",
+                          "convgit.importer", "convgit.commit", "convgit.merge", "convgit.gc", "convgit.fsck")) == []
+    # only the module of the command itself (and what it imports) is loaded from cli/
+    assert "convgit.cli.cmd_import" not in mods and "convgit.cli.cmd_plumbing" not in mods
+
+
+def test_commit_loads_no_pydantic_and_no_importer(store, env, tmp_path):
+    doc = {"messages": [{"role": "user", "content": "foo question 0"}, {"role": "assistant", "content": "answer 0"},
+                        {"role": "user", "content": "and then?"}]}
+    mods = loaded(["commit", "-", "-t", "t1"], cwd=store, env=env, tmp_path=tmp_path, input=json.dumps(doc).encode())
+    assert present(mods, ("pydantic", "pydantic_core", "typer._adapters", "convgit.importer",
+                          "convgit.cli.cmd_log", "convgit.cli.cmd_search")) == []
+    assert "convgit.commit" in mods
+
+
+def test_a_bad_value_is_still_typers_error(run, store):
+    """A value the lean converters do not take falls back to typer's (pydantic) conversion."""
+    r = run("log", "-n", "many")
+    assert r.rc == 2 and "Input should be a valid integer" in r.err, r
+
+
+# -- the lazy command table and the converters agree with what they replace ---------------------
+
+
+def _full_group():
+    import typer.main
+
+    from convgit.cli import app as app_mod
+
+    for mod in sorted(set(app_mod.COMMANDS.values())):
+        __import__(f"convgit.cli.{mod}")
+    return app_mod, typer.main.get_command(app_mod.app)
+
+
+def test_command_table_matches_the_modules():
+    """COMMANDS lists every registered command, in typer's own order, with its module."""
+    app_mod, _ = _full_group()
+    registered = [(c.name, c.callback.__module__) for c in app_mod.app.registered_commands]
+    registered += [(g.name, _group_module(g)) for g in app_mod.app.registered_groups]
+    assert registered == [(n, f"convgit.cli.{m}") for n, m in app_mod.COMMANDS.items()]
+
+
+def _group_module(info) -> str:
+    t = info.typer_instance
+    cb = t.registered_callback.callback if t.registered_callback else t.registered_commands[0].callback
+    return cb.__module__
+
+
+def _params(cmd, path=()):
+    for p in cmd.params:
+        yield path, p
+    for name in cmd.list_commands(None) if hasattr(cmd, "list_commands") else ():
+        yield from _params(cmd.get_command(None, name), path + (name,))
+
+
+SAMPLES = {
+    str: ["x", "", "ü -- x", "007"],
+    int: ["1", "007", "-3", "-0", " 4", "1_0", "+5", "1.0", "x", "", 5, 0],
+    bool: [True, False],
+    Path: ["a/b", "", ".", "~", "/nonexistent/x"],
+    "list": [("a", "b"), (), ("",), ["x"]],
+}
+
+
+def test_lean_converters_give_typers_results():
+    """For every parameter of every command, the pydantic-free converter returns what typer's
+    own returns (or raises the same error), so convgit/cli/params.py changes no behaviour."""
+    from typer._click import Context
+    from typer._click.exceptions import BadParameter
+    from typer._coercion import build_runtime_param
+
+    from convgit.cli import params
+
+    _, root = _full_group()
+    checked = set()
+    for path, p in _params(root):
+        lean = p._runtime_param
+        assert isinstance(lean, params._Lean), (
+            f"convgit {' '.join(path)} {p.name}: a parameter type convgit/cli/params.py does not convert "
+            "(typer would import pydantic to convert it): add its kind there")
+        ours, theirs = lean, build_runtime_param(p.type_descriptor)
+        assert not isinstance(theirs, params._Lean)
+        ctx = Context(root)
+        key = lean.kind
+        for value in SAMPLES[{"str": str, "int": int, "bool": bool, "path": Path, "list": "list"}[key]]:
+            def conv(rt):
+                try:
+                    return ("ok", rt.coerce(value, param=p, ctx=ctx))
+                except BadParameter as e:
+                    return ("error", e.format_message())
+            a, b = conv(ours), conv(theirs)
+            assert a == b and type(a[1]) is type(b[1]), (path, p.name, value, a, b)
+        checked.add(key)
+    assert checked == {"str", "int", "bool", "path", "list"}
+
+
+def test_package_names_resolve_lazily(tmp_path):
+    """`convgit.commit` is the function even once the submodule convgit.commit is loaded."""
+    code = ("import sys, convgit; assert 'convgit.api' not in sys.modules; import convgit.commit; "
+            "from convgit import commit, Repository; import convgit.api as api; "
+            "assert commit is api.commit and convgit.commit is api.commit, commit; "
+            "assert api.check_on_conflict is sys.modules['convgit.commit'].check_on_conflict; "
+            "assert Repository.__name__ == 'Repository'; "
+            "ns = {}; exec('from convgit import *', ns); assert ns['commit'] is api.commit; "
+            "ns = {}; exec('from convgit.api import *', ns); assert ns['Payload'].__name__ == 'Payload'")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
