@@ -7,7 +7,7 @@ on stderr (or a JSON document under ``--json``) and ``exit_code``. The table is 
 from __future__ import annotations
 
 import errno
-import sqlite3
+import sys
 
 
 class ConvgitError(Exception):
@@ -203,7 +203,8 @@ def storage_failure(e: BaseException, what: str = "") -> "StorageFailed | None":
     if isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS:
         where = f"{e.filename}: " if e.filename and not what else ""
         return StorageFailed(f"{prefix}{where}{e.strerror or e}", errno=e.errno)
-    if isinstance(e, sqlite3.Error):
+    sqlite3 = sys.modules.get("sqlite3")  # (an SQLite error exists only once sqlite3 is loaded: start-up stays lean)
+    if sqlite3 is not None and isinstance(e, sqlite3.Error):
         name = getattr(e, "sqlite_errorname", "") or ""
         text = str(e).lower()
         if name.startswith(_SQLITE_STORAGE) or any(t in text for t in _SQLITE_STORAGE_TEXT):

@@ -9,7 +9,6 @@ pydantic (``params.lean``).
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -78,9 +77,10 @@ class _Group(TyperGroup):
             except OSError:
                 pass
             ctx.exit(0)
-        except (OSError, sqlite3.Error) as e:
-            # A full disk or an I/O error that reached here unmapped is still storage_failed
-            # (40), never a traceback; anything else is a bug and keeps its traceback.
+        except Exception as e:
+            # A full disk or an I/O error (OSError, sqlite3.Error) that reached here unmapped
+            # is still storage_failed (40), never a traceback; anything else is a bug and
+            # keeps its traceback. (sqlite3 is not imported here: start-up stays lean.)
             failed = storage_failure(e)
             if failed is None:
                 raise
