@@ -170,6 +170,26 @@ def part_text(p, blob_text=None) -> str | None:
     return None
 
 
+def _index_storage_failure(e: BaseException, where: Path):
+    """The StorageFailed that an index error stands for, or None when it is damage a rebuild
+    cures. SQLITE_FULL is always storage. SQLITE_IOERR is storage only when the file system
+    is full (or read-only) too: under concurrent rebuilds an index file swapped away beneath
+    a connection also reports "disk I/O error", and that is healed (rebuild, retry)."""
+    failed = storage_failure(e, INDEX_FILE)
+    if failed is None or not isinstance(e, sqlite3.Error):
+        return failed
+    name = (getattr(e, "sqlite_errorname", "") or "").upper()
+    if name.startswith("SQLITE_FULL") or "disk is full" in str(e).lower():
+        return failed
+    try:
+        st = os.statvfs(where)
+    except OSError:
+        return failed
+    if st.f_bavail * st.f_frsize < 8 << 20 or st.f_flag & os.ST_RDONLY:
+        return failed
+    return None
+
+
 def _healing(fn):
     """A query that meets a corrupt page rebuilds the index and runs once more.
 
@@ -182,7 +202,7 @@ def _healing(fn):
         try:
             return fn(self, *args, **kwargs)
         except sqlite3.DatabaseError as e:
-            failed = storage_failure(e, INDEX_FILE)
+            failed = _index_storage_failure(e, self.repo.path)
             if failed is not None:
                 raise failed from e
             self.rebuild()
@@ -465,12 +485,23 @@ class Index:
             self._store_state(state)
 
     def _store_state(self, state: dict) -> None:
-        """Best effort, outside a catch-up: one row (a write that lands in an index another
-        process has just swapped out is lost, not harmful)."""
+        """Best effort, outside a catch-up: one row, under ``index.lock`` if it is free at once
+        (else skipped: the next command reads the refs again). Never without the lock: a
+        rebuild swapping the file in removes ``index.sqlite-journal``, and a write whose
+        rollback journal vanished leaves its connection failing with "disk I/O error"."""
         try:
+            fd = fsio.try_flock(self.lock_path, shared=False)
+        except ConvgitError:
+            return
+        if fd is None:
+            return
+        try:
+            self._follow_swap()
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('refs_state', ?)", (json.dumps(state),))
         except sqlite3.DatabaseError:
             pass
+        finally:
+            os.close(fd)
 
     def record_commits(self, plans) -> None:
         """After a commit: index what the commit wrote, using the objects already in memory,
@@ -565,7 +596,7 @@ class Index:
                         db.execute("ROLLBACK")
                     except sqlite3.DatabaseError:
                         pass  # the journal rolls the file back when it is next opened
-                failed = storage_failure(e, INDEX_FILE)
+                failed = _index_storage_failure(e, self.repo.path)
                 if failed is not None and failed is not e:
                     raise failed from e
                 raise
