@@ -54,3 +54,13 @@ def repo(tmp_path):
     r = convgit.init(tmp_path / "s")
     yield r
     r.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` (long soaks) run only when selected: ``pytest -m slow``."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -265,7 +265,18 @@ def _snapshot(cli, d: Path, threads: list[str]) -> dict:
 
 
 @needs_fixtures
-def test_answers_identical_after_gc_and_after_deleting_each_thread(cli, proj, tmp_path, capsys):
+def test_answers_identical_after_gc_and_after_deleting_threads(cli, proj, tmp_path, capsys):
+    """gc, then one thread of each kind deleted in turn (the slow variant deletes every one)."""
+    _battery(cli, proj, tmp_path, capsys, every=False)
+
+
+@pytest.mark.slow
+@needs_fixtures
+def test_answers_identical_after_deleting_each_thread_in_turn(cli, proj, tmp_path, capsys):
+    _battery(cli, proj, tmp_path, capsys, every=True)
+
+
+def _battery(cli, proj, tmp_path, capsys, *, every: bool) -> None:
     _build_everything(cli, proj, tmp_path)
     threads = names(cli, proj)
     assert len(threads) >= 47  # 45 from the fixtures, calls and calls-fork
@@ -278,8 +289,9 @@ def test_answers_identical_after_gc_and_after_deleting_each_thread(cli, proj, tm
     assert diff == [], diff
     compared = len(before)
     # Delete one thread of each kind in turn (on a copy), gc, compare every other thread.
-    victims = [t for t in threads if t.startswith(("calls", "chatgpt/", "llm/01m8nd8nm", "claude/", "librechat/"))]
-    for victim in victims[:8]:
+    victims = threads if every else [
+        next(t for t in threads if t.startswith(p)) for p in ("calls", "chatgpt/", "llm/01m8nd8nm", "claude/")]
+    for victim in victims:
         copy = tmp_path / f"copy-{len(victim)}-{abs(hash(victim))}"
         shutil.copytree(proj, copy, symlinks=True)
         ok(cli("threads", "delete", "--force", victim, cwd=copy)) if "--force" in cli(
