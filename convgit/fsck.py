@@ -143,7 +143,7 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
                     "(its threads cannot be read)"))
     for name, _line in packed.bad:
         if name is None or packed.refs.get(name) is not None:  # a bad tip is reported above
-            add(Problem("error", "bad_ref", f"{repo.refs.packed_path.name}: an unreadable line"
+            add(Problem("error", "bad_ref", f"{repo.refs.packed_path.name}: an unreadable line (gc refuses until it is removed by hand)"
                         + (f" for thread {name!r} (a duplicate)" if name else "")))
     try:
         head = repo.refs.read_head()

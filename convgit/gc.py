@@ -10,6 +10,8 @@ Safety rules (git, restic and borg's):
   reach. Writers refresh an existing object's mtime, which restarts its grace.
 - The new pack is durable before any loose object or old pack it replaces is deleted, so a
   crash or a kill at any point leaves every object readable.
+- Every loose ref is moved into ``packed-refs`` (RefStore.pack_refs, docs/format.md §6.4);
+  it refuses while ``packed-refs`` has a line no reader can use.
 - Reflog entries that name a turn are history (a call's model, time, tokens): never expired.
 - Provenance is data: a turn is kept as long as it records a reachable message (its output,
   or a message it gives time/model/source for), whatever happened to the ref or reflog that

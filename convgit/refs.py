@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,14 +233,16 @@ class RefStore:
         """The refs in ``packed-refs`` (empty when there is no such file; an older store has
         none). Read again whenever the file changed (it is only ever replaced by rename)."""
         try:
-            st = os.stat(self.packed_path)
+            st = os.lstat(self.packed_path)
         except FileNotFoundError:
             return _Packed({}, [], True)
+        if stat.S_ISLNK(st.st_mode):  # never made by convgit: its names could come from any file
+            raise UnsafeSymlink(f"{self.packed_path} is a symlink: refused", path=str(self.packed_path))
         key = (st.st_ino, st.st_size, st.st_mtime_ns)
         if self._packed_cache is not None and self._packed_cache[0] == key:
             return self._packed_cache[1]
         try:
-            with open(self.packed_path, "rb") as f:
+            with open(os.open(self.packed_path, os.O_RDONLY | fsio.NOFOLLOW), "rb") as f:
                 data = f.read()
         except FileNotFoundError:
             return _Packed({}, [], True)
@@ -726,7 +729,8 @@ class RefStore:
         when none of them is packed (only gc adds packed lines, under the exclusive store
         lock, so no writer races that check)."""
         names = set(names)
-        if not names & set(self.packed().refs) and not any(n in names for n, _ in self.packed().bad):
+        current = self.packed()
+        if not any(n in current.refs for n in names) and not any(n in names for n, _ in current.bad):
             return
         with self._packed_locked():
             packed = self.packed()

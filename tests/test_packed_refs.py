@@ -298,3 +298,62 @@ def test_a_kill_at_every_step_of_the_packing_leaves_every_ref_at_its_value(tmp_p
         t = commit(repo, {"messages": conv("c", "c2")}, thread="c").tip  # the next writer: no unlock
         gc(repo)
         assert repo.refs.read_all() == dict(sorted((tips | {"c": t}).items())) and loose_refs(repo) == []
+
+
+def _reader(path: str, names: list[str], rounds: int, q) -> None:
+    repo = Repository.open(Path(path))
+    bad = []
+    for _ in range(rounds):
+        got = repo.refs.read_all()
+        if sorted(got) != names:
+            bad.append(("read_all", sorted(set(names) ^ set(got))))
+        for n in names[::7]:
+            if repo.refs.read(n) is None:
+                bad.append(("read", n))
+    q.put(bad)
+
+
+def test_a_reader_racing_the_packing_never_misses_a_thread(repo):
+    import multiprocessing
+
+    names = sorted(f"n{i:02d}" for i in range(40))
+    t1 = {n: commit(repo, {"messages": conv(n)}, thread=n).tip for n in names}
+    t2 = {n: commit(repo, {"messages": conv(n, "2")}, thread=n).tip for n in names}
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_reader, args=(str(repo.path), names, 150, q))
+    p.start()
+    i = 0
+    while p.is_alive() and i < 200:
+        tips = t1 if i % 2 else t2
+        for n in names[: 10 + i % 30]:
+            repo.refs.update(n, tips[n])  # loose refs again, then packed
+        repo.refs.pack_refs()
+        i += 1
+    bad = q.get(timeout=60)
+    p.join(30)
+    assert i > 1 and bad == []
+
+
+def test_fsck_repair_removes_an_unreadable_packed_line_of_a_thread(repo):
+    t = commit(repo, {"messages": conv("x")}, thread="a").tip
+    commit(repo, {"messages": conv("y")}, thread="b")
+    gc(repo)
+    p = repo.path / PACKED_REFS
+    p.write_text(p.read_text().replace(f"{t} a", "f00 a"))
+    rep = fsck(repo, repair=True)
+    assert any("'a'" in r for r in rep.repaired)
+    assert sorted(repo.refs.read_all()) == ["b"] and [e.message for e in fsck(repo).errors] == []
+    gc(repo)  # no longer refused
+
+
+def test_a_symlinked_packed_refs_is_refused(repo, tmp_path):
+    commit(repo, {"messages": conv("x")}, thread="a")
+    gc(repo)
+    elsewhere = tmp_path / "elsewhere"
+    os.replace(repo.path / PACKED_REFS, elsewhere)
+    os.symlink(elsewhere, repo.path / PACKED_REFS)
+    with pytest.raises(errors.UnsafeSymlink):
+        repo.refs.read("a")
+    with pytest.raises(errors.UnsafeSymlink):
+        gc(repo)
