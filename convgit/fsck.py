@@ -137,6 +137,14 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
         else:
             roots.append(tip)
     del base
+    packed = repo.refs.packed()  # its threads were read above; here, the lines no reader can use
+    if not packed.header_ok:
+        add(Problem("error", "bad_ref", f"{repo.refs.packed_path.name}: the first line does not name this format "
+                    "(its threads cannot be read)"))
+    for name, _line in packed.bad:
+        if name is None or packed.refs.get(name) is not None:  # a bad tip is reported above
+            add(Problem("error", "bad_ref", f"{repo.refs.packed_path.name}: an unreadable line (gc refuses until it is removed by hand)"
+                        + (f" for thread {name!r} (a duplicate)" if name else "")))
     try:
         head = repo.refs.read_head()
         check_thread_name(head)

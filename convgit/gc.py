@@ -10,6 +10,8 @@ Safety rules (git, restic and borg's):
   reach. Writers refresh an existing object's mtime, which restarts its grace.
 - The new pack is durable before any loose object or old pack it replaces is deleted, so a
   crash or a kill at any point leaves every object readable.
+- Every loose ref is moved into ``packed-refs`` (RefStore.pack_refs, docs/format.md §6.4);
+  it refuses while ``packed-refs`` has a line no reader can use.
 - Reflog entries that name a turn are history (a call's model, time, tokens): never expired.
 - Provenance is data: a turn is kept as long as it records a reachable message (its output,
   or a message it gives time/model/source for), whatever happened to the ref or reflog that
@@ -60,6 +62,7 @@ class GcStats:
     packed: int = 0
     reflog_expired: int = 0
     temp_removed: int = 0
+    refs_packed: int = 0  # loose refs moved into packed-refs
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step (scan, mark, pack, sweep, index)
     pruned_ids: list[str] = field(default_factory=list)
@@ -163,6 +166,10 @@ def _roots(repo, now: float, expire_s: float):
             check_thread_name(name)
         except InvalidInput as e:
             raise GcRefused(f"gc refused: a ref file has an invalid name: {name!r}") from e
+    packed = refs.packed()
+    if packed.bad or not packed.header_ok:
+        # A line no reader can use may be a thread whose messages a prune would delete.
+        raise GcRefused(f"gc refused: {refs.packed_path.name} has {len(packed.bad)} unreadable line(s); run convgit fsck")
     for name, tip in tips.items():
         if not repo.objects.contains(tip):
             raise GcRefused(f"gc refused: thread {name!r} points at missing object {tip}", thread=name)
@@ -360,6 +367,12 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
             fsio.unlink(p.pack_path)
     _remove_empty_fanout(objects)
     stats.temp_removed = _remove_stale_temp(repo, grace if grace is not None else float("inf"), now)
+    # 4. Refs: every loose ref into packed-refs (values unchanged: no journal line needed, the
+    #    journal is rotated just below, so every index reads every ref once).
+    try:
+        stats.refs_packed = repo.refs.pack_refs()
+    except ObjectCorrupt as e:  # checked by _roots already; changed since only behind our back
+        raise GcRefused(f"gc refused: {e.message} ({broken_ref_fix(e.details.get('ref'))})") from e
     repo.refs.rotate_journal()  # no writer runs: a fresh journal (every index reads every ref once)
     if repo.config.fsync:  # every deletion durable in one flush (not one fsync per fan-out directory)
         fsio.sync_filesystem(repo.path)

@@ -472,6 +472,7 @@ class Index:
         every ref (O(threads)); ``refresh_if_changed`` is the cheap form."""
         base = self.repo.refs.threads_dir
         dirs = [dp for dp, _, _ in os.walk(base)] or [str(base)]
+        dirs.append(str(self.repo.refs.packed_path))  # packed refs (a file: its mtime is watched too)
         # Taken before the refs are read: a move made while they are read is seen next time.
         ino, start = _journal_stat(self.repo.refs.journal_path)
         state = self._new_state(start, self._ref_dirs_signature(dirs), ino)

@@ -5,12 +5,19 @@
 file, fsyncs it, renames it over the ref and fsyncs the directory: that rename is the commit
 point. The reflog line (which names the turn object recorded with the move, if any) is
 appended and made durable *before* the rename, as git does, so a turn is never lost.
+
+``packed-refs`` (written by gc, ``RefStore.pack_refs``) holds many refs in one file, as in
+git: a thread's value is its loose ref file if there is one, else its packed line. A move
+always writes a loose ref; a delete takes the thread out of ``packed-refs`` first (under
+``packed-refs.lock``), then unlinks the loose file (docs/format.md §4.1, §6.4).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +35,8 @@ THREADS = "refs/threads"
 BATCH_REFS = 256  # threads locked and moved together by update_many
 NOT_APPLIED = object()  # update_many: a move not made
 RENAME_PREFIX = "rename: "
+PACKED_REFS = "packed-refs"  # .convgit/packed-refs: "<tip> <name>\n" lines sorted by name
+PACKED_HEADER = "# convgit packed-refs v1\n"
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,73 @@ def parse_reflog_line(line: str) -> ReflogEntry | None:
     )
 
 
+@dataclass(frozen=True)
+class _Packed:
+    """The content of ``packed-refs``: name -> tip (None: the line's tip is not an id), the
+    lines no reader can use (kept as they are when the file is rewritten: fsck names them,
+    gc refuses while there are any), and whether the header names this format."""
+
+    refs: dict[str, str | None]
+    bad: list[tuple[str | None, str]]  # (the name, when the line has a valid one; the line)
+    header_ok: bool
+
+    def get(self, name: str) -> str | None:
+        if name not in self.refs:
+            return None
+        tip = self.refs[name]
+        if tip is None:
+            raise ObjectCorrupt(f"thread {name!r} is corrupt: its line in {PACKED_REFS} is not a valid object id",
+                                ref=name)
+        return tip
+
+    def has_under(self, name: str) -> bool:
+        """Is some packed thread named ``name/…``?"""
+        names = self._sorted()
+        i = bisect.bisect_left(names, name + "/")
+        return i < len(names) and names[i].startswith(name + "/")
+
+    def _sorted(self) -> list[str]:
+        cached = self.__dict__.get("_names")
+        if cached is None:
+            cached = sorted(self.refs)
+            object.__setattr__(self, "_names", cached)
+        return cached
+
+
+def parse_packed_refs(data: bytes) -> _Packed:
+    """``packed-refs`` (docs/format.md §4.1): a header line, then ``<tip> <name>`` lines."""
+    if not data:
+        return _Packed({}, [], True)
+    text = data.decode("utf-8", "replace")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    header_ok = bool(lines) and lines[0] + "\n" == PACKED_HEADER
+    refs: dict[str, str | None] = {}
+    bad: list[tuple[str | None, str]] = []
+    for line in lines[1:] if header_ok else lines:
+        tip, sep, name = line.partition(" ")
+        try:
+            check_thread_name(name)
+        except InvalidRefName:
+            bad.append((None, line))
+            continue
+        if not header_ok or not sep or name in refs:
+            bad.append((name if header_ok else None, line))
+            continue
+        refs[name] = tip if is_oid(tip) else None
+        if refs[name] is None:
+            bad.append((name, line))
+    return _Packed(refs, bad, header_ok)
+
+
+def format_packed_refs(refs: dict[str, str], keep: list[str] = ()) -> bytes:
+    """The bytes of a ``packed-refs`` file holding ``refs`` (and the unreadable lines
+    ``keep``, at the end, so that a rewrite never loses what fsck should show)."""
+    body = "".join(f"{tip} {name}\n" for name, tip in sorted(refs.items()))
+    return (PACKED_HEADER + body + "".join(f"{ln}\n" for ln in keep)).encode()
+
+
 class RefStore:
     """The refs of one store: a file per thread under ``refs/threads/``, HEAD, and a reflog
     per thread. Every move is a compare-and-swap under the thread's lock (docs/format.md §6.2)."""
@@ -117,6 +193,8 @@ class RefStore:
         self.logs_dir = root / "logs" / THREADS
         self.deleted_logs_dir = root / "logs" / "deleted"
         self.journal_path = root / "logs" / JOURNAL
+        self.packed_path = root / PACKED_REFS
+        self._packed_cache: tuple[tuple, "_Packed"] | None = None
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -138,8 +216,41 @@ class RefStore:
     # -- reading ----------------------------------------------------------------------------
 
     def read(self, name: str) -> str | None:
-        """The tip of thread ``name``, or None if the thread does not exist."""
-        return self._read_path(self.ref_path(name), name)
+        """The tip of thread ``name``, or None if the thread does not exist. A loose ref file
+        wins over the thread's line in ``packed-refs``."""
+        return self._read_ref(self.ref_path(name), name)
+
+    def _read_ref(self, path: Path, name: str) -> str | None:
+        """Loose first, then packed. The packed file is looked at *after* the loose one is
+        found missing: gc renames ``packed-refs`` in before it unlinks a loose ref it packed,
+        so a reader never misses a ref gc is packing."""
+        tip = self._read_path(path, name)
+        if tip is not None:
+            return tip
+        return self.packed().get(name)
+
+    def packed(self) -> "_Packed":
+        """The refs in ``packed-refs`` (empty when there is no such file; an older store has
+        none). Read again whenever the file changed (it is only ever replaced by rename)."""
+        try:
+            st = os.lstat(self.packed_path)
+        except FileNotFoundError:
+            return _Packed({}, [], True)
+        if stat.S_ISLNK(st.st_mode):  # never made by convgit: its names could come from any file
+            raise UnsafeSymlink(f"{self.packed_path} is a symlink: refused", path=str(self.packed_path))
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if self._packed_cache is not None and self._packed_cache[0] == key:
+            return self._packed_cache[1]
+        try:
+            with open(os.open(self.packed_path, os.O_RDONLY | fsio.NOFOLLOW), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return _Packed({}, [], True)
+        except OSError as e:
+            raise StorageFailed(f"cannot read {self.packed_path}: {e.strerror}") from e
+        packed = parse_packed_refs(data)
+        self._packed_cache = (key, packed)
+        return packed
 
     def _read_path(self, path: Path, name: str) -> str | None:
         try:
@@ -157,7 +268,11 @@ class RefStore:
         return value
 
     def iter_names(self) -> Iterator[str]:
-        """Every thread name, sorted. Lock and temp files are skipped."""
+        """Every thread name (loose and packed), sorted. Lock and temp files are skipped."""
+        loose = self._loose_names()
+        return iter(sorted(set(loose) | set(self.packed().refs)))
+
+    def _loose_names(self) -> list[str]:
         out: list[str] = []
         base = self.threads_dir
         for dirpath, dirnames, filenames in os.walk(base):
@@ -167,14 +282,15 @@ class RefStore:
                     continue
                 name = fn if rel == "." else f"{rel}/{fn}"
                 out.append(name.replace(os.sep, "/"))
-        return iter(sorted(out))
+        return out
 
     def read_all(self, broken: dict[str, str] | None = None) -> dict[str, str]:
         """name -> tip for every thread. A corrupt ref raises ObjectCorrupt, unless ``broken``
         is given: then it is left out and recorded there (name -> what is wrong with it), so
-        that a listing can show it (gc passes nothing: it fails closed)."""
+        that a listing can show it (gc passes nothing: it fails closed). Loose refs are read
+        first, ``packed-refs`` after them (see ``_read_ref``); a loose ref wins."""
         out = {}
-        for name in self.iter_names():
+        for name in sorted(self._loose_names()):
             try:
                 try:
                     check_thread_name(name)
@@ -188,7 +304,19 @@ class RefStore:
                 continue
             if tip is not None:
                 out[name] = tip
-        return out
+        packed = self.packed()
+        for name, tip in packed.refs.items():
+            if name in out or (broken is not None and name in broken):
+                continue
+            if tip is None:
+                e = ObjectCorrupt(f"thread {name!r} is corrupt: its line in {PACKED_REFS} is not a valid "
+                                  "object id", ref=name)
+                if broken is None:
+                    raise e
+                broken[name] = e.message
+                continue
+            out[name] = tip
+        return dict(sorted(out.items()))
 
     # -- HEAD -------------------------------------------------------------------------------
 
@@ -241,7 +369,7 @@ class RefStore:
         fsio.makedirs(path.parent, fsync=self.fsync)
         with self._locked(path):
             try:
-                old = self._read_path(path, name)
+                old = self._read_ref(path, name)
             except ObjectCorrupt:
                 if new is not None or expected is not ANY:
                     raise  # nothing to compare against: only an unconditional delete goes ahead
@@ -285,6 +413,7 @@ class RefStore:
 
     def _delete_locked(self, path: Path, name: str, old: str | None, message: str, time_ms) -> None:
         self._append_log(name, old, None, None, message, time_ms)
+        self._unpack([name])  # packed line first: unlinking the loose file first could show it again
         fsio.unlink(path)
         if self.fsync:
             fsio.fsync_dir(path.parent)
@@ -350,7 +479,7 @@ class RefStore:
                         self._check_df_conflict(path, m.name)
                         fsio.makedirs(path.parent, fsync=True)
                         locks.enter_context(self._locked(path))
-                        old = self._read_path(path, m.name)
+                        old = self._read_ref(path, m.name)
                         self._check_expected(m.name, old, m.expected)
                     except (RefStale, RefExists, NotFound, ObjectMissing) as e:
                         results[i] = e
@@ -448,7 +577,7 @@ class RefStore:
         the rename (``rename_message``): that is how forks of the thread follow the new name."""
         src, dst = self.ref_path(old_name), self.ref_path(new_name)
         if src == dst:
-            tip = self._read_path(src, old_name)
+            tip = self._read_ref(src, old_name)
             if tip is None:
                 raise NotFound(f"thread {old_name!r} does not exist", thread=old_name)
             raise RefExists(f"thread {new_name!r} already exists", thread=new_name)
@@ -462,10 +591,10 @@ class RefStore:
         fsio.makedirs(dst.parent, fsync=self.fsync)
         first, second = sorted([src, dst])
         with self._locked(first), self._locked(second):
-            tip = self._read_path(src, old_name)
+            tip = self._read_ref(src, old_name)
             if tip is None:
                 raise NotFound(f"thread {old_name!r} does not exist", thread=old_name)
-            if self._read_path(dst, new_name) is not None:
+            if self._read_ref(dst, new_name) is not None:
                 raise RefExists(f"thread {new_name!r} already exists", thread=new_name)
             self.journal([new_name])
             self._append_log(old_name, tip, tip, None, rename_message(old_name, new_name))
@@ -477,6 +606,7 @@ class RefStore:
                 fsio.rename(lsrc, ldst)
             tmp = dst.with_name(f"{fsio.TMP_PREFIX}{dst.name}.{os.getpid()}.{time.monotonic_ns()}")
             fsio.replace_file(dst, f"{tip}\n".encode(), fsync=self.fsync, tmp=tmp)
+            self._unpack([old_name])  # as a delete: the packed line before the loose file
             fsio.unlink(src)
             if self.fsync:
                 fsio.fsync_dir(src.parent)
@@ -534,6 +664,84 @@ class RefStore:
                 rel = p.relative_to(self.threads_dir).as_posix()
                 raise RefExists(f"thread {name!r} conflicts with thread {rel!r}", thread=name)
             p = p.parent
+        packed = self.packed()
+        if packed.refs:  # the same rule for packed threads
+            if packed.has_under(name):
+                raise RefExists(f"thread {name!r} conflicts with threads named {name}/…", thread=name)
+            parts = name.split("/")
+            for i in range(1, len(parts)):
+                parent = "/".join(parts[:i])
+                if parent in packed.refs:
+                    raise RefExists(f"thread {name!r} conflicts with thread {parent!r}", thread=name)
+
+    # -- packed refs ------------------------------------------------------------------------
+
+    def pack_refs(self) -> int:
+        """Move every loose ref into ``packed-refs`` (gc, under the exclusive store lock;
+        docs/format.md §6.4). Returns how many loose refs were packed.
+
+        Under ``packed-refs.lock``: the loose refs and the packed ones are merged (a loose ref
+        wins) and written to a temp file, fsynced, renamed over ``packed-refs``, and the
+        directory fsynced: the commit point. Then each loose file is unlinked under its ref's
+        lock, and only if it still holds the value packed. A crash anywhere leaves each
+        thread at its value: before the rename nothing changed; after it the packed line and
+        any loose file left hold the same tip. A ref that cannot be read stops it
+        (ObjectCorrupt) before anything is written."""
+        with self._packed_locked():
+            packed = self.packed()
+            if not packed.header_ok:
+                raise ObjectCorrupt(f"{PACKED_REFS} has an unknown header: not rewritten (run convgit fsck)")
+            loose: dict[str, str] = {}
+            for name in sorted(self._loose_names()):
+                try:
+                    check_thread_name(name)
+                except InvalidRefName:
+                    raise ObjectCorrupt(f"ref file with an invalid thread name: {name!r}", ref=name) from None
+                tip = self._read_path(self.threads_dir / name, name)
+                if tip is not None:
+                    loose[name] = tip
+            if not loose:
+                return 0
+            refs = {n: t for n, t in packed.refs.items() if t is not None}
+            refs.update(loose)
+            keep = [ln for n, ln in packed.bad if n is None or n not in loose]
+            fsio.replace_file(self.packed_path, format_packed_refs(refs, keep), fsync=self.fsync,
+                              point="pack_refs_after_tmp_fsync")
+        crash_point("pack_refs_after_rename")
+        for i, (name, tip) in enumerate(loose.items()):
+            path = self.threads_dir / name
+            with self._locked(path):
+                try:
+                    same = self._read_path(path, name) == tip
+                except ObjectCorrupt:
+                    same = False  # changed behind our back: a loose ref wins, so it stays
+                if same:
+                    fsio.unlink(path)
+            if i == 0:
+                crash_point("pack_refs_mid_prune")
+            if "/" in name:
+                self._prune_empty_dirs(path.parent)
+        return len(loose)
+
+    def _unpack(self, names) -> None:
+        """Take ``names`` out of ``packed-refs`` (a delete or a rename; the caller holds their
+        ref locks), rewriting it by rename under ``packed-refs.lock``. Nothing is written
+        when none of them is packed (only gc adds packed lines, under the exclusive store
+        lock, so no writer races that check)."""
+        names = set(names)
+        current = self.packed()
+        if not any(n in current.refs for n in names) and not any(n in names for n, _ in current.bad):
+            return
+        with self._packed_locked():
+            packed = self.packed()
+            if not packed.header_ok:
+                raise ObjectCorrupt(f"{PACKED_REFS} has an unknown header: not rewritten (run convgit fsck)")
+            refs = {n: t for n, t in packed.refs.items() if t is not None and n not in names}
+            keep = [ln for n, ln in packed.bad if n not in names]
+            fsio.replace_file(self.packed_path, format_packed_refs(refs, keep), fsync=self.fsync)
+
+    def _packed_locked(self):
+        return fsio.flock(self.root / (PACKED_REFS + ".lock"), shared=False, timeout=self.lock_timeout, remove=True)
 
     # -- reflog -----------------------------------------------------------------------------
 

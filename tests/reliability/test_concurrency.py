@@ -449,15 +449,21 @@ def _missing_oid():
     return "ab" * 32
 
 
+def _tip(store: Path, thread: str) -> str:
+    """A thread's tip (packed by gc: there may be no loose ref file to read)."""
+    with Repository.open(store) as r:
+        return r.refs.read(thread)
+
+
 FAIL_CLOSED = {
     "garbage_ref": lambda s: (s / "refs/threads/x").write_text("not an id\n"),
     "empty_ref": lambda s: (s / "refs/threads/x").write_bytes(b""),
     "dangling_ref": lambda s: (s / "refs/threads/x").write_text(_missing_oid() + "\n"),
-    "bad_name_ref": lambda s: (s / "refs/threads/x..y").write_text((s / "refs/threads/a").read_text()),
+    "bad_name_ref": lambda s: (s / "refs/threads/x..y").write_text(_tip(s, "a") + "\n"),
     "dangling_symlink_ref": lambda s: os.symlink(s / "nowhere", s / "refs/threads/x"),
     "garbage_reflog_line": lambda s: open(s / "logs/refs/threads/a", "a").write("this is not a reflog line\n"),
     "reflog_names_missing_turn": lambda s: open(s / "logs/refs/threads/a", "a").write(
-        f"{'0' * 64} {(s / 'refs/threads/a').read_text().strip()} {NOW} {_missing_oid()}\tforged\n"),
+        f"{'0' * 64} {_tip(s, 'a')} {NOW} {_missing_oid()}\tforged\n"),
     "missing_reachable_object": lambda s: _drop_parent_of(s, "b"),
     "damaged_pack_index": lambda s: _damage_an_index(s),
     "missing_pack_file": lambda s: [p.unlink() for p in (s / "objects/pack").glob("*.pack")],
