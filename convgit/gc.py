@@ -34,6 +34,7 @@ from .ids import check_thread_name, is_oid
 from .merge_journal import recover
 from .objects import Message, Turn
 from .pack import PackWriter
+from .repository import require_format
 from .refs import broken_ref_fix, format_reflog_line, parse_rename, read_log_file
 
 AUTO_LOOSE_THRESHOLD = 2000  # gc --auto does nothing below this many loose objects
@@ -370,6 +371,8 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
     # 4. Refs: every loose ref into packed-refs (values unchanged: no journal line needed, the
     #    journal is rotated just below, so every index reads every ref once).
     try:
+        if repo.refs.has_loose_refs():
+            require_format(repo.path, 2, fsync=repo.config.fsync)  # before packed-refs: an older convgit refuses the store
         stats.refs_packed = repo.refs.pack_refs()
     except ObjectCorrupt as e:  # checked by _roots already; changed since only behind our back
         raise GcRefused(f"gc refused: {e.message} ({broken_ref_fix(e.details.get('ref'))})") from e

@@ -676,6 +676,10 @@ class RefStore:
 
     # -- packed refs ------------------------------------------------------------------------
 
+    def has_loose_refs(self) -> bool:
+        """Whether any thread has a loose ref file (what ``pack_refs`` would pack)."""
+        return next(iter(self._loose_names()), None) is not None
+
     def pack_refs(self) -> int:
         """Move every loose ref into ``packed-refs`` (gc, under the exclusive store lock;
         docs/format.md §6.4). Returns how many loose refs were packed.

@@ -16,7 +16,8 @@ from .refs import RefStore
 
 STORE_DIRNAME = ".convgit"
 FORMAT_MAGIC = "convgit-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # what a new store is written as (so that an older convgit opens it)
+FORMAT_VERSIONS = (1, 2)  # what this convgit reads; 2 = 1 + packed-refs (docs/format.md §2.1)
 FORMAT_LINE = f"{FORMAT_MAGIC} {FORMAT_VERSION}\n"
 
 
@@ -156,11 +157,29 @@ def check_format(path: Path) -> None:
     parts = raw.split()
     if len(parts) != 2 or parts[0] != FORMAT_MAGIC or not parts[1].isdigit():
         raise NotAStore(f"{path}/format is not a convgit format file ({len(raw.encode())} bytes)", path=str(path))
-    if int(parts[1]) != FORMAT_VERSION:
+    if int(parts[1]) not in FORMAT_VERSIONS:
         raise NotAStore(
-            f"{path} is a format version {parts[1]} store; this convgit reads version {FORMAT_VERSION}",
+            f"{path} is a format version {parts[1]} store; this convgit reads versions "
+            f"{', '.join(map(str, FORMAT_VERSIONS))}",
             path=str(path), version=int(parts[1]),
         )
+
+
+def read_format_version(path: Path) -> int:
+    """The format version the store at ``path`` declares (checked by ``check_format``)."""
+    check_format(path)
+    return int((path / "format").read_text("utf-8", errors="replace").split()[1])
+
+
+def require_format(path: Path, version: int, *, fsync: bool = True) -> None:
+    """Declare format ``version`` before writing what needs it (gc, before ``packed-refs``):
+    an older convgit, which does not read packed refs, then refuses the store instead of
+    missing its packed threads (and letting its gc prune their messages). Atomic (temp file,
+    fsync, rename, directory fsync); never lowers the version."""
+    if read_format_version(path) >= version:
+        return
+    tmp = path / f"{fsio.TMP_PREFIX}format"
+    fsio.replace_file(path / "format", f"{FORMAT_MAGIC} {version}\n".encode(), fsync=fsync, tmp=tmp)
 
 
 # What convgit writes into (or creates) in place, so a symlink there would take the write

@@ -62,7 +62,7 @@ def status(repo) -> dict:
 
 
 def _status(repo) -> dict:
-    from .repository import FORMAT_VERSION
+    from .repository import read_format_version
 
     from .index import INDEX_FILE, SCHEMA_VERSION, Index
 
@@ -105,7 +105,7 @@ def _status(repo) -> dict:
     gc = last_gc(store)
     return {
         "store": str(store),
-        "format_version": FORMAT_VERSION,
+        "format_version": read_format_version(store),
         "head": repo.refs.read_head(),
         "threads": q("SELECT count(*) FROM threads"),
         "turns": q("SELECT count(*) FROM turns WHERE thread IS NOT NULL"),

@@ -357,3 +357,30 @@ def test_a_symlinked_packed_refs_is_refused(repo, tmp_path):
         repo.refs.read("a")
     with pytest.raises(errors.UnsafeSymlink):
         gc(repo)
+
+
+def test_gc_that_packs_refs_declares_format_2_first(tmp_path):
+    """An older convgit (format 1 only) must refuse a store with packed refs rather than miss
+    its packed threads and let its gc prune their messages: gc declares format 2 before it
+    writes packed-refs, and this convgit opens both versions (a third is refused)."""
+    import convgit
+    from convgit import api
+    from convgit.errors import NotAStore
+    from convgit.repository import Repository
+
+    repo = convgit.init(tmp_path / "s")
+    convgit.commit(repo, {"messages": [{"role": "user", "content": "hi"}]}, thread="t")
+    assert (repo.path / "format").read_text() == "convgit-store 1\n"  # a new store opens in older versions
+    api.gc(repo, prune="now")
+    assert (repo.path / "format").read_text() == "convgit-store 2\n"
+    assert (repo.path / "packed-refs").exists()
+    assert api.status(repo)["format_version"] == 2
+    path = repo.path
+    repo.close()
+    with Repository.open(path) as r:
+        assert r.refs.read("t") is not None
+    (path / "format").write_text("convgit-store 3\n")
+    import pytest
+
+    with pytest.raises(NotAStore):
+        Repository.open(path)
