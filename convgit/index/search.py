@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from ..errors import InvalidInput
 from ..timefmt import iso
-from . import filters as query
 from . import reach
+from .filters import Filters, details, sort_key
+from .filters import sql as filter_sql
 from .fts import _TEXT_COLUMN, COLUMNS, DEFAULT_IN, FTS_TABLE, WEIGHTS, Query, Term, parse, snippet
 from .healing import healing_call
 
@@ -63,7 +64,7 @@ def search(repo, text: str, *, count: int = 20, latest: bool = False, columns: t
     if count < 0:
         raise InvalidInput("-n must be 0 (all) or more")
     q = parse(text, tuple(columns))
-    f = filters or query.Filters()
+    f = filters or Filters()
     index = repo.index
     index.refresh_if_changed()
 
@@ -79,12 +80,12 @@ def search(repo, text: str, *, count: int = 20, latest: bool = False, columns: t
     db = index.db
     rows = {r[0]: r[1:] for r in _in_rowids(
         db, "SELECT m.rowid, m.id, m.role FROM messages m WHERE m.rowid IN ({})", [r for r, _ in ranked])}
-    info = query.details(db, [rows[r][0] for r, _ in ranked])
+    info = details(db, [rows[r][0] for r, _ in ranked])
     hits = []
     for rowid, score in ranked:
         oid, role = rows[rowid]
         depth, turn = info.get(oid, (0, None))
-        key = query.sort_key((turn or {}).get("started_at"), (turn or {}).get("turn"), oid, depth)
+        key = sort_key((turn or {}).get("started_at"), (turn or {}).get("turn"), oid, depth)
         names, n, more = reach.threads_reaching(db, oid)
         col, snip, hl = _snippet_for(db, rowid, role, columns, q.terms)
         hits.append(Hit(oid, role, score, key, names, n, more, turn, col, snip, hl))
@@ -115,7 +116,7 @@ def _ranked(db, q: Query, f, count: int, latest: bool) -> list[tuple[int, float]
         rows.sort(key=lambda r: keyed[r[0]][:3], reverse=True)
         rows.sort(key=lambda r: r[1])
         return [(r[0], r[1]) for r in rows[:count]]
-    with_, with_params, conds, params = query.sql(f)
+    with_, with_params, conds, params = filter_sql(f)
     conds = conds[1:]  # unreachable messages are not in the FTS index
     order = _KEY_DESC if latest else "s, " + _KEY_DESC
     sql = (f"{with_}SELECT m.rowid, {bm} AS s FROM {FTS_TABLE} JOIN messages m ON m.rowid = {FTS_TABLE}.rowid "
