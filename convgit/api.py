@@ -26,7 +26,13 @@ from .timefmt import iso
 if TYPE_CHECKING:  # runtime imports are in the functions: each command loads only what it uses
     from .commit import CommitResult
     from .ingest import Payload
-    from .query import Filters
+    from .index.filters import Filters
+
+# The kinds of text a search looks in, and the default (index/fts.py's COLUMNS and DEFAULT_IN;
+# tests/test_search.py checks they agree): here so that `convgit --help` names them without
+# loading the index (and sqlite3).
+SEARCH_COLUMNS = ("user", "assistant", "system", "tool", "reasoning")
+SEARCH_DEFAULT_IN = ("user", "assistant")
 
 # Names re-exported from modules that reading commands never need (commit, the input parsers):
 # imported on first use (PEP 562), so `convgit log` does not load them.
@@ -180,9 +186,9 @@ class LogEntry:
 
     @property
     def key(self) -> str:
-        """The time-sortable key (query.py): turn start, turn id, depth, of the message's
+        """The time-sortable key (index/filters.py): turn start, turn id, depth, of the message's
         earliest turn anywhere (so a message has one key whichever thread shows it)."""
-        from .query import sort_key
+        from .index.filters import sort_key
 
         t = self.turn or {}
         if "key_turn" in t:  # shown from the thread's own turn; the key is the store-wide one
@@ -220,11 +226,9 @@ def iter_log(
     """``log`` as a stream: the first entry comes before the last is read, in memory that
     grows with threads and forks, not messages (except with ``reverse``, which must hold the
     ``count`` entries it turns around)."""
-    from .query import iter_messages
-
     if count < 0:
         raise InvalidInput("-n must be 0 (all) or more")
-    it = _eager_first(iter_messages(repo, rev, all_threads=all_threads, filters=filters))  # errors raise now
+    it = _eager_first(repo.index.iter_messages(rev, all_threads=all_threads, filters=filters))  # errors raise now
     entries = (LogEntry(oid, msg.parent, msg.role, msg, message_text(repo, msg), depth, turn)
                for oid, msg, depth, turn in it)
     if count:
@@ -243,20 +247,18 @@ def _eager_first(it: Iterator) -> Iterator:
 
 
 def make_filters(repo: Repository, **options) -> "Filters":
-    """Filters for ``log``/``search`` from option values (see ``query.make_filters``):
+    """Filters for ``log``/``search`` from option values (see ``index.filters.make_filters``):
     ``model``, ``thread``, ``since``, ``until``, ``role``, ``tools``, ``source``, ``id_gt``,
     ``id_gte``."""
-    from .query import make_filters as _make
+    from .index.filters import make_filters as _make
 
     return _make(repo, **options)
 
 
 def search(repo: Repository, query: str, *, count: int = 20, latest: bool = False,
-           columns: tuple[str, ...] = ("user", "assistant"), filters: "Filters | None" = None) -> list:
-    """Full-text search (FTS5 syntax) over message text; see ``convgit.searcher``."""
-    from .searcher import search as _search
-
-    return _search(repo, query, count=count, latest=latest, columns=columns, filters=filters)
+           columns: tuple[str, ...] = SEARCH_DEFAULT_IN, filters: "Filters | None" = None) -> list:
+    """Full-text search (FTS5 syntax) over message text; see ``convgit.index.search``."""
+    return repo.index.search(query, count=count, latest=latest, columns=columns, filters=filters)
 
 
 def status(repo: Repository) -> dict:

@@ -12,11 +12,8 @@ rebuilds the index and removes stale temp files; it never deletes an object.
 from __future__ import annotations
 
 import os
-import sqlite3
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from . import codec, fsio
 from .errors import ConvgitError, InvalidRefName, ObjectCorrupt, ObjectMissing
@@ -305,32 +302,8 @@ def _check_object(objects, oid, types, refs_of, turns, add, read) -> None:
 
 
 def _check_index(repo) -> list[str]:
-    """The live index must hold what a rebuild from the objects holds."""
-    out = []
-    idx = repo.index
-    try:
-        row = idx.db.execute("PRAGMA quick_check").fetchone()
-        if row and row[0] != "ok":
-            out.append(f"index.sqlite: quick_check says {row[0]}")
-    except sqlite3.DatabaseError as e:
-        return [f"index.sqlite is unreadable: {e}"]
-    from .index import Index
-
-    with tempfile.TemporaryDirectory(dir=repo.path, prefix=fsio.TMP_PREFIX) as td:  # a crash leaves a tmp_ gc removes
-        fresh = Index(repo, path=Path(td) / "index.sqlite", autorefresh=False)
-        try:
-            want = fresh.dump()
-        finally:
-            fresh.close()
-    try:
-        idx.refresh()
-        have = idx.dump()
-    except sqlite3.DatabaseError as e:
-        return out + [f"index.sqlite: {e}"]
-    for k in want:
-        if want[k] != have.get(k):
-            out.append(f"index.sqlite disagrees with the objects ({k}); convgit reindex or fsck --repair rebuilds it")
-    return out
+    """The live index must hold what a rebuild from the objects holds (Index.check)."""
+    return repo.index.check()
 
 
 __all__ = ["FsckReport", "Problem", "fsck", "Blob", "ObjectMissing", "THREADS"]

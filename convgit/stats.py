@@ -56,7 +56,7 @@ def status(repo) -> dict:
     ``dedup_ratio`` = message_refs / messages: what storing every thread's history separately
     would take, over what is stored.
     """
-    from .query import healing_call
+    from .index.healing import healing_call
 
     return healing_call(repo, _status, repo)
 
@@ -77,23 +77,16 @@ def _status(repo) -> dict:
         pending = idx.pending_names()  # the journal says which threads moved (O(changes))
         if pending is None:
             refs = repo.refs.read_all()
-            known = {n: t for n, t in idx.db.execute("SELECT name, tip FROM threads")}
+            known = idx.thread_tips()
             stale = sorted(n for n in set(refs) | set(known) if refs.get(n) != known.get(n))
             idx.refresh()
         else:
             refs = {n: repo.refs.read(n) for n in pending}
-            known = {n: (idx.db.execute("SELECT tip FROM threads WHERE name=?", (n,)).fetchone() or (None,))[0]
-                     for n in pending}
+            known = idx.thread_tips(pending)
             stale = sorted(n for n in pending if refs.get(n) != known.get(n))
             idx.refresh_if_changed()
-    db = idx.db
-    q = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
-    messages = q("SELECT count(*) FROM messages") - q("SELECT count(*) FROM unreachable")
-    refs_total = q("SELECT coalesce(sum(m.depth + 1), 0) FROM threads h JOIN messages m ON m.id = h.tip")
-    text_bytes = q(
-        "SELECT coalesce(sum(length(CAST(p.text AS BLOB))), 0) FROM parts p "
-        "WHERE p.text IS NOT NULL AND p.message_rowid NOT IN (SELECT rowid FROM unreachable)"
-    )
+    counts = idx.counts()
+    messages, refs_total = counts["messages"], counts["message_refs"]
     loose = sum(1 for _ in repo.objects.iter_loose())
     packs = repo.objects.packs(reload=True)
     packed = sum(p.count for p in packs)
@@ -101,18 +94,17 @@ def _status(repo) -> dict:
     obj_bytes, _ = _du(store / "objects")
     pack_bytes, _ = _du(store / "objects" / "pack")
     index_bytes = sum(getattr(p.stat(), "st_blocks", 0) * 512 for p in store.glob(INDEX_FILE + "*") if p.is_file())
-    built = db.execute("SELECT value FROM meta WHERE key='built_at'").fetchone()
     gc = last_gc(store)
     return {
         "store": str(store),
         "format_version": read_format_version(store),
         "head": repo.refs.read_head(),
-        "threads": q("SELECT count(*) FROM threads"),
-        "turns": q("SELECT count(*) FROM turns WHERE thread IS NOT NULL"),
+        "threads": counts["threads"],
+        "turns": counts["turns"],
         "messages": messages,
         "message_refs": refs_total,
         "dedup_ratio": round(refs_total / messages, 3) if messages else None,
-        "text_bytes": text_bytes,
+        "text_bytes": counts["text_bytes"],
         "objects": {"loose": loose, "packed": packed, "packs": len(packs)},
         "bytes": {
             "total": total,
@@ -128,7 +120,7 @@ def _status(repo) -> dict:
             "up_to_date": not stale and not was_rebuilt,
             "rebuilt_now": was_rebuilt,
             "stale_threads": len(stale),
-            "built_at": int(built[0]) if built else None,
+            "built_at": counts["built_at"],
         },
         "last_gc": gc.get("finished_at") if gc else None,
         "last_gc_record": gc,

@@ -262,5 +262,5 @@ def test_the_checks_see_what_they_look_for():
     found = {(a, b) for a, b, _, _ in edges()}
     assert ("convgit.repository", "convgit.index") in found  # a lazy import
     assert ("convgit.ingest.sources", "convgit.ingest.chatgpt") in found  # ``from . import chatgpt``
-    assert ("convgit.api", "convgit.query") in found  # under ``if TYPE_CHECKING:``
+    assert ("convgit.api", "convgit.index.filters") in found  # under ``if TYPE_CHECKING:``
     assert environment_reads("convgit.config")

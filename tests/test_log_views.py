@@ -8,7 +8,8 @@ import json
 import pytest
 
 import convgit
-from convgit import query
+from convgit.index import filters as query
+from convgit.index import log as index_log
 from convgit.views import code_blocks, truncate
 
 from cli_helpers import assert_error, cli, dumps, env, ok, proj  # noqa: F401  (fixtures)
@@ -88,7 +89,7 @@ def test_walk_remembers_only_tips_and_forks(tmp_path):
     for i in range(5):
         convgit.commit(repo, conv("root", "r", f"leaf {i}", "x", "y", "z"), thread=f"t{i}")
     stops: set[str] = set()
-    ids = [oid for _, oid, _ in query._walk_all(repo, stops)]
+    ids = [oid for _, oid, _ in index_log._walk_all(repo, stops)]
     assert len(ids) == len(set(ids)) == 2 + 5 * 4
     tips = set(repo.refs.read_all().values())
     fork = repo.index.db.execute("SELECT parent FROM messages GROUP BY parent HAVING count(*) > 1").fetchall()

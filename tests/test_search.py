@@ -10,7 +10,7 @@ import pytest
 
 import convgit
 from convgit import errors
-from convgit.fts import find_matches, parse, prepare, snippet
+from convgit.index.fts import find_matches, parse, prepare, snippet
 
 from cli_helpers import assert_error, cli, dumps, env, ok, proj  # noqa: F401  (fixtures)
 from store_helpers import NOW, conv, fast_repo
@@ -295,3 +295,11 @@ def test_search_answers_the_same_after_the_index_is_deleted(cli, proj):
     ok(cli("update-ref", "t2", t2_tip))
     assert [h["threads"] for h in ok(cli("search", "q2", "--json")).json()] == [["t2"]]
     assert json.loads(before[0])  # (the first query found something)
+
+
+def test_the_api_names_the_search_columns_as_fts_does():
+    """The CLI's --help takes the columns from api (without loading the index): the same ones."""
+    from convgit import api
+    from convgit.index import fts
+
+    assert api.SEARCH_COLUMNS == fts.COLUMNS and api.SEARCH_DEFAULT_IN == fts.DEFAULT_IN

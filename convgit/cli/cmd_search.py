@@ -7,7 +7,8 @@ from typing import List, Optional
 import typer
 
 from .. import api
-from ..fts import COLUMNS, DEFAULT_IN
+from ..api import SEARCH_COLUMNS as COLUMNS
+from ..api import SEARCH_DEFAULT_IN as DEFAULT_IN
 from ..ids import short
 from . import output
 from . import views as V

@@ -1,13 +1,17 @@
 """Running a full-text search: rank in FTS5, order ties exactly, then describe each hit
-(threads that reach it, its turn, a snippet). The index and the query language are in fts.py."""
+(threads that reach it, its turn, a snippet). The FTS table and the query language are in fts.py."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import InvalidInput
+from ..errors import InvalidInput
+from ..timefmt import iso
+from . import reach
+from .filters import Filters, details, sort_key
+from .filters import sql as filter_sql
 from .fts import _TEXT_COLUMN, COLUMNS, DEFAULT_IN, FTS_TABLE, WEIGHTS, Query, Term, parse, snippet
-from .timefmt import iso
+from .healing import healing_call
 
 
 @dataclass
@@ -57,35 +61,31 @@ def search(repo, text: str, *, count: int = 20, latest: bool = False, columns: t
     ``latest``. Ranking: bm25 with per-column weights (``WEIGHTS``); ties by newest key."""
     import sqlite3
 
-    from . import query, reach
-
     if count < 0:
         raise InvalidInput("-n must be 0 (all) or more")
     q = parse(text, tuple(columns))
-    f = filters or query.Filters()
+    f = filters or Filters()
     index = repo.index
     index.refresh_if_changed()
-    for attempt in (0, 1):
+
+    def ranked_rows():
         try:
-            ranked = _ranked(index.db, q, f, count, latest)
-            break
+            return _ranked(index.db, q, f, count, latest)
         except sqlite3.OperationalError as e:
             if not any(s in str(e) for s in _USER_ERRORS):
                 raise
             raise InvalidInput(_explain(index.db, q, text, e)) from None
-        except sqlite3.DatabaseError:
-            if attempt:
-                raise
-            index.rebuild()  # a damaged page: the index is a cache
+
+    ranked = healing_call(repo, ranked_rows)  # a damaged page: the index is a cache
     db = index.db
     rows = {r[0]: r[1:] for r in _in_rowids(
         db, "SELECT m.rowid, m.id, m.role FROM messages m WHERE m.rowid IN ({})", [r for r, _ in ranked])}
-    info = query.details(db, [rows[r][0] for r, _ in ranked])
+    info = details(db, [rows[r][0] for r, _ in ranked])
     hits = []
     for rowid, score in ranked:
         oid, role = rows[rowid]
         depth, turn = info.get(oid, (0, None))
-        key = query.sort_key((turn or {}).get("started_at"), (turn or {}).get("turn"), oid, depth)
+        key = sort_key((turn or {}).get("started_at"), (turn or {}).get("turn"), oid, depth)
         names, n, more = reach.threads_reaching(db, oid)
         col, snip, hl = _snippet_for(db, rowid, role, columns, q.terms)
         hits.append(Hit(oid, role, score, key, names, n, more, turn, col, snip, hl))
@@ -99,8 +99,6 @@ _KEY_DESC = "coalesce(t.started_at, 0) DESC, substr(coalesce(t.id, m.id), 1, 16)
 def _ranked(db, q: Query, f, count: int, latest: bool) -> list[tuple[int, float]]:
     """(rowid, score) of the results in order: score (best first) or key (``latest``), then
     key newest first, then message id. The same order after an index rebuild."""
-    from . import query
-
     bm = f"bm25({FTS_TABLE}, {', '.join(str(WEIGHTS[c]) for c in COLUMNS)})"
     if count and not latest and not f.any():
         # Fast path: rank inside FTS5 alone (no join per match), fetch a few more than asked
@@ -118,7 +116,7 @@ def _ranked(db, q: Query, f, count: int, latest: bool) -> list[tuple[int, float]
         rows.sort(key=lambda r: keyed[r[0]][:3], reverse=True)
         rows.sort(key=lambda r: r[1])
         return [(r[0], r[1]) for r in rows[:count]]
-    with_, with_params, conds, params = query.sql(f)
+    with_, with_params, conds, params = filter_sql(f)
     conds = conds[1:]  # unreachable messages are not in the FTS index
     order = _KEY_DESC if latest else "s, " + _KEY_DESC
     sql = (f"{with_}SELECT m.rowid, {bm} AS s FROM {FTS_TABLE} JOIN messages m ON m.rowid = {FTS_TABLE}.rowid "

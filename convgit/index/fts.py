@@ -28,7 +28,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 
-from .errors import InvalidInput
+from ..errors import InvalidInput
 
 FTS_TABLE = "message_fts"
 COLUMNS = ("user", "assistant", "system", "tool", "reasoning")
@@ -85,7 +85,7 @@ def prepare(text: str) -> str:
 
 def fts_values(role: str, parts: list[tuple]) -> tuple[str | None, ...] | None:
     """One FTS row (a value per column) from a message's role and its ``parts`` rows
-    (``(rid, position, type, text, name, ...)`` as index.py stores them). None: nothing to index."""
+    (``(rid, position, type, text, name, ...)`` as writer.py stores them). None: nothing to index."""
     cols: dict[str, list[str]] = {}
     text_col = _TEXT_COLUMN.get(role, "system")
     for p in parts:

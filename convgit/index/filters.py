@@ -1,4 +1,4 @@
-"""Filters shared by ``log`` and ``search``, the time-sortable message key, and the log walk.
+"""Filters shared by ``log`` and ``search`` (and their SQL), and the time-sortable message key.
 
 The key orders messages by time. It is the key of the message's turn — the turn's start
 time and the first 16 hex digits of its id — followed by the message's depth, which orders the
@@ -19,13 +19,11 @@ import datetime as _dt
 import re
 import time
 from dataclasses import dataclass
-from typing import Iterator
 
-from .errors import InvalidInput, NotFound
-from .graph import iter_ancestry
-from .ids import check_thread_name, is_oid
-from .objects import ROLES
-from .provenance import ThreadProvenance, choose, earliest
+from ..errors import InvalidInput, NotFound
+from ..ids import check_thread_name, is_oid
+from ..objects import ROLES
+from .healing import healing_call
 
 KEY_RE = re.compile(r"^\d{1,17}(-[0-9a-f]{0,16}(-\d{0,7})?)?$")
 
@@ -38,6 +36,7 @@ KEY_SQL = (
 
 
 def sort_key(started_at: int | None, turn: str | None, oid: str, depth: int) -> str:
+    """The key of a message from its turn's start, the turn id (or its own id) and its depth."""
     ms = max(started_at or 0, 0)
     d = _dt.datetime.fromtimestamp(ms // 1000, tz=_dt.timezone.utc)
     return f"{d.strftime('%Y%m%d%H%M%S')}{ms % 1000:03d}-{(turn or oid)[:16]}-{max(depth, 0):07d}"
@@ -99,9 +98,11 @@ class Filters:
 
     @property
     def paging(self) -> bool:
+        """Is there a key bound (``--id-gt``/``--id-gte``): the order is by key, oldest first."""
         return self.id_gt is not None or self.id_gte is not None
 
     def any(self) -> bool:
+        """Is there any condition at all?"""
         return bool(self.models or self.threads or self.since is not None or self.until is not None
                     or self.roles or self.tools or self.sources or self.paging)
 
@@ -110,7 +111,7 @@ def make_filters(repo, *, model=(), thread=(), since: str | None = None, until: 
                  tools: bool = False, source=(), id_gt: str | None = None, id_gte: str | None = None,
                  now_ms: int | None = None) -> Filters:
     """Filters from option values: validated, aliases resolved (config ``[aliases]``)."""
-    from .config import load_aliases
+    from ..config import load_aliases
 
     aliases = load_aliases(repo.path / "config.toml")
     models = tuple(dict.fromkeys(aliases.get(m, m) for m in _split(model)))
@@ -145,6 +146,7 @@ def _bound(repo, value: str | None, what: str) -> str | None:
 
 
 def key_of(repo, oid: str) -> str | None:
+    """The key (``KEY_SQL``) of message ``oid`` as the index computes it, None when no thread holds it."""
     def q():
         return repo.index.db.execute(
             f"SELECT {KEY_SQL} FROM messages m LEFT JOIN turns t ON t.id = m.turn_id WHERE m.id = ? "
@@ -258,181 +260,3 @@ class _Match:
         if self.tool_turns is not None and t.get("turn") not in self.tool_turns:
             return False
         return True
-
-
-# -- a damaged index heals ------------------------------------------------------------------
-
-
-def healing_call(repo, fn, *args, **kwargs):
-    """``fn(*args)``; if it meets a damaged index page, rebuild the index and run it again
-    (the index is a cache: a page can be damaged deep inside and pass every check on open)."""
-    import sqlite3
-
-    try:
-        return fn(*args, **kwargs)
-    except sqlite3.DatabaseError as e:
-        if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
-            raise
-        repo.index.rebuild()
-        return fn(*args, **kwargs)
-
-
-def healing_iter(repo, make: "callable") -> Iterator:
-    """Items of ``make()``; on a damaged page, rebuild and go on from the same place (the
-    order is the same after a rebuild, so the items already given are skipped)."""
-    import sqlite3
-
-    done = 0
-    for attempt in (0, 1):
-        it = make()
-        skip = done
-        try:
-            for item in it:
-                if skip:
-                    skip -= 1
-                    continue
-                done += 1
-                yield item
-            return
-        except sqlite3.DatabaseError as e:
-            if attempt or (isinstance(e, sqlite3.OperationalError) and "locked" in str(e)):
-                raise
-            repo.index.rebuild()
-
-
-# -- walking --------------------------------------------------------------------------------
-
-
-def _walk_all(repo, stops: set[str] | None = None) -> Iterator[tuple[str, object]]:
-    """(thread, id, message) for every message reachable from a thread, once: thread by
-    thread in name order, each from its tip back to where it joins a thread already walked.
-
-    Only thread tips and fork points (messages with two or more children) are remembered: a
-    walk that reaches a message already listed must reach it at one of those (else it would
-    have come down the same child). Memory grows with threads and forks, not messages. The
-    threads come from the index (just caught up), so the first message comes at once; the
-    refs are read at the end, and a thread the index left out (a damaged history) or that
-    moved meanwhile is walked then.
-    """
-    db = repo.index.db
-    stops = set() if stops is None else stops
-    stop_q = ("SELECT EXISTS (SELECT 1 FROM threads WHERE tip = ?1) OR "
-              "(SELECT count(*) FROM (SELECT 1 FROM messages WHERE parent = ?1 LIMIT 2)) > 1")
-
-    def walk(tip: str):
-        for oid, msg in iter_ancestry(repo.objects, tip, stop=stops):
-            yield oid, msg
-            if db.execute(stop_q, (oid,)).fetchone()[0]:
-                stops.add(oid)
-
-    walked = dict(db.execute("SELECT name, tip FROM threads ORDER BY name").fetchall())
-    for name, tip in walked.items():
-        for oid, msg in walk(tip):
-            yield name, oid, msg
-    for name, tip in repo.refs.read_all().items():
-        if walked.get(name) != tip:
-            for oid, msg in walk(tip):
-                yield name, oid, msg
-
-
-def iter_messages(repo, rev: str | None = None, *, all_threads: bool = False,
-                  filters: Filters | None = None) -> Iterator[tuple[str, object, int, dict | None]]:
-    """(id, message, depth, turn info) in log order (newest first from ``rev``, or every
-    thread with ``all_threads``), filtered. Streams: objects are read in growing batches."""
-    return healing_iter(repo, lambda: _iter_messages(repo, rev, all_threads, filters))
-
-
-def _iter_messages(repo, rev, all_threads, filters):
-    repo.index.refresh_if_changed()
-    db = repo.index.db
-    f = filters or Filters()
-    if f.paging:
-        yield from _paged(repo, rev, all_threads, f)
-        return
-    if all_threads:
-        walk: Iterator = _walk_all(repo)
-    else:
-        tip, thread, skipped = _start(repo, "HEAD" if rev is None else rev)
-        walk = ((thread, oid, msg) for oid, msg in iter_ancestry(repo.objects, tip))
-    local: dict[str, ThreadProvenance] = {}
-
-    def resolver(thread: str | None) -> ThreadProvenance | None:
-        if thread is None:
-            return None
-        if thread not in local:
-            local.clear()  # threads are walked one after the other
-            local[thread] = ThreadProvenance(repo.index.thread_turns(thread))
-        return local[thread]
-
-    if not all_threads and skipped:  # thread~N: the turns above the start cover it too
-        r = resolver(thread)
-        for oid, depth in skipped:
-            r.at(oid, depth)
-    match = _Match(db, f) if f.any() else None
-    size = 1  # grows to 512: `log -n 1` reads one object, not a batch
-    while True:
-        chunk = []
-        for item in walk:
-            chunk.append(item)
-            if len(chunk) >= size:
-                break
-        if not chunk:
-            return
-        size = min(size * 2, 512)
-        info = details(db, [oid for _, oid, _ in chunk])
-        for thread, oid, msg in chunk:
-            depth, turn = info.get(oid, (-1, None))
-            r = resolver(thread) if depth >= 0 else None
-            turn = choose(r.at(oid, depth) if r is not None else None, turn)
-            if match is None or match(oid, msg.role, depth, turn):
-                yield oid, msg, depth, turn
-
-
-def _start(repo, rev: str) -> tuple[str, str | None, list[tuple[str, int]]]:
-    """Where a walk of ``rev`` starts: (its id, the thread it names or None, the (id, depth)
-    of the messages between that thread's tip and the start, tip first)."""
-    from . import revparse
-
-    base, n = revparse.split_rev(rev)
-    top, thread = revparse.resolve_base(repo, base)
-    tip = revparse.resolve(repo, rev)
-    skipped: list[tuple[str, int]] = []
-    if thread is not None and n:
-        for oid, _ in iter_ancestry(repo.objects, top, stop={tip}):
-            depth = repo.index.depth(oid)
-            if depth is None:
-                return tip, None, []
-            skipped.append((oid, depth))
-    return tip, thread, skipped
-
-
-def _paged(repo, rev, all_threads: bool, f: Filters) -> Iterator[tuple[str, object, int, dict | None]]:
-    """Messages with a key above the bound, oldest first (the index drives; 1,000 a batch)."""
-    import dataclasses
-
-    from . import revparse
-    from .graph import read_message
-
-    db = repo.index.db
-    with_, with_params, conds, params = sql(dataclasses.replace(f, id_gt=None, id_gte=None))
-    if not all_threads:
-        tip = revparse.resolve(repo, "HEAD" if rev is None else rev)
-        anc = ("anc2(id) AS (SELECT ? UNION SELECT m0.parent FROM messages m0 JOIN anc2 ON m0.id = anc2.id "
-               "WHERE m0.parent IS NOT NULL) ")
-        with_ = (with_.rstrip() + ", " + anc) if with_ else "WITH RECURSIVE " + anc
-        with_params = [*with_params, tip]
-        conds.append("m.id IN (SELECT id FROM anc2)")
-    params = [*with_params, *params]
-    strict = f.id_gt is not None and (f.id_gte is None or f.id_gt >= f.id_gte)
-    after = f.id_gt if strict else f.id_gte
-    while True:
-        q = (f"{with_}SELECT m.id, {KEY_SQL} AS k FROM messages m LEFT JOIN turns t ON t.id = m.turn_id "
-             f"WHERE {' AND '.join(conds)} AND k {'>' if strict else '>='} ? ORDER BY k LIMIT 1000")
-        rows = db.execute(q, [*params, after]).fetchall()
-        if not rows:
-            return
-        info = details(db, [r[0] for r in rows])
-        for oid, _key in rows:
-            depth, turn = info.get(oid, (-1, None))
-            yield oid, read_message(repo.objects, oid), depth, earliest(turn)
-        after, strict = rows[-1][1], True

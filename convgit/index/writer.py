@@ -1,13 +1,12 @@
-"""The derived SQLite index (``index.sqlite``): a cache, never the source of truth.
+"""Writing the derived SQLite index (``index.sqlite``): opening, rebuilding, catching up.
 
 It is rebuilt from objects + refs + reflogs whenever it is missing, unreadable or of another
 schema version, and caught up whenever a ref differs from the tip it recorded. There is one
 code path for all three — "catch these threads up" — so an incremental index and a rebuilt
 one hold the same rows. Text is stored once (in ``parts``), never twice.
 
-Concurrency: SQLite's rollback journal (not WAL: a rebuilt index is swapped in by rename, and
-a WAL file left beside the old inode would corrupt the new one); every write transaction and
-every swap run under the kernel lock ``index.lock``.
+Concurrency: SQLite's rollback journal (not WAL: docs/format.md §8 "Journal" says why); every
+write transaction and every swap run under the kernel lock ``index.lock``.
 """
 
 from __future__ import annotations
@@ -17,11 +16,10 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Iterable
 
-from . import codec, fsio, fts, reach
-from .errors import ConvgitError, InvalidInput, ObjectCorrupt, ObjectMissing, storage_failure
-from .objects import (
+from .. import codec, fsio
+from ..errors import ConvgitError, InvalidInput, ObjectCorrupt, ObjectMissing, storage_failure
+from ..objects import (
     AttachmentPart,
     Blob,
     Message,
@@ -32,109 +30,11 @@ from .objects import (
     ToolResultPart,
     Turn,
 )
-from .refs import parse_rename, parse_reflog_line
+from ..refs import parse_rename, parse_reflog_line
+from . import fts, reach
 from .fts import FTS_SCHEMA
-
-SCHEMA_VERSION = 5  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
-# 5: turns record what they cover (out_depth, span) and which import listed them (record)
-INDEX_FILE = "index.sqlite"
-
-SCHEMA = """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE threads (
-  name TEXT PRIMARY KEY,
-  tip TEXT NOT NULL,
-  created_ms INTEGER,
-  updated_ms INTEGER,
-  forked_from_thread TEXT,
-  forked_from_message TEXT,
-  reflog_size INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX threads_tip ON threads(tip);
-CREATE TABLE messages (
-  rowid INTEGER PRIMARY KEY,
-  id TEXT NOT NULL UNIQUE,
-  parent TEXT,
-  role TEXT NOT NULL,
-  depth INTEGER NOT NULL,
-  title_id TEXT,
-  turn_id TEXT,
-  n_parts INTEGER NOT NULL,
-  meta_json TEXT
-);
-CREATE INDEX messages_parent ON messages(parent);
-CREATE TABLE parts (
-  message_rowid INTEGER NOT NULL REFERENCES messages(rowid),
-  position INTEGER NOT NULL,
-  type TEXT NOT NULL,
-  text TEXT,
-  name TEXT,
-  tool_call_id TEXT,
-  blob TEXT,
-  mime_type TEXT,
-  data_json TEXT
-);
--- A rowid table, not WITHOUT ROWID: there a row over ~1 KB (most messages' text) spills into
--- an overflow page of its own, which made this table 2.7 x the text it holds.
-CREATE UNIQUE INDEX parts_message ON parts(message_rowid, position);
-CREATE TABLE turns (
-  id TEXT PRIMARY KEY,
-  thread TEXT,
-  kind TEXT NOT NULL,
-  input TEXT,
-  output TEXT NOT NULL,
-  model TEXT,
-  resolved_model TEXT,
-  started_at INTEGER,
-  duration_ms INTEGER,
-  input_tokens INTEGER,
-  output_tokens INTEGER,
-  usage_json TEXT,
-  options_json TEXT,
-  source TEXT,
-  upstream_thread_id TEXT,
-  forked_from TEXT,
-  error TEXT,
-  meta_json TEXT,
-  -- What the turn gives provenance for: the ``span`` messages of its output's history up to
-  -- the output (at depth ``out_depth``); and, for a per-message turn, the import turn that
-  -- lists it (``record``). A thread's own turns are found by these (thread_turns).
-  record TEXT,
-  out_depth INTEGER,
-  span INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX turns_upstream ON turns(source, upstream_thread_id);
-CREATE INDEX turns_thread ON turns(thread);
-CREATE INDEX turns_record ON turns(record) WHERE record IS NOT NULL;
--- Source message ids of imported messages (``convgit show chatgpt:<id>``), from import turns.
-CREATE TABLE aliases (
-  source TEXT NOT NULL,
-  source_id TEXT NOT NULL,
-  message_id TEXT NOT NULL,
-  turn_id TEXT NOT NULL,
-  PRIMARY KEY (source, source_id, message_id)
-) WITHOUT ROWID;
-CREATE INDEX aliases_message ON aliases(message_id);
-CREATE VIEW message_text AS
-  SELECT m.id AS id, group_concat(p.text, char(10)) AS text
-  FROM messages m JOIN parts p ON p.message_rowid = m.rowid
-  WHERE p.type = 'text' GROUP BY m.id;
-CREATE VIEW message_tree AS
-WITH RECURSIVE tree(rid, id, depth, sort_key) AS (
-  SELECT rowid, id, 0, printf('%012d', rowid) FROM messages
-  WHERE parent IS NULL AND rowid NOT IN (SELECT rowid FROM unreachable)
-  UNION ALL
-  SELECT m.rowid, m.id, t.depth + 1, t.sort_key || '/' || printf('%012d', m.rowid)
-  FROM messages m JOIN tree t ON m.parent = t.id WHERE m.rowid NOT IN (SELECT rowid FROM unreachable)
-)
-SELECT t.id AS id, m.parent AS parent, t.depth AS depth, m.role AS role,
-  printf('%.*c', t.depth * 2, ' ') || m.role || ': ' ||
-    substr(replace(coalesce((SELECT text FROM message_text x WHERE x.id = t.id), ''), char(10), ' '), 1, 80)
-    AS tree,
-  (SELECT group_concat(name, ', ') FROM threads WHERE tip = t.id) AS tip_of
-FROM tree t JOIN messages m ON m.rowid = t.rid
-ORDER BY t.sort_key;
-"""
+from .healing import healing, index_storage_failure
+from .schema import INDEX_FILE, SCHEMA, SCHEMA_VERSION
 
 
 def _dump(v) -> str | None:
@@ -170,49 +70,6 @@ def part_text(p, blob_text=None) -> str | None:
     return None
 
 
-def _index_storage_failure(e: BaseException, where: Path):
-    """The StorageFailed that an index error stands for, or None when it is damage a rebuild
-    cures. SQLITE_FULL is always storage. SQLITE_IOERR is storage only when the file system
-    is full (or read-only) too: under concurrent rebuilds an index file swapped away beneath
-    a connection also reports "disk I/O error", and that is healed (rebuild, retry)."""
-    failed = storage_failure(e, INDEX_FILE)
-    if failed is None or not isinstance(e, sqlite3.Error):
-        return failed
-    name = (getattr(e, "sqlite_errorname", "") or "").upper()
-    if name.startswith("SQLITE_FULL") or "disk is full" in str(e).lower():
-        return failed
-    try:
-        st = os.statvfs(where)
-    except OSError:
-        return failed
-    if st.f_bavail * st.f_frsize < 8 << 20 or st.f_flag & os.ST_RDONLY:
-        return failed
-    return None
-
-
-def _healing(fn):
-    """A query that meets a corrupt page rebuilds the index and runs once more.
-
-    (An index with a damaged page deep inside can pass every check on open; it is a cache,
-    so the cure is always the same.) A full disk or an I/O error is no damage: a rebuild would
-    need space too and hide the real error, so that is StorageFailed at once.
-    """
-
-    def wrapper(self, *args, **kwargs):
-        try:
-            return fn(self, *args, **kwargs)
-        except sqlite3.DatabaseError as e:
-            failed = _index_storage_failure(e, self.repo.path)
-            if failed is not None:
-                raise failed from e
-            self.rebuild()
-            return fn(self, *args, **kwargs)
-
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
-
-
 def invalidate(repo) -> None:
     """Drop ``index.sqlite`` (which needs no space) so that the next command rebuilds it: for
     an operation that changed the store but could not bring the index up to date (a full
@@ -226,7 +83,9 @@ def invalidate(repo) -> None:
         pass  # no lock (a full disk cannot even create it): the caller already warns
 
 
-class Index:
+class IndexWriter:
+    """Opening, validating, rebuilding and catching up the index (the write side of ``Index``)."""
+
     def __init__(self, repo, *, path: Path | None = None, autorefresh: bool = True) -> None:
         self.repo = repo
         self.path = path or repo.path / INDEX_FILE
@@ -309,6 +168,7 @@ class Index:
                 continue
 
     def close(self) -> None:
+        """Close the connection (a later use needs a new ``Index``)."""
         if self.db is not None:
             self.db.close()
             self.db = None  # type: ignore[assignment]
@@ -369,7 +229,7 @@ class Index:
                 out.append((d, None))
         return tuple(out)
 
-    @_healing
+    @healing
     def refresh_if_changed(self) -> None:
         """Bring the index up to the refs, reading only what changed (O(changes), not
         O(threads)): docs/format.md §8 "Catch-up".
@@ -466,7 +326,7 @@ class Index:
         self._catch_up(lambda: self._read_refs(names), only=names, cache=cache, commit=commit,
                        state=self._new_state(end, dirs, state.get("ino")))
 
-    @_healing
+    @healing
     def refresh(self) -> None:
         """Bring the index up to the refs on disk (a crash, a copy, another process): reads
         every ref (O(threads)); ``refresh_if_changed`` is the cheap form."""
@@ -597,7 +457,7 @@ class Index:
                         db.execute("ROLLBACK")
                     except sqlite3.DatabaseError:
                         pass  # the journal rolls the file back when it is next opened
-                failed = _index_storage_failure(e, self.repo.path)
+                failed = index_storage_failure(e, self.repo.path)
                 if failed is not None and failed is not e:
                     raise failed from e
                 raise
@@ -828,175 +688,6 @@ class Index:
         if row is None:
             return (float("inf"), tid)
         return (row[0] if row[0] is not None else 0, tid)
-
-    # -- queries used by commit -------------------------------------------------------------
-
-    @_healing
-    def threads_at(self, tip: str) -> list[str]:
-        return [r[0] for r in self.db.execute("SELECT name FROM threads WHERE tip=? ORDER BY name", (tip,))]
-
-    @_healing
-    def threads_containing(self, oid: str, limit: int = 1) -> list[str]:
-        """Threads whose history holds message ``oid`` (a descendant of it is their tip)."""
-        return [r[0] for r in self.db.execute(
-            """WITH RECURSIVE d(id) AS (SELECT ? UNION SELECT m.id FROM messages m JOIN d ON m.parent = d.id)
-               SELECT name FROM threads WHERE tip IN (SELECT id FROM d) ORDER BY name LIMIT ?""",
-            (oid, limit),
-        )]
-
-    @_healing
-    def thread_for_upstream(self, source: str, upstream: str) -> str | None:
-        row = self.db.execute(
-            "SELECT t.thread FROM turns t JOIN threads h ON h.name = t.thread "
-            "WHERE t.source=? AND t.upstream_thread_id=? ORDER BY t.started_at DESC, t.id LIMIT 1",
-            (source, upstream),
-        ).fetchone()
-        return row[0] if row else None
-
-    @_healing
-    def upstream_threads(self, source: str, upstream: str) -> list[tuple[str, str | None]]:
-        """(thread, branch) of every existing thread an import of this upstream conversation
-        moved, newest first; branch is "main", a source leaf id, or None (a plain commit)."""
-        out: dict[str, str | None] = {}
-        for thread, meta in self.db.execute(
-            "SELECT t.thread, t.meta_json FROM turns t JOIN threads h ON h.name = t.thread "
-            "WHERE t.source=? AND t.upstream_thread_id=? ORDER BY t.started_at DESC, t.id",
-            (source, upstream),
-        ):
-            if thread not in out:
-                try:
-                    branch = json.loads(meta).get("branch") if meta else None
-                except (ValueError, AttributeError):
-                    branch = None
-                out[thread] = branch if isinstance(branch, str) else None
-        return list(out.items())
-
-    @_healing
-    def known_aliases(self, source: str, pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
-        """Which (source id, message id) pairs are recorded already."""
-        found: set[tuple[str, str]] = set()
-        keys = sorted({k for k, _ in pairs})
-        for i in range(0, len(keys), 500):
-            chunk = keys[i : i + 500]
-            q = ",".join("?" * len(chunk))
-            found.update(self.db.execute(
-                f"SELECT source_id, message_id FROM aliases WHERE source=? AND source_id IN ({q})", [source, *chunk]
-            ))
-        return found
-
-    @_healing
-    def find_alias(self, source: str, source_id: str) -> list[str]:
-        """Message ids a source id names: exact, else as a unique prefix (4+ characters)."""
-        rows = self.db.execute(
-            "SELECT DISTINCT message_id FROM aliases WHERE source=? AND source_id=?", (source, source_id)
-        ).fetchall()
-        if not rows and len(source_id) >= 4:
-            esc = source_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            rows = self.db.execute(
-                "SELECT DISTINCT message_id FROM aliases WHERE source=? AND source_id LIKE ? ESCAPE '\\' LIMIT 20",
-                (source, esc + "%"),
-            ).fetchall()
-        return sorted(r[0] for r in rows)
-
-    # -- queries used by porcelain ----------------------------------------------------------
-
-    @_healing
-    def thread_rows(self) -> list[dict]:
-        cur = self.db.execute(
-            """SELECT h.name, h.tip, m.depth + 1, h.created_ms, h.updated_ms, h.forked_from_thread,
-                      h.forked_from_message, m.title_id
-               FROM threads h LEFT JOIN messages m ON m.id = h.tip ORDER BY h.name"""
-        )
-        out = []
-        renames = self._renames()
-        for name, tip, count, created, updated, fthread, fmsg, title_id in cur:
-            out.append({
-                "name": name, "tip": tip, "messages": count, "created_ms": created, "updated_ms": updated,
-                "forked_from_thread": self._current_name(fthread, created, renames),
-                "forked_from_message": fmsg, "title_id": title_id,
-            })
-        return out
-
-    @_healing
-    def message_text(self, oid: str) -> str:
-        rows = self.db.execute(
-            "SELECT p.text FROM parts p JOIN messages m ON m.rowid = p.message_rowid "
-            "WHERE m.id=? AND p.type='text' ORDER BY p.position", (oid,),
-        ).fetchall()
-        return "\n".join(r[0] for r in rows if r[0] is not None)
-
-    @_healing
-    def turn_info(self, oids: Iterable[str]) -> dict[str, dict]:
-        """message id → its turn's time/model, for the given messages."""
-        out: dict[str, dict] = {}
-        ids = list(oids)
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            q = ",".join("?" * len(chunk))
-            for mid, tid, started, model, rmodel, kind in self.db.execute(
-                f"SELECT m.id, t.id, t.started_at, t.model, t.resolved_model, t.kind FROM messages m "
-                f"JOIN turns t ON t.id = m.turn_id WHERE m.id IN ({q})", chunk,
-            ):
-                out[mid] = {"turn": tid, "started_at": started, "model": model, "resolved_model": rmodel, "kind": kind}
-        return out
-
-    _TURN_COLS = ("id, started_at, model, resolved_model, kind, source, input_tokens, output_tokens, "
-                  "usage_json, output, duration_ms, thread, record, out_depth, span")
-
-    @_healing
-    def thread_turns(self, thread: str) -> list[dict]:
-        """The turns of ``thread``'s own history (what log shows a message's time, model and
-        source from, before the earliest turn anywhere): those recorded on it, and the
-        per-message turns listed by its import turns or by the import turns of the same
-        upstream conversation (the other branches of one imported tree). Each dict has the
-        keys of query.details' turn info, plus ``record`` (the listing import turn, for a
-        per-message turn), ``out_depth`` and ``span`` (it covers the ``span`` messages of its
-        output's history up to the output, at depth ``out_depth``)."""
-        cols = self._TURN_COLS
-        rows = self.db.execute(
-            f"""WITH mine AS (SELECT id, kind, source, upstream_thread_id FROM turns WHERE thread = :t),
-                     recs AS (SELECT id FROM mine WHERE kind IN ('import', 'call')
-                              UNION SELECT r.id FROM turns r JOIN (SELECT DISTINCT source, upstream_thread_id FROM mine
-                                WHERE upstream_thread_id IS NOT NULL) c
-                                ON r.source = c.source AND r.upstream_thread_id = c.upstream_thread_id)
-                SELECT {cols} FROM turns WHERE thread = :t
-                UNION SELECT {cols} FROM turns WHERE record IN (SELECT id FROM recs)""",
-            {"t": thread},
-        ).fetchall()
-        keys = [c.strip() for c in cols.split(",")]
-        out = []
-        for r in rows:
-            d = dict(zip(keys, r))
-            d["turn"] = d.pop("id")
-            out.append(d)
-        return out
-
-    @_healing
-    def depth(self, oid: str) -> int | None:
-        row = self.db.execute("SELECT depth FROM messages WHERE id=?", (oid,)).fetchone()
-        return row[0] if row else None
-
-    @_healing
-    def dump(self) -> dict:
-        """A canonical dump of every derived row (tests compare an incremental index with a rebuild)."""
-        q = {
-            "threads": "SELECT name, tip, created_ms, updated_ms, forked_from_thread, forked_from_message FROM threads ORDER BY name",
-            "turns": "SELECT id, thread, kind, input, output, model, started_at FROM turns WHERE thread IS NOT NULL ORDER BY id",
-        }
-        out = {k: [list(r) for r in self.db.execute(v)] for k, v in q.items()}
-        reach = self.db.execute(
-            """WITH RECURSIVE r(id) AS (SELECT tip FROM threads UNION SELECT m.parent FROM messages m JOIN r ON m.id = r.id WHERE m.parent IS NOT NULL)
-               SELECT m.id, m.parent, m.role, m.depth, m.title_id, m.turn_id, m.n_parts FROM messages m JOIN r ON r.id = m.id ORDER BY m.id"""
-        )
-        out["messages"] = [list(r) for r in reach]
-        out["renames"] = [list(r) for r in self._renames()]
-        # The text and fields of every part too: search, log and show read them from here, so
-        # a part that differs from its message object (fsck) is a wrong answer.
-        out["parts"] = [list(r) for r in self.db.execute(
-            """WITH RECURSIVE r(id) AS (SELECT tip FROM threads UNION SELECT m.parent FROM messages m JOIN r ON m.id = r.id WHERE m.parent IS NOT NULL)
-               SELECT m.id, p.position, p.type, p.text, p.name, p.tool_call_id, p.blob, p.mime_type, p.data_json
-               FROM parts p JOIN messages m ON m.rowid = p.message_rowid JOIN r ON r.id = m.id ORDER BY m.id, p.position""")]
-        return out
 
 
 def _journal_stat(path: Path) -> tuple[int | None, int]:

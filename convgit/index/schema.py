@@ -1,0 +1,105 @@
+"""The index's SQLite schema and its version: a cache, so a version change means a rebuild
+(no migrations). The full-text table is in fts.py (``FTS_SCHEMA``)."""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 5  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
+# 5: turns record what they cover (out_depth, span) and which import listed them (record)
+INDEX_FILE = "index.sqlite"
+
+SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE threads (
+  name TEXT PRIMARY KEY,
+  tip TEXT NOT NULL,
+  created_ms INTEGER,
+  updated_ms INTEGER,
+  forked_from_thread TEXT,
+  forked_from_message TEXT,
+  reflog_size INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX threads_tip ON threads(tip);
+CREATE TABLE messages (
+  rowid INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  parent TEXT,
+  role TEXT NOT NULL,
+  depth INTEGER NOT NULL,
+  title_id TEXT,
+  turn_id TEXT,
+  n_parts INTEGER NOT NULL,
+  meta_json TEXT
+);
+CREATE INDEX messages_parent ON messages(parent);
+CREATE TABLE parts (
+  message_rowid INTEGER NOT NULL REFERENCES messages(rowid),
+  position INTEGER NOT NULL,
+  type TEXT NOT NULL,
+  text TEXT,
+  name TEXT,
+  tool_call_id TEXT,
+  blob TEXT,
+  mime_type TEXT,
+  data_json TEXT
+);
+-- A rowid table, not WITHOUT ROWID: there a row over ~1 KB (most messages' text) spills into
+-- an overflow page of its own, which made this table 2.7 x the text it holds.
+CREATE UNIQUE INDEX parts_message ON parts(message_rowid, position);
+CREATE TABLE turns (
+  id TEXT PRIMARY KEY,
+  thread TEXT,
+  kind TEXT NOT NULL,
+  input TEXT,
+  output TEXT NOT NULL,
+  model TEXT,
+  resolved_model TEXT,
+  started_at INTEGER,
+  duration_ms INTEGER,
+  input_tokens INTEGER,
+  output_tokens INTEGER,
+  usage_json TEXT,
+  options_json TEXT,
+  source TEXT,
+  upstream_thread_id TEXT,
+  forked_from TEXT,
+  error TEXT,
+  meta_json TEXT,
+  -- What the turn gives provenance for: the ``span`` messages of its output's history up to
+  -- the output (at depth ``out_depth``); and, for a per-message turn, the import turn that
+  -- lists it (``record``). A thread's own turns are found by these (thread_turns).
+  record TEXT,
+  out_depth INTEGER,
+  span INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX turns_upstream ON turns(source, upstream_thread_id);
+CREATE INDEX turns_thread ON turns(thread);
+CREATE INDEX turns_record ON turns(record) WHERE record IS NOT NULL;
+-- Source message ids of imported messages (``convgit show chatgpt:<id>``), from import turns.
+CREATE TABLE aliases (
+  source TEXT NOT NULL,
+  source_id TEXT NOT NULL,
+  message_id TEXT NOT NULL,
+  turn_id TEXT NOT NULL,
+  PRIMARY KEY (source, source_id, message_id)
+) WITHOUT ROWID;
+CREATE INDEX aliases_message ON aliases(message_id);
+CREATE VIEW message_text AS
+  SELECT m.id AS id, group_concat(p.text, char(10)) AS text
+  FROM messages m JOIN parts p ON p.message_rowid = m.rowid
+  WHERE p.type = 'text' GROUP BY m.id;
+CREATE VIEW message_tree AS
+WITH RECURSIVE tree(rid, id, depth, sort_key) AS (
+  SELECT rowid, id, 0, printf('%012d', rowid) FROM messages
+  WHERE parent IS NULL AND rowid NOT IN (SELECT rowid FROM unreachable)
+  UNION ALL
+  SELECT m.rowid, m.id, t.depth + 1, t.sort_key || '/' || printf('%012d', m.rowid)
+  FROM messages m JOIN tree t ON m.parent = t.id WHERE m.rowid NOT IN (SELECT rowid FROM unreachable)
+)
+SELECT t.id AS id, m.parent AS parent, t.depth AS depth, m.role AS role,
+  printf('%.*c', t.depth * 2, ' ') || m.role || ': ' ||
+    substr(replace(coalesce((SELECT text FROM message_text x WHERE x.id = t.id), ''), char(10), ' '), 1, 80)
+    AS tree,
+  (SELECT group_concat(name, ', ') FROM threads WHERE tip = t.id) AS tip_of
+FROM tree t JOIN messages m ON m.rowid = t.rid
+ORDER BY t.sort_key;
+"""
