@@ -312,6 +312,11 @@ def unlink(path: Path) -> None:
         raise _storage_error("unlink", path, e) from e
 
 
+def unlink_quiet(path: os.PathLike | str) -> None:
+    """Remove ``path`` if possible, saying nothing (cleaning up after a failure)."""
+    _unlink_quiet(path)
+
+
 def _unlink_quiet(path: Path) -> None:
     try:
         os.unlink(path)
@@ -347,10 +352,11 @@ def rmtree(path: os.PathLike | str) -> None:
     rmdir(path)
 
 
-def write_new_file(path: Path, data: bytes) -> None:
-    """Create a small file that must not exist yet (store skeleton files)."""
+def write_new_file(path: Path, data: bytes, *, mode: int = 0o666) -> None:
+    """Create a small file that must not exist yet (store skeleton files, temp files made
+    durable by a later ``sync_filesystem``). Not fsynced."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, mode)
     except OSError as e:
         raise _storage_error("create", path, e) from e
     try:
