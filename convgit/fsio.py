@@ -1,9 +1,10 @@
 """Every file-system mutation convgit makes goes through this module.
 
 One place means the crash simulator and the fsync-failure tests can wrap it, and one place
-holds the durability rules: objects are written to a temp file in their final directory,
-fsynced, made read-only and linked into place (an existing file is success); refs are
-replaced by rename of a fsynced lock file followed by an fsync of their directory.
+holds the durability primitives (the sequences are in docs/format.md §6): files written to a
+temp file and made durable (an fsync, or one ``sync_filesystem`` for several) before they are
+renamed into place, the rename then made durable by an fsync of its directory (or another
+``sync_filesystem``).
 An fsync error is fatal for the operation: it is raised as StorageFailed and never retried.
 
 Every mutation below is an ``os.*`` call made through this module's ``os`` name (never
@@ -312,6 +313,11 @@ def unlink(path: Path) -> None:
         raise _storage_error("unlink", path, e) from e
 
 
+def unlink_quiet(path: os.PathLike | str) -> None:
+    """Remove ``path`` if possible, saying nothing (cleaning up after a failure)."""
+    _unlink_quiet(path)
+
+
 def _unlink_quiet(path: Path) -> None:
     try:
         os.unlink(path)
@@ -347,16 +353,21 @@ def rmtree(path: os.PathLike | str) -> None:
     rmdir(path)
 
 
-def write_new_file(path: Path, data: bytes) -> None:
-    """Create a small file that must not exist yet (store skeleton files)."""
+def write_new_file(path: Path, data: bytes, *, mode: int = 0o666) -> None:
+    """Create a small file that must not exist yet (store skeleton files, temp files made
+    durable by a later ``sync_filesystem``). Not fsynced. A failed write (a full disk)
+    removes the file: it was this call's."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, mode)
     except OSError as e:
         raise _storage_error("create", path, e) from e
     try:
         _write_all(fd, data, path)
-    finally:
+    except BaseException:
         os.close(fd)
+        _unlink_quiet(path)
+        raise
+    os.close(fd)
 
 
 class NewFile:

@@ -10,10 +10,12 @@ once more before it is reported missing.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from . import codec, fsio
+from .config import crash_point
 from .errors import AmbiguousRevision, ObjectCorrupt, ObjectMissing, StorageFailed
 from .ids import is_oid
 from .objects import Object
@@ -258,44 +260,82 @@ class ObjectStore:
     def write_many(self, items: Iterable[tuple[str, bytes]], *, missing: frozenset[str] | set[str] = frozenset()) -> int:
         """Write objects, durable before returning (with ``fsync``). Returns how many were new.
 
-        Small batches are loose files, each file and its directory fsynced; larger ones are
-        one pack. Without ``fsync`` (throw-away stores, or a caller that flushes the file
-        system itself): loose files, nothing synced.
+        Small batches are loose files, staged and made durable with two syncs in all
+        (``_write_staged``, docs/format.md §6.1); larger ones are one pack. Without ``fsync``
+        (throw-away stores, or a caller that flushes the file system itself): loose files,
+        nothing synced.
         ``missing``: ids the caller has just seen absent (their existence probe is skipped).
 
         ``items`` come in dependency order (a message after its parent and blobs, a turn after
-        its messages). In small batches each object's directory entry is made durable before
-        the next object is written, so a power loss never leaves a stored object whose
-        references are lost: stored messages stay closed under "parent of", which
-        graph.longest_stored_prefix relies on. (Objects of one batch rarely share a fan-out
-        directory, so this costs no more fsyncs than syncing each directory once at the end.)
+        its messages), and a power loss never leaves a stored object whose references are
+        lost: stored messages stay closed under "parent of", which
+        graph.longest_stored_prefix relies on.
         """
         items = list(items)
         for oid, data in items:
             if codec.hash_bytes(data) != oid:
                 raise ObjectCorrupt(f"refusing to store bytes under the wrong id {oid}", oid=oid)
-        per_file = self.fsync and len(items) <= PACK_THRESHOLD
-        if self.fsync and not per_file:
+        if self.fsync and len(items) > PACK_THRESHOLD:
             # Many objects: one pack, not loose files and a syncfs. A power loss before a
             # syncfs could keep any subset of the loose files' entries (a message without its
             # parent); a pack's objects become visible together, when its idx is renamed in.
             return len(self.write_packed(items, missing=missing))
-        dirs: set[str] = set()
-        new = 0
         has_packs = bool(self.packs())
-        new_fanouts = {oid[:2] for oid, _ in items if not os.path.isdir(f"{self._root}/{oid[:2]}")} if per_file else set()
+        if self.fsync:
+            return self._write_staged(items, missing, has_packs)
+        new = 0
         for oid, data in items:
             if oid not in missing and has_packs and not os.path.exists(self._file(oid)) and self._freshen_packed(oid):
                 continue
-            f = self._file(oid)
-            if fsio.write_object_file(f, data, fsync=per_file, probe=oid not in missing):
+            if fsio.write_object_file(self._file(oid), data, fsync=False, probe=oid not in missing):
                 new += 1
-                if per_file:
-                    d = os.path.dirname(f)
-                    if oid[:2] in new_fanouts and d not in dirs:
-                        fsio.fsync_dir(self.path)  # a new fan-out directory's entry
-                    dirs.add(d)
-                    fsio.fsync_dir(d)  # this object's entry, before any object that refers to it
+        return new
+
+    def _write_staged(self, items: list[tuple[str, bytes]], missing, has_packs: bool) -> int:
+        """A few objects, durable with two syncs (docs/format.md §6.1): each new object's
+        bytes go to a temp file ``objects/tmp_*`` (one directory for all of them); one
+        syncfs makes the bytes durable; the temp files are renamed into their fan-out
+        directories in dependency order; one more syncfs makes the entries durable.
+
+        Every rename leaves the same directory, whose entries a power loss keeps only as a
+        prefix (and a rename between directories lands in both or neither): an object's
+        entry never survives without those of the objects renamed before it, so stored
+        messages stay closed under "parent of" without a sync per object."""
+        staged: list[tuple[str, str]] = []  # (temp, final)
+        try:
+            for i, (oid, data) in enumerate(items):
+                f = self._file(oid)
+                if oid not in missing:
+                    try:
+                        size = os.stat(f).st_size
+                    except FileNotFoundError:
+                        size = None
+                    if size == len(data) and fsio.freshen(f):
+                        continue
+                    if size is None and has_packs and self._freshen_packed(oid):
+                        continue
+                tmp = f"{self._root}/{fsio.TMP_PREFIX}{os.getpid()}_{time.monotonic_ns()}_{i}"
+                fsio.write_new_file(tmp, data, mode=0o444)
+                staged.append((tmp, f))
+            new = len(staged)
+            if not new:
+                return 0
+            crash_point("object_after_write")
+            fsio.sync_filesystem(self._root)  # the objects' bytes
+            crash_point("object_after_fsync")
+            while staged:
+                tmp, f = staged[0]
+                d = os.path.dirname(f)
+                if not os.path.isdir(d):
+                    fsio.makedirs(d)  # a new fan-out directory (made durable by the syncfs below)
+                fsio.rename(tmp, f)
+                staged.pop(0)
+                crash_point("object_after_rename")
+            fsio.sync_filesystem(self._root)  # their entries
+        except BaseException:
+            for tmp, _ in staged:
+                fsio.unlink_quiet(tmp)
+            raise
         return new
 
     def write_packed(self, items: Iterable[tuple[str, bytes]], *, missing: frozenset[str] | set[str] = frozenset()) -> set[str]:

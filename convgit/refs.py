@@ -366,7 +366,8 @@ class RefStore:
             if exists is not None and not exists(new):
                 raise ObjectMissing(f"cannot point thread {name!r} at missing object {new}", oid=new)
         self._check_df_conflict(path, name)
-        fsio.makedirs(path.parent, fsync=self.fsync)
+        # A new directory is made durable by the move's syncfs, before the ref lands in it.
+        fsio.makedirs(path.parent, fsync=self.fsync and new is None)
         with self._locked(path):
             try:
                 old = self._read_ref(path, name)
@@ -397,11 +398,25 @@ class RefStore:
         crash_point("ref_after_lock")
         if new is not None:
             log_size = self._log_size(name)
+            tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
             try:
-                self._append_log(name, old, new, turn, message, time_ms)
-                tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
-                fsio.replace_file(path, f"{new}\n".encode(), fsync=self.fsync, tmp=tmp, point="ref_after_tmp_fsync")
+                if self.fsync:
+                    # docs/format.md §6.2: reflog line and temp ref written, one syncfs (them, and
+                    # any new directory or reflog file), the rename, one fsync of its directory.
+                    t = time_ms if time_ms is not None else int(time.time() * 1000)
+                    fsio.makedirs(self.log_path(name).parent)
+                    self.journal([name])  # before the reflog line and the move (§4 Journal)
+                    fsio.append_line(self.log_path(name), format_reflog_line(old, new, t, turn, message), fsync=False)
+                    fsio.write_new_file(tmp, f"{new}\n".encode())
+                    fsio.sync_filesystem(self.root)  # the reflog line and the temp ref
+                    crash_point("ref_after_tmp_fsync")
+                    fsio.rename(tmp, path)
+                    fsio.fsync_dir(path.parent)  # the commit point
+                else:
+                    self._append_log(name, old, new, turn, message, time_ms)
+                    fsio.replace_file(path, f"{new}\n".encode(), fsync=False, tmp=tmp, point="ref_after_tmp_fsync")
             except StorageFailed:
+                fsio.unlink_quiet(tmp)
                 # An fsync failed (maybe after the rename): the move did not happen. Put the
                 # old value and the reflog back, still under the lock, and report it.
                 self._undo(path, name, old, new, log_size)

@@ -62,9 +62,14 @@ def test_a_commit_reads_the_same_few_refs_at_any_size(tmp_path, monkeypatch, n):
     assert before <= 20, reads  # not one per thread
 
 
-def test_a_commit_whose_index_update_was_lost_is_caught_up_from_the_journal(tmp_path, monkeypatch):
+@pytest.mark.parametrize("fsync", [False, True])
+def test_a_commit_whose_index_update_was_lost_is_caught_up_from_the_journal(tmp_path, monkeypatch, fsync):
     repo = _store(tmp_path, 20)
     path = repo.path
+    if fsync:  # the store default: each write path (fsync on or off) must note its moves
+        (path / "config.toml").write_text("[core]\nfsync = true\n")
+        repo.close()
+        repo = convgit.open_repo(path)
     monkeypatch.setattr(index_mod.Index, "record_commits", lambda self, plans: None)  # as if it crashed there
     out = convgit.commit(repo, {"messages": conv("brand", "new")}, thread="fresh")
     repo.close()

@@ -46,11 +46,9 @@ THREADS = ("a", "b", "c")
 def _in_place_ref_writes(refs_dir: str) -> None:
     """The mutation: refs rewritten in place (truncate, then write), with the short stall of a
     slow disk between the two."""
-    real = fsio.replace_file
+    real, real_rename = fsio.replace_file, fsio.rename
 
-    def replace_file(path, data, *, fsync, tmp=None, point=None):
-        if not str(path).startswith(refs_dir):
-            return real(path, data, fsync=fsync, tmp=tmp, point=point)
+    def write_in_place(path, data):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             time.sleep(0.003)
@@ -58,7 +56,21 @@ def _in_place_ref_writes(refs_dir: str) -> None:
         finally:
             os.close(fd)
 
+    def replace_file(path, data, *, fsync, tmp=None, point=None):
+        if not str(path).startswith(refs_dir):
+            return real(path, data, fsync=fsync, tmp=tmp, point=point)
+        write_in_place(path, data)
+
+    def rename(src, dst):  # a staged temp ref "renamed" by copying its content in place
+        if not str(dst).startswith(refs_dir):
+            return real_rename(src, dst)
+        with open(src, "rb") as f:
+            data = f.read()
+        os.unlink(src)
+        write_in_place(dst, data)
+
     fsio.replace_file = replace_file
+    fsio.rename = rename
 
 
 def _worker(root: str, source: str, seed: int, ackpath: str, broken: bool) -> None:

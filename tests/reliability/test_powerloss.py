@@ -8,8 +8,12 @@
   acknowledged operation is visible (after the next writer's merge recovery, the refs are those
   after the last acknowledged operation or after the one in flight: all or nothing), and every
   acknowledged commit's turn is in its thread's reflog. Figure: 0 failing states.
-- Mutations (each must produce failing states): no object fsync, no directory fsync, new
-  directories without a parent fsync, a new reflog file without a directory fsync.
+- Single calls (a stateless continuation of two new messages, a stateless new thread): every
+  crash state of every workload of up to 2 of them (with a nested new thread and gc).
+- Mutations (each must produce failing states): each sync of the single-commit sequence
+  (docs/format.md §6.1-6.2) left out in turn, object temp files staged in their fan-out
+  directories instead of one directory, no directory fsync at the commit point, a large batch
+  written loose.
 - EIO from the n-th fsync (n = 1..k): the operation raises StorageFailed, refs unchanged, no
   temp file left, the next commit works.
 """
@@ -18,7 +22,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import linecache
 import os
+import sys
 import shutil
 import time
 from pathlib import Path
@@ -34,6 +40,10 @@ from convgit.repository import Repository
 
 from .crashsim import FailingFsync, Recorder, TreeWriter, crash_states
 from .helpers import NOW, chain_texts, history, new_store, temp_files, user
+
+
+def assistant(text: str) -> dict:
+    return {"role": "assistant", "content": text}
 
 OPS = ("commit a", "commit b", "fork", "gc", "merge")
 THREAD_B = "team/b"  # nested: its refs/ and logs/ directories are made by the workload
@@ -97,6 +107,13 @@ def _run_op(repo, op: str, step: int, source: Path):
         r = convgit.commit(repo, {"messages": history(repo, THREAD_B) + [user(f"b{step}")]}, thread=THREAD_B,
                            now_ms=NOW + step)
         return (THREAD_B, r.turn)
+    if op == "call a":  # a stateless call continuing a: its history, a question and the answer
+        r = convgit.commit(repo, {"messages": history(repo, "a") + [user(f"q{step}"), assistant(f"r{step}")]},
+                           now_ms=NOW + step)
+        return (r.thread, r.turn)
+    if op == "call new":  # a stateless call starting a thread (auto-named; HEAD moves)
+        r = convgit.commit(repo, {"messages": [user(f"new q{step}"), assistant(f"new r{step}")]}, now_ms=NOW + step)
+        return (r.thread, r.turn)
     if op == "commit long":  # a first commit of more than 16 new objects
         r = convgit.commit(repo, {"messages": history(repo, "long") + [user(f"long {step}.{i}") for i in range(20)]},
                            thread="long", now_ms=NOW + step)
@@ -333,34 +350,48 @@ def test_b3_sweep_every_crash_state_of_every_workload_of_up_to_3_operations(stor
 
 # Mutations: each broken variant must make some crash state fail.
 
-def _no_object_fsync(m):
-    real = fsio.write_object_file
-    m.setattr(fsio, "write_object_file", lambda final, data, *, fsync, probe=True: real(final, data, fsync=False, probe=probe))
-
-
 def _no_dir_fsync(m):
     m.setattr(fsio, "fsync_dir", lambda path: None)
 
 
-def _mkdir_without_parent_fsync(m):
-    real = fsio.makedirs
-    m.setattr(fsio, "makedirs", lambda path, *, fsync=False: real(path, fsync=False))
+def _skip_syncfs(marker: str):
+    """A breaker leaving out the syncs made on a source line holding ``marker``."""
+    def breaker(m):
+        real = Recorder._syncfs
+
+        def _syncfs(self, path):
+            f = sys._getframe(1)
+            if marker in linecache.getline(f.f_code.co_filename, f.f_lineno):
+                return
+            real(self, path)
+        m.setattr(Recorder, "_syncfs", _syncfs)
+    return breaker
 
 
-def _append_without_dir_fsync(m):
-    real_dir = fsio.fsync_dir
+def _staged_in_fanout_dirs(m):
+    """Object temp files made in their own fan-out directories (renamed within each): the
+    entries of two new messages then survive a power loss independently."""
+    from convgit.object_store import ObjectStore
 
-    def append_line(path, line, *, fsync):
-        fsio.makedirs(Path(path).parent, fsync=fsync)
-        fd = fsio.os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            fsio._write_all(fd, line.encode(), path)
-            if fsync:
-                fsio.fsync_fd(fd, path)
-        finally:
-            fsio.os.close(fd)
-    del real_dir
-    m.setattr(fsio, "append_line", append_line)
+    def _write_staged(self, items, missing, has_packs):
+        staged = []
+        for i, (oid, data) in enumerate(items):
+            f = self._file(oid)
+            if os.path.exists(f):
+                continue
+            d = os.path.dirname(f)
+            fsio.makedirs(d)
+            tmp = f"{d}/{fsio.TMP_PREFIX}{os.getpid()}_{time.monotonic_ns()}_{i}"
+            fsio.write_new_file(tmp, data, mode=0o444)
+            staged.append((tmp, f))
+        if staged:
+            fsio.sync_filesystem(self._root)
+            for tmp, f in staged:
+                fsio.rename(tmp, f)
+            fsio.sync_filesystem(self._root)
+        return len(staged)
+
+    m.setattr(ObjectStore, "_write_staged", _write_staged)
 
 
 def _large_batches_loose_then_syncfs(m):
@@ -381,12 +412,24 @@ def _large_batches_loose_then_syncfs(m):
 
 
 MUTATIONS = {
-    "no_object_fsync": (_no_object_fsync, ("commit a",)),
+    "objects_renamed_before_their_bytes_sync": (_skip_syncfs("# the objects' bytes"), ("commit a",)),
+    "object_entries_not_synced_before_the_reflog": (_skip_syncfs("# their entries"), ("call a",)),
+    "objects_staged_in_their_fanout_dirs": (_staged_in_fanout_dirs, ("call a",)),
+    "ref_renamed_before_reflog_and_temp_ref_sync": (_skip_syncfs("# the reflog line and the temp ref"), ("call new",)),
     "no_dir_fsync": (_no_dir_fsync, ("commit a",)),
-    "mkdir_without_parent_fsync": (_mkdir_without_parent_fsync, ("commit b",)),
-    "new_reflog_without_dir_fsync": (_append_without_dir_fsync, ("fork",)),
     "large_batch_loose_then_syncfs": (_large_batches_loose_then_syncfs, ("commit long",)),
 }
+
+
+def test_single_calls_survive_power_loss(stores, monkeypatch, capsys):
+    """The single-call path (docs/format.md §6.1-6.2, four syncs): a stateless continuation of
+    two new messages and a stateless new thread, alone and after one another (and after a
+    nested new thread and gc): every crash state is clean."""
+    stats, failures = sweep(stores, monkeypatch, depth=2, ops=("call a", "call new", "commit b", "gc"))
+    with capsys.disabled():
+        print(f"\n[T5.1 calls] {stats['workloads']} workloads, {stats['states']} crash states, {stats['failing']} failing")
+    assert failures == [], failures[:5]
+    assert stats["workloads"] == 4 + 16
 
 
 def test_a_long_first_commit_survives_power_loss_all_or_nothing(stores, monkeypatch, capsys):
@@ -419,6 +462,18 @@ def _op_commit(repo, i):
 
 def _op_new_thread(repo, i):
     return convgit.commit(repo, {"messages": [user(f"new thread {i}")]}, thread=f"n/t{i}", now_ms=NOW + 1000 + i)
+
+
+def _op_call(repo, i):
+    """A stateless call continuing a: two new messages and a turn."""
+    return convgit.commit(repo, {"messages": history(repo, "a") + [user(f"eio q {i}"), assistant(f"eio r {i}")]},
+                          now_ms=NOW + 1000 + i)
+
+
+def _op_call_new(repo, i):
+    """A stateless call starting a thread (HEAD moves)."""
+    return convgit.commit(repo, {"messages": [user(f"eio new q {i}"), assistant(f"eio new r {i}")]},
+                          now_ms=NOW + 1000 + i)
 
 
 def _op_fork(repo, i):
@@ -465,15 +520,17 @@ def _eio_case(stores, tmp_path, monkeypatch, op, n):
 def _on_head(name: str, store, proxy, n: int, k: int) -> bool:
     """The failed fsync is HEAD's (its temp file, or the store directory after its rename:
     always a commit's last fsyncs), which comes after the commit point."""
-    if name not in ("commit", "new_thread", "commit_many"):
+    if name not in ("commit", "new_thread", "call", "call_new", "commit_many"):
         return False
     what = proxy.failed_on or ""
     return os.path.basename(what).startswith("tmp_HEAD") or (n == k and what == str(store))
 
 
-@pytest.mark.parametrize("name", ["commit", "new_thread", "commit_many", "fork", "merge", "merge_wide", "gc"])
+@pytest.mark.parametrize("name", ["commit", "new_thread", "call", "call_new", "commit_many", "fork", "merge",
+                                  "merge_wide", "gc"])
 def test_eio_from_the_nth_fsync_fails_the_operation_and_changes_nothing(stores, tmp_path, monkeypatch, name, capsys):
-    op = {"commit": _op_commit, "new_thread": _op_new_thread, "commit_many": _op_commit_many, "fork": _op_fork,
+    op = {"commit": _op_commit, "new_thread": _op_new_thread, "call": _op_call, "call_new": _op_call_new,
+          "commit_many": _op_commit_many, "fork": _op_fork,
           "merge": _op_merge(stores), "merge_wide": lambda repo, i: merge(repo, stores["wide"]), "gc": _op_gc}[name]
     # k: how many fsyncs the operation makes (counted on a clean run)
     counter = FailingFsync(0)
@@ -500,7 +557,7 @@ def test_eio_from_the_nth_fsync_fails_the_operation_and_changes_nothing(stores, 
         assert raised.exit_code == 40, where
         with Repository.open(store) as r:
             assert r.refs.read_all() == refs_before, where
-            if name in ("commit", "fork"):
+            if name in ("commit", "call", "fork"):
                 assert (store / "logs/refs/threads/a").read_bytes() == log_before, where
             assert temp_files(store) == [], (where, temp_files(store))
             assert not (store / JOURNAL).exists(), where
