@@ -126,6 +126,13 @@ def main() -> None:
                 llm_drive(py, corpus, tmp / f"llm{n}.db", tmp, llm_env)
                 res["build_s"][n]["llm"] = round(time.perf_counter() - t0, 2)
             print(f"built {n}: {res['build_s'][n]}", file=sys.stderr)
+        used = {n: 0 for n in sizes}
+
+        def pick(n: int) -> int:
+            """The next thread to continue: every call a different one (a coprime stride)."""
+            used[n] += 1
+            return used[n] * 7919 % n
+
         api = {n: [] for n in sizes}
         llm_t = {n: [] for n in sizes}
         cli: dict = {n: {k: [] for k in ("commit", "log -n 1", "status", "search")} for n in sizes}
@@ -135,21 +142,21 @@ def main() -> None:
                 repo = repos[n]
                 ts = []
                 for c in range(args.calls):
-                    i = (r * args.calls + c) * 7919 % n
+                    i = pick(n)
                     t0 = time.perf_counter()
                     out = convgit.commit(repo, continuation(i, r))
                     ts.append((time.perf_counter() - t0) * 1000)
                     assert out.appended_messages == 2, out
                 api[n].append(statistics.median(ts))
                 if py is not None:
-                    corpus = [continuation(((r * args.calls + c) * 7919 + 1) % n, r) for c in range(args.calls)]
+                    corpus = [continuation(pick(n), r) for c in range(args.calls)]
                     corpus = [d["messages"] + [d["response"]] for d in corpus]
                     doc = llm_drive(py, corpus, tmp / f"llm{n}.db", tmp, llm_env)
                     llm_t[n].append(doc["log_to_db_s"] * 1000 / doc["calls"])
                 if not args.no_cli:
                     store = str(tmp / f"c{n}" / ".convgit")
                     env = dict(cli_env, CONVGIT_DIR=store)
-                    payload = json.dumps(continuation((r * 31 + 3) % n, 1000 + r))
+                    payload = json.dumps(continuation(pick(n), 1000 + r))
                     for key, argv, inp in (("commit", ["commit", "-"], payload), ("log -n 1", ["log", "-n", "1"], None),
                                            ("status", ["status"], None), ("search", ["search", "crash"], None)):
                         t0 = time.perf_counter()
