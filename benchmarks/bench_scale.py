@@ -13,7 +13,8 @@ interleaved across sizes and tools (A B A B, so the machine's noise falls on all
   re-sent, plus a new question and its answer: a fast-forward of that thread), per call;
 - ``llm``: the same call logged by llm (``model.prompt(messages=...)`` + ``log_to_db``);
 - ``cli``: ``convgit commit -`` of the same kind of payload, and ``log -n 1``, ``status``,
-  ``search`` as commands a person runs (whole process: start-up included).
+  ``search`` (a word one conversation holds) as commands a person runs (whole process:
+  start-up included).
 
 Reports medians per size, the ratio of the largest store to the smallest, and convgit/llm
 per size. Writes benchmarks/out/scale.json. Nothing is written into the repository else.
@@ -39,7 +40,7 @@ LLM_SPEC = "llm==0.36"
 
 def conv(i: int) -> list[dict]:
     return [
-        {"role": "user", "content": f"question {i}: how do I keep a store of {i} threads fast?"},
+        {"role": "user", "content": f"question {i}: how do I keep a store of {i} threads fast? (ticket t{i}x)"},
         {"role": "assistant", "content": f"answer {i}: read only what changed since you last looked."},
         {"role": "user", "content": f"follow-up {i}: and after a crash?"},
         {"role": "assistant", "content": f"answer {i}b: a journal names what moved; a reboot means read everything once."},
@@ -158,7 +159,7 @@ def main() -> None:
                     env = dict(cli_env, CONVGIT_DIR=store)
                     payload = json.dumps(continuation(pick(n), 1000 + r))
                     for key, argv, inp in (("commit", ["commit", "-"], payload), ("log -n 1", ["log", "-n", "1"], None),
-                                           ("status", ["status"], None), ("search", ["search", "crash"], None)):
+                                           ("status", ["status"], None), ("search", ["search", f"t{(r * 7 + 5) % n}x"], None)):
                         t0 = time.perf_counter()
                         subprocess.run([sys.executable, "-m", "convgit", *argv], env=env, input=inp, text=True,
                                        check=True, capture_output=True)

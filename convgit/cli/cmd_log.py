@@ -92,14 +92,11 @@ def log_cmd(
     if json_:
         V.print_entries_json(repo, entries, usage=usage, truncate=truncate)
         return
-    tips: dict[str, list[str]] = {}
-    for n, t in repo.refs.read_all().items():
-        tips.setdefault(t, []).append(n)
     seen: list = []
     for i, e in enumerate(entries):
         if usage:
             seen.append(e)
-        names = tips.get(e.id, [])
+        names = repo.index.threads_at(e.id)  # the index (caught up by the walk), not every ref file
         deco = f" ({', '.join(names)})" if names else ""
         model_ = V.model_of(e)
         if oneline:
