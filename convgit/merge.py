@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,7 @@ class StoreSource:
         p = Path(os.path.abspath(p))
         self._real = os.path.realpath(p)
         self.path = p
+        self._checked: str | None = None  # the last loose path found not to be a symlink
         # Nothing is read through a symlink that leads out of the source (a ref file linked to
         # a local secret, a symlinked refs/): checked before the first read.
         self._check_links(p, SOURCE_FILES + STORE_DIRS)
@@ -114,8 +116,19 @@ class StoreSource:
         return self.repo.refs.archived_entries()
 
     def _check_loose(self, oid: str) -> None:
-        f = Path(self.repo.objects._file(oid))
-        self._check_links(f.parent, [f.name])
+        # One lstat of the loose path per object (size() and then read_raw() of the same id
+        # share it); only a symlink costs the full check.
+        if oid == self._checked:
+            return
+        f = self.repo.objects._file(oid)
+        try:
+            link = stat.S_ISLNK(os.lstat(f).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            link = False
+        if link:
+            p = Path(f)
+            self._check_links(p.parent, [p.name])
+        self._checked = oid
 
     def size(self, oid: str) -> int | None:
         """The stored size of ``oid`` in the source, or None."""
