@@ -9,6 +9,13 @@ Reports messages/s, the rate in each tenth of the export (a constant rate from t
 conversation to the last is the target: the last tenth at least 0.8x the first), and the
 peak RSS of the importing process (it runs in a child process,
 so the generator's memory is not counted). Results: docs/performance.md, "Import".
+
+The peer: ``git fast-import`` of the same text in the same run (each message's text a blob,
+each message a commit on its parent's, a branch per leaf: the export's tree as a commit
+DAG; the stream is written with the export, so git is not charged for parsing JSON), into a
+fresh bare repository, with fsync on as convgit (core.fsync=committed) or off. ``--repeat N``
+interleaves N imports of each (convgit first, then git first, ...) and reports medians and
+the ratio ``vs_git_fast_import`` (convgit / git wall time).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import json
 import os
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,10 +93,43 @@ def conversation(rnd: random.Random, i: int) -> dict:
             "default_model_slug": "gpt-4o", "id": cid}
 
 
-def generate(path: Path, mb: int, seed: int = 7, count: int | None = None) -> tuple[int, int]:
+def fast_import_stream(out, c: dict, i: int, mark: list[int]) -> None:
+    """The same conversation for ``git fast-import``: each message's text a blob, each message
+    a commit whose parent is its parent message's commit (the tree of the export as a commit
+    DAG), a branch at the current leaf and one at each other leaf."""
+    commit_of: dict[str, int] = {}
+    parents = set()
+    for nid, x in c["mapping"].items():
+        m = x["message"]
+        if m is None:
+            continue
+        content = m["content"]
+        body = ("\n".join(content["parts"]) if "parts" in content else content.get("text", "")).encode()
+        mark[0] += 1
+        blob = mark[0]
+        mark[0] += 1
+        commit_of[nid] = mark[0]
+        role = m["author"]["role"].encode()
+        parent = commit_of.get(x["parent"])
+        if parent is not None:
+            parents.add(x["parent"])
+        out.write(b"blob\nmark :%d\ndata %d\n%s\ncommit refs/heads/c%d\nmark :%d\ncommitter b <b@b> %d +0000\ndata %d\n%s\n"
+                  % (blob, len(body), body, i, mark[0], int(m["create_time"]), len(role), role))
+        if parent is not None:
+            out.write(b"from :%d\n" % parent)
+        out.write(b"M 100644 :%d m\n\n" % blob)
+    leaves = [nid for nid in commit_of if nid not in parents and nid != c["current_node"]]
+    out.write(b"reset refs/heads/c%d\nfrom :%d\n\n" % (i, commit_of[c["current_node"]]))
+    for k, nid in enumerate(leaves):
+        out.write(b"reset refs/heads/c%d-alt-%d\nfrom :%d\n\n" % (i, k + 1, commit_of[nid]))
+
+
+def generate(path: Path, mb: int, seed: int = 7, count: int | None = None, stream: Path | None = None) -> tuple[int, int]:
     rnd = random.Random(seed)
     target = mb * 1_000_000
     n = nodes = 0
+    mark = [0]
+    g = open(stream, "wb") if stream is not None else None
     with open(path, "w", encoding="utf-8") as f:
         f.write("[")
         size = 1
@@ -98,9 +139,30 @@ def generate(path: Path, mb: int, seed: int = 7, count: int | None = None) -> tu
             f.write(s)
             size += len(s)
             nodes += sum(1 for x in c["mapping"].values() if x["message"] is not None)
+            if g is not None:
+                fast_import_stream(g, c, n, mark)
             n += 1
         f.write("]")
+    if g is not None:
+        g.write(b"done\n")
+        g.close()
     return n, nodes
+
+
+def git_fast_import(work: Path, stream: Path, fsync: bool) -> float:
+    """Wall seconds of ``git fast-import`` reading ``stream`` into a fresh bare repository
+    (with fsync on: core.fsync=committed, as durable as convgit's import)."""
+    repo = work / f"git-{time.monotonic_ns()}.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
+    sync = ["-c", "core.fsync=committed", "-c", "core.fsyncMethod=fsync"] if fsync else ["-c", "core.fsync=none"]
+    t = time.perf_counter()
+    with open(stream, "rb") as f:
+        subprocess.run(["git", *sync, "-C", str(repo), "fast-import", "--quiet", "--done"], stdin=f, check=True)
+    s = time.perf_counter() - t
+    import shutil
+
+    shutil.rmtree(repo, ignore_errors=True)
+    return s
 
 
 def child(store: str, export: str) -> None:
@@ -145,6 +207,8 @@ def main() -> int:
     ap.add_argument("--conversations", type=int, default=None, help="generate this many conversations (instead of --mb)")
     ap.add_argument("--keep", type=Path, default=None, help="work in DIR and keep it")
     ap.add_argument("--no-fsync", action="store_true", help="CONVGIT_FSYNC=0 (throw-away store)")
+    ap.add_argument("--repeat", type=int, default=1, help="import this many times, interleaved with git fast-import")
+    ap.add_argument("--no-git", action="store_true", help="skip the git fast-import peer")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -153,22 +217,44 @@ def main() -> int:
     work = a.keep or Path(tempfile.mkdtemp(prefix="convgit-bench-import-"))
     work.mkdir(parents=True, exist_ok=True)
     export = work / "conversations.json"
+    stream = None if a.no_git else work / "fast-import.stream"
     t = time.perf_counter()
-    n, nodes = generate(export, a.mb, count=a.conversations)
+    n, nodes = generate(export, a.mb, count=a.conversations, stream=stream)
     gen_s = time.perf_counter() - t
     size = export.stat().st_size
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")}
     if a.no_fsync:
         env["CONVGIT_FSYNC"] = "0"
-    store = work / "store" / ".convgit"
-    p = subprocess.run([sys.executable, __file__, "--child", str(store), str(export)], env=env,
-                       capture_output=True, text=True, check=True)
-    res = json.loads(p.stdout.strip().splitlines()[-1])
+    runs: list[dict] = []
+    git_s: list[float] = []
+    for r in range(a.repeat):  # interleaved: convgit then git, then git then convgit, ...
+        order = ("convgit", "git") if r % 2 == 0 else ("git", "convgit")
+        for who in order:
+            if who == "git":
+                if stream is not None:
+                    git_s.append(round(git_fast_import(work, stream, not a.no_fsync), 2))
+                continue
+            store = work / f"store-{r}" / ".convgit"
+            p = subprocess.run([sys.executable, __file__, "--child", str(store), str(export)], env=env,
+                               capture_output=True, text=True, check=True)
+            res = json.loads(p.stdout.strip().splitlines()[-1])
+            res["store_mb"] = round(sum(f.stat().st_size for f in store.rglob("*") if f.is_file()) / 1e6, 1)
+            runs.append(res)
+            if a.keep is None:
+                import shutil
+
+                shutil.rmtree(store.parent, ignore_errors=True)
+    firsts = sorted(x["first_s"] for x in runs)
+    res = runs[len(runs) // 2] if len(runs) % 2 else min(runs, key=lambda x: abs(x["first_s"] - statistics.median(firsts)))
+    med = statistics.median(firsts)
     res.update({"export_mb": round(size / 1e6, 1), "generated_conversations": n, "generated_nodes": nodes,
-                "generate_s": round(gen_s, 1), "fsync": not a.no_fsync,
-                "messages_per_s": round(res["messages"] / res["first_s"]),
-                "mb_per_s": round(size / 1e6 / res["first_s"], 1),
-                "store_mb": round(sum(f.stat().st_size for f in store.rglob("*") if f.is_file()) / 1e6, 1)})
+                "generate_s": round(gen_s, 1), "fsync": not a.no_fsync, "runs": len(runs),
+                "first_s_runs": [x["first_s"] for x in runs], "first_s_median": med,
+                "messages_per_s": round(res["messages"] / med),
+                "mb_per_s": round(size / 1e6 / med, 1)})
+    if git_s:
+        res.update({"git_fast_import_s_runs": git_s, "git_fast_import_s_median": statistics.median(git_s),
+                    "vs_git_fast_import": round(med / statistics.median(git_s), 2)})
     print(json.dumps(res, indent=2))
     if a.keep is None:
         import shutil

@@ -2,7 +2,8 @@
 
 Order (restic's, then git's fetch --atomic): read the source's refs first, then walk the
 objects they reach, re-hashing and decoding every one that is new here (one bad object and
-nothing is taken); stage the new objects as a pack in a quarantine directory, move it in,
+nothing is taken) and staging it, as it is read (each object is read once), in a pack in a
+quarantine directory; once the walk has passed, move the pack in,
 then update every ref from a journal, all or nothing. A crash after the journal is written
 is rolled forward by the next writer; before it, nothing is visible.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +29,7 @@ from .graph import deleted_provenance, typed_references
 from .ids import check_thread_name, is_oid
 from .merge_journal import JOURNAL, recover, write_journal
 from .objects import Message
-from .pack import write_pack
+from .pack import PackWriter
 from .refs import ANY, NOT_APPLIED, RefMove, format_reflog_line, read_log_file
 from .repository import STORE_DIRS
 
@@ -68,6 +70,7 @@ class StoreSource:
         p = Path(os.path.abspath(p))
         self._real = os.path.realpath(p)
         self.path = p
+        self._checked: str | None = None  # the last loose path found not to be a symlink
         # Nothing is read through a symlink that leads out of the source (a ref file linked to
         # a local secret, a symlinked refs/): checked before the first read.
         self._check_links(p, SOURCE_FILES + STORE_DIRS)
@@ -113,8 +116,19 @@ class StoreSource:
         return self.repo.refs.archived_entries()
 
     def _check_loose(self, oid: str) -> None:
-        f = Path(self.repo.objects._file(oid))
-        self._check_links(f.parent, [f.name])
+        # One lstat of the loose path per object (size() and then read_raw() of the same id
+        # share it); only a symlink costs the full check.
+        if oid == self._checked:
+            return
+        f = self.repo.objects._file(oid)
+        try:
+            link = stat.S_ISLNK(os.lstat(f).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            link = False
+        if link:
+            p = Path(f)
+            self._check_links(p.parent, [p.name])
+        self._checked = oid
 
     def size(self, oid: str) -> int | None:
         """The stored size of ``oid`` in the source, or None."""
@@ -238,58 +252,67 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
     # same rule as gc's (format.md §10), applied to what this merge makes reachable.
     carried = _provenance_to_carry(repo, source, incoming)
     # 2. Every object new here, re-hashed and decoded; one bad object and nothing is taken.
-    new_ids: list[str] = []
-    # Every id walked, new or already stored here, with its type (None: a damaged local
-    # object, fsck's business). An id is walked once but may be named many times, each time
-    # as some type: every naming is checked against the type found, so a blob reference to a
-    # thread's tip is refused whichever of the two the walk meets first.
-    walked: dict[str, str | None] = {}
-    # (id, who names it, the type it must have): a thread's tip is a message, a reflog's turn
-    # a turn; each object's references are typed by graph.typed_references.
-    todo = [(t, "thread", "message") for t in incoming.values()] + [(t, "turn", "turn") for ts in turns.values() for t in ts]
-    todo += [(e.turn, "a deleted thread's reflog", "turn") for _, es in carried for e in es]
-    limit = _limit(repo)
-    while todo:
-        oid, by, want = todo.pop()
-        if not is_oid(oid):
-            raise SourceCorrupt(f"merge source: {by} names {oid!r}, not an object id")
-        if oid in walked:
-            _check_type(oid, want, walked[oid], by)
-            continue
-        if repo.objects.contains(oid):
-            walked[oid] = _local_type(repo, oid)
-            _check_type(oid, want, walked[oid], by)
-            continue
-        size = source.size(oid)
-        if size is not None and size > limit:
-            raise SourceCorrupt(f"merge source: object {oid} is {size} bytes, over the limit of {limit}", oid=oid)
-        data = source.read_raw(oid)
-        if data is None:
-            raise SourceCorrupt(f"merge source lacks object {oid} (referenced by {by})", oid=oid)
-        if codec.hash_bytes(data) != oid:
-            raise SourceCorrupt(f"merge source: object {oid} does not hash to its id", oid=oid)
-        try:
-            obj = codec.decode(data, oid)
-        except ObjectCorrupt as e:
-            raise SourceCorrupt(f"merge source: {e.message}", oid=oid) from e
-        if not codec.is_canonical(data, obj):
-            raise SourceCorrupt(f"merge source: object {oid} is not canonically encoded", oid=oid)
-        _check_type(oid, want, codec.type_name(obj), by)
-        walked[oid] = want
-        new_ids.append(oid)
-        report.new_bytes += len(data)
-        todo.extend((r, oid, t) for r, t in typed_references(obj))
-    report.new_objects = len(new_ids)
-    seen = set(new_ids)
-    for name, tip in incoming.items():
-        if tip not in seen and not repo.objects.contains(tip):
-            raise SourceCorrupt(f"merge source thread {name!r} points at a missing object", thread=name)
+    # Each is read once: the bytes just verified go straight into a pack staged in a
+    # quarantine directory (streamed, so memory stays bounded at any size), which is moved in
+    # only once the whole walk has passed; any failure removes the quarantine.
+    quarantine = repo.objects.path / f"incoming-{os.getpid()}-{time.monotonic_ns()}"
+    writer: PackWriter | None = None
+    try:
+        new_ids: list[str] = []
+        # Every id walked, new or already stored here, with its type (None: a damaged local
+        # object, fsck's business). An id is walked once but may be named many times, each
+        # time as some type: every naming is checked against the type found, so a blob
+        # reference to a thread's tip is refused whichever of the two the walk meets first.
+        walked: dict[str, str | None] = {}
+        # (id, who names it, the type it must have): a thread's tip is a message, a reflog's
+        # turn a turn; each object's references are typed by graph.typed_references.
+        todo = [(t, "thread", "message") for t in incoming.values()] + [(t, "turn", "turn") for ts in turns.values() for t in ts]
+        todo += [(e.turn, "a deleted thread's reflog", "turn") for _, es in carried for e in es]
+        limit = _limit(repo)
+        while todo:
+            oid, by, want = todo.pop()
+            if not is_oid(oid):
+                raise SourceCorrupt(f"merge source: {by} names {oid!r}, not an object id")
+            if oid in walked:
+                _check_type(oid, want, walked[oid], by)
+                continue
+            if repo.objects.contains(oid):
+                walked[oid] = _local_type(repo, oid)
+                _check_type(oid, want, walked[oid], by)
+                continue
+            size = source.size(oid)
+            if size is not None and size > limit:
+                raise SourceCorrupt(f"merge source: object {oid} is {size} bytes, over the limit of {limit}", oid=oid)
+            data = source.read_raw(oid)
+            if data is None:
+                raise SourceCorrupt(f"merge source lacks object {oid} (referenced by {by})", oid=oid)
+            if codec.hash_bytes(data) != oid:
+                raise SourceCorrupt(f"merge source: object {oid} does not hash to its id", oid=oid)
+            try:
+                obj = codec.decode(data, oid)
+            except ObjectCorrupt as e:
+                raise SourceCorrupt(f"merge source: {e.message}", oid=oid) from e
+            if not codec.is_canonical(data, obj):
+                raise SourceCorrupt(f"merge source: object {oid} is not canonically encoded", oid=oid)
+            _check_type(oid, want, codec.type_name(obj), by)
+            walked[oid] = want
+            new_ids.append(oid)
+            report.new_bytes += len(data)
+            if not dry_run:
+                if writer is None:
+                    writer = PackWriter(quarantine, fsync=repo.config.fsync)
+                writer.add(oid, data, verified=True)
+            todo.extend((r, oid, t) for r, t in typed_references(obj))
+        report.new_objects = len(new_ids)
+        seen = set(new_ids)
+        for name, tip in incoming.items():
+            if tip not in seen and not repo.objects.contains(tip):
+                raise SourceCorrupt(f"merge source thread {name!r} points at a missing object", thread=name)
 
-    # 3. Objects: a pack staged in quarantine, then moved in.
-    if new_ids and not dry_run:
-        quarantine = repo.objects.path / f"incoming-{os.getpid()}-{time.monotonic_ns()}"
-        try:
-            idx = write_pack(quarantine, new_ids, lambda o: source.read_raw(o) or b"", fsync=repo.config.fsync)
+        # 3. Objects: the staged pack finished in quarantine (durable), then moved in.
+        if writer is not None:
+            idx = writer.finish()
+            writer = None
             crash_point("merge_after_quarantine")
             fsio.makedirs(repo.objects.pack_dir, fsync=repo.config.fsync)
             fsio.rename(idx.with_suffix(".pack"), repo.objects.pack_dir / idx.with_suffix(".pack").name)
@@ -297,9 +320,11 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
             fsio.rename(idx, repo.objects.pack_dir / idx.name)
             if repo.config.fsync:
                 fsio.fsync_dir(repo.objects.pack_dir)
-        finally:
-            fsio.rmtree(quarantine)
-        repo.objects.packs(reload=True)
+            repo.objects.packs(reload=True)
+    finally:
+        if writer is not None:
+            writer.abort()
+        fsio.rmtree(quarantine)
     crash_point("merge_before_refs")
 
     # 4. The ref plan.

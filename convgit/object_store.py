@@ -19,13 +19,16 @@ from .config import crash_point
 from .errors import AmbiguousRevision, ObjectCorrupt, ObjectMissing, StorageFailed
 from .ids import is_oid
 from .objects import Object
-from .pack import Pack, write_pack
+from .pack import Pack, PackFilter, write_pack
 
 # The one pack threshold (docs/format.md §6.1, §6.3): a batch of up to this many objects is
 # written loose, each file made durable before the next; a larger one is written as one pack
 # (write_many here; commit_many and import decide the same way before calling write_packed).
 PACK_THRESHOLD = 16
 _READ_SIZE = 256 * 1024
+# A Bloom filter answers "in no pack" once a process has probed this many packs this often
+# (each miss otherwise reads every pack's index: a batched import adds a pack per batch).
+_FILTER_MIN_PACKS, _FILTER_AFTER_PROBES = 4, 2000
 
 
 class ObjectStore:
@@ -40,6 +43,9 @@ class ObjectStore:
         self._packs: dict[str, Pack] | None = None
         self._packs_sig: tuple | None = None
         self.bad_packs: dict[str, str] = {}  # pack index that cannot be loaded -> why
+        self._filter: PackFilter | None = None  # see _filter_for
+        self._filter_of: dict | None = None  # the pack list it was kept in step with
+        self._probes = 0
 
     def _file(self, oid: str) -> str:
         return f"{self._root}/{oid[:2]}/{oid[2:]}"
@@ -77,10 +83,36 @@ class ObjectStore:
         return list(self._packs.values())
 
     def _pack_with(self, oid: str) -> Pack | None:
-        for p in self.packs():
+        packs = self.packs()
+        if len(packs) >= _FILTER_MIN_PACKS:
+            f = self._filter_for(packs)
+            if f is not None and not f.may_contain(oid):
+                return None
+        for p in packs:
             if p.contains(oid):
                 return p
         return None
+
+    def _filter_for(self, packs: list[Pack]) -> PackFilter | None:
+        """The Bloom filter over ``packs`` (the current pack list), kept in step with it: new
+        packs are added, a removed one means a rebuild. Built only once this store has
+        probed them often (a bulk writer): a one-shot command never pays for it."""
+        f = self._filter
+        if f is None:
+            self._probes += 1
+            if self._probes < _FILTER_AFTER_PROBES:
+                return None
+        elif self._filter_of is self._packs:  # the pack list has not changed since
+            return f
+        names = {p.name for p in packs}
+        if f is None or not f.packs <= names or f.full(sum(p.count for p in packs if p.name not in f.packs)):
+            f = self._filter = PackFilter(packs)
+        elif len(f.packs) != len(names):
+            for p in packs:
+                if p.name not in f.packs:
+                    f.add(p)
+        self._filter_of = self._packs
+        return f
 
     def close(self) -> None:
         """Close every open pack."""

@@ -402,3 +402,51 @@ class PackWriter:
     def abort(self) -> None:
         """Give up the pack being written (its temporary file is removed)."""
         self._f.abort()
+
+
+class PackFilter:
+    """A Bloom filter over the ids of a set of packs: a cheap "in none of them" for the many
+    misses of a bulk writer (import, commit_many), which otherwise scans every pack's index
+    per probe, so that each batch's new pack made every later probe slower. About 2 bytes
+    per packed id; a "maybe" is answered by the packs themselves, so a false positive costs
+    one scan and is never a wrong answer."""
+
+    _BITS_PER_ID = 16  # three probes: about 0.5 % false positives
+
+    def __init__(self, packs: Iterable[Pack]) -> None:
+        self.packs: set[str] = set()
+        self._n = 0
+        packs = list(packs)
+        total = sum(p.count for p in packs)
+        self._mask = (1 << max(16, (total * 2 * self._BITS_PER_ID).bit_length())) - 1
+        self._bits = bytearray((self._mask + 1) >> 3)
+        for p in packs:
+            self.add(p)
+
+    def full(self, more: int) -> bool:
+        """Would ``more`` ids exceed what this filter was sized for?"""
+        return (self._n + more) * self._BITS_PER_ID > self._mask + 1
+
+    def add(self, pack: Pack) -> None:
+        """Take in every id of ``pack``."""
+        import array
+
+        words = array.array("Q")
+        words.frombytes(pack._idx[pack._ids_at : pack._ids_at + 32 * pack.count])
+        bits, mask = self._bits, self._mask
+        for j in range(3):  # the ids are hashes: three of their 64-bit words are the probes
+            for h in words[j::4]:
+                h &= mask
+                bits[h >> 3] |= 1 << (h & 7)
+        self.packs.add(pack.name)
+        self._n += pack.count
+
+    def may_contain(self, oid: str) -> bool:
+        """False when no pack of the filter holds ``oid``."""
+        raw = bytes.fromhex(oid[:48])
+        bits, mask = self._bits, self._mask
+        for j in (0, 8, 16):
+            h = int.from_bytes(raw[j : j + 8], "little") & mask
+            if not bits[h >> 3] & (1 << (h & 7)):
+                return False
+        return True

@@ -235,3 +235,28 @@ def test_a_gc_refused_mid_mark_loses_nothing_it_had_packed(tmp_path, monkeypatch
     assert len(repo.objects.packs(reload=True)) >= 2  # packs were finished before the refusal
     assert len(list(repo.objects.iter_loose())) < len(readable)  # and their loose copies went
     assert all(repo.objects.read_bytes(o) for o in readable)
+
+
+def test_the_pack_filter_never_hides_a_packed_object(tmp_path, monkeypatch):
+    """The Bloom filter over many packs (bulk writers' misses) answers "absent" only for
+    objects in no pack, as packs come (a new batch) and go (gc)."""
+    from convgit import object_store
+    from convgit.object_store import ObjectStore
+
+    monkeypatch.setattr(object_store, "_FILTER_MIN_PACKS", 2)
+    monkeypatch.setattr(object_store, "_FILTER_AFTER_PROBES", 0)
+    store = ObjectStore(tmp_path / "objects", fsync=False)
+    batches = [[f"batch {b} object {i}".encode() for i in range(300)] for b in range(6)]
+    ids: list[str] = []
+    for blobs in batches:
+        store.write_packed([(hash_bytes(x), x) for x in blobs])
+        ids += [hash_bytes(x) for x in blobs]
+        assert all(store.contains(o) for o in ids)
+        assert not any(store.contains(hash_bytes(b"absent %d" % i)) for i in range(200))
+    assert store._filter is not None and len(store._filter.packs) == 6
+    gone = store.packs()[0]
+    lost = set(gone.ids())
+    os.unlink(gone.idx_path)
+    os.unlink(gone.pack_path)
+    store.packs(reload=True)
+    assert all(store.contains(o) == (o not in lost) for o in ids)
