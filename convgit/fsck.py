@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from . import codec, fsio
 from .errors import ConvgitError, InvalidRefName, ObjectCorrupt, ObjectMissing
-from .graph import records_reachable, typed_references
+from .graph import keep_recording_turns, typed_references
 from .ids import check_thread_name
 from .objects import Blob, Turn
 from .refs import THREADS, broken_ref_fix, read_log_file
@@ -185,14 +185,7 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
     # reachable, whatever named it.
     parents = {o: (refs_of[o][0][0] if o in refs_of and refs_of[o][0][1] == "message" else None)
                for o, t in types.items() if t == "message" and o not in reach}
-    pending = {t: obj for t, obj in turns.items() if t not in reach}
-    while pending:
-        keep = [t for t, obj in pending.items() if records_reachable(obj, reach, parents.get)]
-        if not keep:
-            break
-        for t in keep:
-            del pending[t]
-        mark(keep)
+    keep_recording_turns({t: obj for t, obj in turns.items() if t not in reach}, reach, parents.get, mark)
     for tid, _new, where in archived_turns:
         # A deleted thread's turn that gc pruned when it recorded nothing reachable (a later
         # commit may have stored the same messages again, with a turn of its own): history

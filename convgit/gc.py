@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from . import fsio
 from .config import crash_point, parse_age
 from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing, StorageFailed
-from .graph import mark_reachable, records_reachable
+from .graph import keep_recording_turns, mark_reachable
 from .ids import check_thread_name, is_oid
 from .merge_journal import recover
 from .objects import Message, Turn
@@ -223,13 +223,8 @@ def keep_provenance(objects, all_ids: set[str], reachable: set[str], *, on_missi
             turns[oid] = obj
         elif isinstance(obj, Message):
             parents[oid] = obj.parent
-    while turns:
-        keep = [t for t, obj in turns.items() if records_reachable(obj, reachable, parents.get)]
-        if not keep:
-            break
-        for t in keep:
-            del turns[t]
-        mark_reachable(objects, keep, on_missing=on_missing, visit=visit, seen=reachable)
+    keep_recording_turns(turns, reachable, parents.get,
+                         lambda keep: mark_reachable(objects, keep, on_missing=on_missing, visit=visit, seen=reachable))
     return reachable
 
 

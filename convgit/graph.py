@@ -150,6 +150,21 @@ def records_reachable(turn, reachable: set[str], parent_of: Callable[[str], str 
     return False
 
 
+def keep_recording_turns(pending: dict, reachable: set[str], parent_of: Callable[[str], str | None],
+                         mark: Callable[[list[str]], None]) -> None:
+    """The provenance rule's fixpoint (gc and fsck): while some turn in ``pending`` (id →
+    Turn, none marked yet) records a reachable message (records_reachable), ``mark`` those
+    turns (which adds what they reach to ``reachable``) and look again. ``pending`` is
+    consumed."""
+    while pending:
+        keep = [t for t, obj in pending.items() if records_reachable(obj, reachable, parent_of)]
+        if not keep:
+            return
+        for t in keep:
+            del pending[t]
+        mark(keep)
+
+
 def deleted_provenance(archived: list[tuple[str, list]], tips, read: Callable[[str], object]) -> list[tuple[str, list]]:
     """Of deleted threads' archived reflogs ``archived`` ((log, entries naming a turn)), the
     entries whose turn records a message reachable from ``tips`` (records_reachable): the
