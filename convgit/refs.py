@@ -1,10 +1,11 @@
 """Threads as ref files, HEAD, compare-and-swap under lock, and the reflog.
 
 ``refs/threads/<name>`` holds ``<tip>\\n``. An update takes a kernel lock on the persistent file
-``refs/threads/<name>.lock``, re-reads the tip under the lock, writes the new value to a temp
-file, fsyncs it, renames it over the ref and fsyncs the directory: that rename is the commit
-point. The reflog line (which names the turn object recorded with the move, if any) is
-appended and made durable *before* the rename, as git does, so a turn is never lost.
+``refs/threads/<name>.lock``, re-reads the tip under the lock, notes the thread in the refs
+journal, appends the reflog line (which names the turn object recorded with the move, if
+any) and writes the new value to a temp file; one ``syncfs`` makes both durable *before* the
+rename (as git does, so a turn is never lost); the rename over the ref and an fsync of its
+directory are the commit point (docs/format.md §6.2). The line formats are in refformat.
 
 ``packed-refs`` (written by gc, ``RefStore.pack_refs``) holds many refs in one file, as in
 git: a thread's value is its loose ref file if there is one, else its packed line. A move
@@ -14,7 +15,6 @@ always writes a loose ref; a delete takes the thread out of ``packed-refs`` firs
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import os
 import stat
@@ -27,16 +27,16 @@ from . import fsio
 from .config import crash_point
 from .errors import (InvalidRefName, NotFound, ObjectCorrupt, ObjectMissing, RefExists, RefStale, StorageFailed,
                      UnsafeSymlink)
-from .ids import ZERO_OID, check_thread_name, is_oid, short
+from .ids import check_thread_name, is_oid, short
+from .refformat import (  # noqa: F401 (re-exported: the formats live in refformat)
+    PACKED_HEADER, PACKED_REFS, RENAME_PREFIX, THREADS, ReflogEntry, _Packed, broken_ref_fix, format_packed_refs,
+    format_reflog_line, parse_packed_refs, parse_reflog_line, parse_rename, read_log_file, rename_message,
+)
 
 ANY = object()  # "do not check the old value"
 JOURNAL = "journal"  # logs/journal: the names of threads about to change, one per line
-THREADS = "refs/threads"
 BATCH_REFS = 256  # threads locked and moved together by update_many
 NOT_APPLIED = object()  # update_many: a move not made
-RENAME_PREFIX = "rename: "
-PACKED_REFS = "packed-refs"  # .convgit/packed-refs: "<tip> <name>\n" lines sorted by name
-PACKED_HEADER = "# convgit packed-refs v1\n"
 
 
 @dataclass(frozen=True)
@@ -50,135 +50,6 @@ class RefMove:
     turn: str | None = None
     time_ms: int | None = None
     extra: tuple[tuple[str, str], ...] = ()  # more (turn, message) lines at the new tip (merge)
-
-
-@dataclass(frozen=True)
-class ReflogEntry:
-    """One reflog line: the old and new tip, the time (UTC ms), the turn it recorded, a message."""
-
-    old: str | None
-    new: str | None
-    time_ms: int
-    turn: str | None
-    message: str
-
-
-def format_reflog_line(old: str | None, new: str | None, time_ms: int, turn: str | None, msg: str) -> str:
-    """One reflog line (docs/format.md §4): ``old new time turn<TAB>message``."""
-    msg = " ".join(msg.split())  # one line, always
-    return f"{old or ZERO_OID} {new or ZERO_OID} {time_ms} {turn or '-'}\t{msg}\n"
-
-
-def rename_message(old_name: str, new_name: str) -> str:
-    """The reflog message of a rename. It is read back (``parse_rename``) by the index, so
-    that a thread forked from ``old_name`` shows where it came from by its new name, after a
-    rebuild too. Thread names hold no spaces, so the form is unambiguous."""
-    return f"{RENAME_PREFIX}{old_name} -> {new_name}"
-
-
-def parse_rename(message: str) -> tuple[str, str] | None:
-    """(old name, new name) of a reflog message written by ``rename_message``, else None."""
-    if not message.startswith(RENAME_PREFIX):
-        return None
-    old, sep, new = message[len(RENAME_PREFIX):].partition(" -> ")
-    if not sep or not old or not new or " " in old or " " in new:
-        return None
-    return old, new
-
-
-def broken_ref_fix(name: object) -> str:
-    """How to get rid of an unreadable ref file, for an error message."""
-    if not isinstance(name, str):
-        return "run convgit fsck"
-    try:
-        check_thread_name(name)
-    except InvalidRefName:
-        return f"move {THREADS}/{name} out of the store by hand"
-    return (f"convgit threads delete {name} removes it, keeping its reflog; "
-            "convgit fsck --repair removes every unreadable ref")
-
-
-def parse_reflog_line(line: str) -> ReflogEntry | None:
-    """A reflog line as a ReflogEntry, or None when the line is not well formed."""
-    head, _, msg = line.rstrip("\n").partition("\t")
-    f = head.split(" ")
-    if len(f) != 4 or not is_oid(f[0]) or not is_oid(f[1]) or not f[2].isdigit():
-        return None
-    turn = f[3] if is_oid(f[3]) else None
-    return ReflogEntry(
-        None if f[0] == ZERO_OID else f[0],
-        None if f[1] == ZERO_OID else f[1],
-        int(f[2]),
-        turn,
-        msg,
-    )
-
-
-@dataclass(frozen=True)
-class _Packed:
-    """The content of ``packed-refs``: name -> tip (None: the line's tip is not an id), the
-    lines no reader can use (kept as they are when the file is rewritten: fsck names them,
-    gc refuses while there are any), and whether the header names this format."""
-
-    refs: dict[str, str | None]
-    bad: list[tuple[str | None, str]]  # (the name, when the line has a valid one; the line)
-    header_ok: bool
-
-    def get(self, name: str) -> str | None:
-        if name not in self.refs:
-            return None
-        tip = self.refs[name]
-        if tip is None:
-            raise ObjectCorrupt(f"thread {name!r} is corrupt: its line in {PACKED_REFS} is not a valid object id",
-                                ref=name)
-        return tip
-
-    def has_under(self, name: str) -> bool:
-        """Is some packed thread named ``name/…``?"""
-        names = self._sorted()
-        i = bisect.bisect_left(names, name + "/")
-        return i < len(names) and names[i].startswith(name + "/")
-
-    def _sorted(self) -> list[str]:
-        cached = self.__dict__.get("_names")
-        if cached is None:
-            cached = sorted(self.refs)
-            object.__setattr__(self, "_names", cached)
-        return cached
-
-
-def parse_packed_refs(data: bytes) -> _Packed:
-    """``packed-refs`` (docs/format.md §4.1): a header line, then ``<tip> <name>`` lines."""
-    if not data:
-        return _Packed({}, [], True)
-    text = data.decode("utf-8", "replace")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    header_ok = bool(lines) and lines[0] + "\n" == PACKED_HEADER
-    refs: dict[str, str | None] = {}
-    bad: list[tuple[str | None, str]] = []
-    for line in lines[1:] if header_ok else lines:
-        tip, sep, name = line.partition(" ")
-        try:
-            check_thread_name(name)
-        except InvalidRefName:
-            bad.append((None, line))
-            continue
-        if not header_ok or not sep or name in refs:
-            bad.append((name if header_ok else None, line))
-            continue
-        refs[name] = tip if is_oid(tip) else None
-        if refs[name] is None:
-            bad.append((name, line))
-    return _Packed(refs, bad, header_ok)
-
-
-def format_packed_refs(refs: dict[str, str], keep: list[str] = ()) -> bytes:
-    """The bytes of a ``packed-refs`` file holding ``refs`` (and the unreadable lines
-    ``keep``, at the end, so that a rewrite never loses what fsck should show)."""
-    body = "".join(f"{tip} {name}\n" for name, tip in sorted(refs.items()))
-    return (PACKED_HEADER + body + "".join(f"{ln}\n" for ln in keep)).encode()
 
 
 class RefStore:
@@ -826,19 +697,3 @@ class RefStore:
 
     def _locked(self, ref_path: Path):
         return fsio.flock(ref_path.with_name(ref_path.name + ".lock"), shared=False, timeout=self.lock_timeout, remove=True)
-
-
-def read_log_file(path: Path, offset: int = 0) -> list[ReflogEntry]:
-    """The well-formed entries of the reflog at ``path`` from byte ``offset`` on."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in data.decode("utf-8", "replace").splitlines():
-        e = parse_reflog_line(line)
-        if e is not None:
-            out.append(e)
-    return out
