@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from . import graph, revparse
-from .errors import ConvgitError, InvalidInput
+from .errors import InvalidInput
 from .objects import AttachmentPart, Blob, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart, Turn
 
 FORMATS = ("native", "openai", "anthropic", "markdown", "jsonl")
@@ -94,14 +94,14 @@ def thread_turns(repo, thread: str) -> tuple[list[dict], list[dict]]:
     reflog: list[dict] = []
     turns: dict[str, dict] = {}
     for e in repo.refs.read_log(thread):
-        t = _find_turn(repo, e.turn) if e.turn else None
+        t = graph.find_turn(repo.objects, e.turn) if e.turn else None
         if t is None:  # no turn, or one gc has taken: nothing to carry
             continue
         reflog.append({"old": e.old, "new": e.new, "time_ms": e.time_ms, "turn": e.turn, "message": e.message})
         _add_turn(turns, e.turn, t)
         subs = (t.meta or {}).get("turns") if t.kind == "import" else None
         for sid in subs if isinstance(subs, list) else ():
-            sub = _find_turn(repo, sid) if isinstance(sid, str) else None
+            sub = graph.find_turn(repo.objects, sid) if isinstance(sid, str) else None
             if sub is not None:
                 _add_turn(turns, sid, sub)
     return reflog, list(turns.values())
@@ -111,13 +111,6 @@ def _add_turn(turns: dict[str, dict], tid: str, t: Turn) -> None:
     if tid not in turns:
         turns[tid] = {"id": tid, **msgspec.to_builtins(t)}
 
-
-def _find_turn(repo, tid: str) -> Turn | None:
-    try:
-        obj = repo.objects.read(tid)
-    except ConvgitError:
-        return None
-    return obj if isinstance(obj, Turn) else None
 
 
 def fork_origins(repo) -> dict[str, dict | None]:

@@ -17,6 +17,19 @@ def read_message(objects, oid: str) -> Message:
     return obj
 
 
+def find_turn(objects, oid: str):
+    """The turn object ``oid``, or None when it is not stored, cannot be read, or is not a
+    turn."""
+    from .errors import ConvgitError
+    from .objects import Turn
+
+    try:
+        obj = objects.read(oid)
+    except ConvgitError:
+        return None
+    return obj if isinstance(obj, Turn) else None
+
+
 def iter_ancestry(objects, tip: str | None, stop: set[str] | None = None) -> Iterator[tuple[str, Message]]:
     """(id, message) from ``tip`` back to the root (or until an id in ``stop``)."""
     oid = tip

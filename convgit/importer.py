@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from . import codec, object_store
+from . import codec, graph, object_store
 from .commit import _decide, _View
 from .config import crash_point
 from .errors import ConvgitError, InvalidRefName, Locked, NotFound, RefExists, RefStale, StorageFailed
@@ -257,7 +257,7 @@ def _thread_sources(st: _State, name: str) -> set[str]:
     if name not in st.sources:
         out: set[str] = set()
         for tid in _named_turns(st, name):
-            t = _read_turn(st.repo, tid)
+            t = graph.find_turn(st.repo.objects, tid)
             if t is not None and t.source:
                 out.add(t.source)
         st.sources[name] = out
@@ -270,13 +270,6 @@ def _named_turns(st: _State, name: str) -> set[str]:
         st.named[name] = {e.turn for e in st.repo.refs.read_log(name) if e.turn}
     return st.named[name]
 
-
-def _read_turn(repo, tid: str) -> Turn | None:
-    try:
-        obj = repo.objects.read(tid)
-    except ConvgitError:
-        return None
-    return obj if isinstance(obj, Turn) else None
 
 
 def _plan_linear(st: _State, b: Built, now: int) -> list[_Move]:
@@ -648,7 +641,7 @@ def _run_batch(repo, batch: list[tuple[int, Conversation]], report: ImportReport
                     conv.label, RefStale("its threads kept moving under concurrent writers; import it again"),
                     0, conv.source, conv.upstream_id))
             return
-        repo.index.refresh()
+        repo.index.refresh_if_changed()
         _run_batch(repo, retry, report, dry_run, now, attempt + 1)
 
 

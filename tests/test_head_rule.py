@@ -130,8 +130,7 @@ def test_an_unreadable_head_stops_commit_before_anything_is_written(cli, run, pr
     assert ok(cli("commit", "-t", "work", "-", "--json", input=dumps({"messages": conv("q")}))).json()["status"] == "created"
 
 
-@pytest.fixture
-def full_disk_for_head(monkeypatch):
+def fail_head_writes(monkeypatch) -> None:
     """Writing HEAD's temp file fails as on a full disk (every other write succeeds)."""
     real = fsio._write_all
 
@@ -141,6 +140,12 @@ def full_disk_for_head(monkeypatch):
         return real(fd, data, path)
 
     monkeypatch.setattr(fsio, "_write_all", write_all)
+
+
+@pytest.fixture
+def full_disk_for_head(monkeypatch):
+    """``fail_head_writes`` for the whole test."""
+    fail_head_writes(monkeypatch)
 
 
 def test_head_that_cannot_be_written_after_the_commit_is_a_warning(cli, proj, full_disk_for_head):
@@ -186,14 +191,7 @@ def test_rename_and_delete_read_head_first_and_warn_when_it_cannot_be_written(cl
     assert_error(cli("threads", "delete", "b"), "object_corrupt")
     assert store_state(store) == before
     (store / "HEAD").write_text("ref: refs/threads/b\n")
-    real = fsio._write_all
-
-    def write_all(fd, data, path):
-        if os.path.basename(str(path)).startswith(f"{fsio.TMP_PREFIX}HEAD"):
-            raise fsio._storage_error("write", path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
-        return real(fd, data, path)
-
-    monkeypatch.setattr(fsio, "_write_all", write_all)
+    fail_head_writes(monkeypatch)
     r = ok(cli("threads", "rename", "b", "c"))
     assert r.out == "Renamed b to c\n" and "HEAD could not be moved to c" in r.err
     assert (store / "refs" / "threads" / "c").exists() and not (store / "refs" / "threads" / "b").exists()
