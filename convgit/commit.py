@@ -577,7 +577,7 @@ def _commit_payload(repo, payload: Payload, *, thread: str | None, on_conflict: 
                 if plan.move_ref or plan.turn:
                     _move_ref(repo, plan, now)
             except (RefStale, RefExists, NotFound):
-                repo.index.refresh()
+                repo.index.refresh_if_changed()  # the journal names what the other writer moved
                 continue  # someone else moved the thread: decide again
             crash_point("commit_after_ref")
             return _finish(repo, [plan], [new])[0]
@@ -723,6 +723,6 @@ def _commit_many(repo, payloads: list[Payload], now: int) -> list[CommitResult]:
         for i, r in zip(ok, _finish(repo, [plans[i] for i in ok], [news[i] for i in ok])):
             results[i] = r
     for i in retry:
-        repo.index.refresh()
+        repo.index.refresh_if_changed()
         results[i] = commit_payload(repo, payloads[i], now_ms=now)
     return results  # type: ignore[return-value]

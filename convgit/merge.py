@@ -197,7 +197,7 @@ def merge(repo, src: str | Path, *, dry_run: bool = False) -> MergeReport:
         source.close()
     if not dry_run:
         try:
-            repo.index.refresh()
+            repo.index.refresh_if_changed()  # its ref moves are in the journal: O(threads merged)
         except StorageFailed as e:  # the merge stands; its refs moved, so the next command catches up
             report.warnings.append(f"index not updated ({e.message}); it will catch up on the next command")
         if report.archived:
