@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import msgspec
 
 from . import codec, graph, revparse
-from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed, StorageFailed
+from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed
 from .ids import check_thread_name, is_oid, short
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
 from .repository import Repository
@@ -108,7 +108,7 @@ def commit(
     now_ms: int | None = None,
 ) -> CommitResult:
     """Store one conversation (see DESIGN §5 for which thread moves). HEAD then names the
-    thread committed to (``convgit.commit.follow_head``, the rule the CLI follows too)."""
+    thread committed to (the HEAD rule of the repository transaction, which the CLI follows too)."""
     from .commit import check_on_conflict, commit_payload
 
     check_on_conflict(on_conflict)
@@ -361,16 +361,6 @@ def threads(repo: Repository) -> list[dict]:
     return out
 
 
-def _index_after_move(repo: Repository) -> None:
-    """After a ref moved: the index follows (the journal names what moved, so this reads only
-    that). The move stands even when the index cannot follow (a full disk); the next command
-    catches up, so this is a warning, never a failure."""
-    try:
-        repo.index.refresh_if_changed()
-    except StorageFailed as e:
-        repo.warnings.append(f"index not updated ({e.message}); it will catch up on the next command")
-
-
 @dataclass
 class ForkResult:
     """What ``fork`` made: the new thread, its tip, where it forked from, and the fork's turn."""
@@ -408,13 +398,11 @@ def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | N
     repo.refs.check_free(name)
     turn = Turn(kind="fork", thread=name, input=oid, output=oid, started_at=now, forked_from=src_thread)
     tid, data = codec.encode_and_hash(turn)
-    with repo.write_lock():
-        repo.objects.write_raw(tid, data)
-        repo.refs.update(
-            name, oid, expected=None, turn=tid, exists=repo.objects.contains, time_ms=now,
-            message=f"fork: from {src_thread or short(oid)} at {short(oid)}",
-        )
-    _index_after_move(repo)
+    with repo.transaction(fast_forward=True) as tx:
+        tx.write_objects([(tid, data)], decoded={tid: turn})
+        tx.move(name, oid, expected=None, turn=tid, time_ms=now,
+                message=f"fork: from {src_thread or short(oid)} at {short(oid)}")
+    repo.warnings.extend(tx.warnings)
     return ForkResult(name, oid, {"thread": src_thread, "message": oid}, tid)
 
 
@@ -445,16 +433,12 @@ def rename_thread(repo: Repository, old: str, new: str) -> dict:
     """Rename a thread; HEAD follows it, and threads forked from it show the new name.
     HEAD is read before the rename; a failure to write it afterwards is a warning (the
     rename stands), in ``warnings``."""
-    from .commit import move_head
-
-    head = repo.refs.read_head()
-    with repo.write_lock():
-        tip = repo.refs.rename(old, new)
-        warning = move_head(repo, new, head) if head == old else None
-    _index_after_move(repo)
+    with repo.transaction() as tx:
+        tx.read_head()
+        tip = tx.rename(old, new)
     doc = {"status": "renamed", "old": old, "new": new, "tip": tip}
-    if warning:
-        doc["warnings"] = [warning]
+    if tx.warnings:
+        doc["warnings"] = list(tx.warnings)
     return doc
 
 
@@ -466,34 +450,21 @@ def delete_thread(repo: Repository, name: str) -> dict:
     (``head``, ``head_moved``), so HEAD never silently names a deleted thread while others
     exist; with none left it keeps naming the deleted one. ``warnings``: what went wrong
     after the delete (it stands)."""
-    from .commit import move_head
-
     check_thread_name(name)
-    head = repo.refs.read_head()  # unreadable: refuse before deleting anything
     broken = None
-    with repo.write_lock():
+    with repo.transaction() as tx:
+        head = tx.read_head()  # unreadable: refuse before deleting anything
         try:
             exists = repo.refs.read(name) is not None
         except ObjectCorrupt as e:  # an unreadable ref file, which delete removes
             exists, broken = True, e.message
         if not exists:
             raise NotFound(f"thread {name!r} does not exist", thread=name)
-        tip = repo.refs.update(name, None, message="delete")
-        _index_after_move(repo)
-        warnings: list[str] = []
-        new_head = head
-        if name == head:
-            left = [r for r in repo.index.thread_rows() if r["name"] != name]
-            if left:
-                new_head = max(left, key=lambda r: (r["updated_ms"] or 0, r["name"]))["name"]
-                warning = move_head(repo, new_head, head)
-                if warning:
-                    warnings.append(warning)
-                    new_head = head
-    doc = {"status": "deleted", "thread": name, "tip": tip, "broken": broken, "head": new_head,
-           "head_moved": new_head != head}
-    if warnings:
-        doc["warnings"] = warnings
+        tip = tx.delete(name)
+    doc = {"status": "deleted", "thread": name, "tip": tip, "broken": broken, "head": tx.head,
+           "head_moved": tx.head != head}
+    if tx.warnings:
+        doc["warnings"] = list(tx.warnings)
     return doc
 
 
@@ -502,7 +473,8 @@ def switch(repo: Repository, name: str) -> dict:
     check_thread_name(name)
     if repo.refs.read(name) is None:
         raise NotFound(f"thread {name!r} does not exist", thread=name)
-    repo.refs.write_head(name)
+    with repo.transaction(index="none") as tx:
+        tx.write_head(name)
     return {"status": "switched", "thread": name, "tip": repo.refs.read(name)}
 
 
@@ -519,9 +491,9 @@ def update_ref(repo: Repository, name: str, new: str | None, old: str | None = N
         expected = None
     elif old is not None:
         expected = revparse.resolve(repo, old) if not is_oid(old) else old
-    with repo.write_lock():
-        prev = repo.refs.update(name, new, expected=expected, exists=repo.objects.contains, message="update-ref")
-    _index_after_move(repo)
+    with repo.transaction() as tx:
+        prev = tx.move(name, new, expected=expected, message="update-ref")
+    repo.warnings.extend(tx.warnings)
     return {"status": "updated", "thread": name, "old": prev, "new": new}
 
 
@@ -532,11 +504,11 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
                  progress=None, now_ms: int | None = None):
     """Import every conversation in ``paths`` (see convgit/importer.py). Returns an
     ImportReport; one bad conversation is reported, never raised."""
-    from .commit import move_head, read_head_before_commit, thread_exists
     from .importer import import_conversations
     from .ingest.sources import Rejected, iter_path
 
-    head = None if dry_run else read_head_before_commit(repo)  # unreadable: fail before importing
+    if not dry_run:
+        repo.refs.read_head()  # unreadable: fail before reading any file
     owner: list[int] = []  # the path each reported conversation came from (one per item, in order)
 
     def items():
@@ -553,14 +525,8 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
                 owner.append(i)
                 yield Rejected(str(p), SchemaValidationFailed("no conversations in this file"))
 
-    report = import_conversations(repo, items(), dry_run=dry_run, progress=progress, now_ms=now_ms)
-    if head is not None and not thread_exists(repo, head):
-        # HEAD names no thread (a new store): the first conversation imported becomes current.
-        first = next((t["thread"] for c in report.conversations for t in c.threads
-                      if c.status == "imported" and t["branch"] == "main"), None)
-        warning = move_head(repo, first, head) if first else None
-        if warning:
-            report.warnings.append(warning)
+    # HEAD naming no thread (a new store): the first conversation imported becomes current.
+    report = import_conversations(repo, items(), dry_run=dry_run, progress=progress, now_ms=now_ms, move_head=True)
     # A file of which nothing was imported (every entry skipped, even those that were only
     # warnings, such as ChatGPT entries without "mapping") is a failure, never a silent exit 0.
     good = {i for i, c in zip(owner, report.conversations) if c.error_code is None}

@@ -255,8 +255,8 @@ def _remove_broken_ref(repo, name: str) -> str:
     """Delete an unreadable ref file (no object is touched; its reflog is archived, as for
     any deleted thread), saying how to get the thread back if its reflog knows a tip."""
     last = next((e.new for e in reversed(repo.refs.read_log(name)) if e.new), None)
-    with repo.write_lock():
-        repo.refs.update(name, None, message="fsck --repair: unreadable ref removed")
+    with repo.transaction(index="none") as tx:  # (fsck rebuilds or checks the index itself)
+        tx.move(name, None, message="fsck --repair: unreadable ref removed", check_exists=False)
     back = (f"; its last recorded tip was {last}: convgit update-ref {name} {last} brings it back"
             " (until gc prunes what nothing else reaches)") if last else ""
     return f"removed unreadable ref {name!r} (its reflog is kept in logs/deleted){back}"

@@ -28,10 +28,9 @@ from dataclasses import asdict, dataclass, field
 
 from . import fsio
 from .config import crash_point, parse_age
-from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing, StorageFailed
+from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing
 from .graph import keep_recording_turns, mark_reachable
 from .ids import check_thread_name, is_oid
-from .merge_journal import recover
 from .objects import Message, Turn
 from .pack import PackWriter
 from .repository import require_format
@@ -132,15 +131,22 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
         stats.status, stats.reason = "skipped", "another gc is running"
         return stats
     try:
-        with repo.exclusive_lock():
-            if not dry_run:
-                recover(repo)
+        # One transaction, the store lock held exclusively (an interrupted merge rolled forward
+        # first). The index is rebuilt from what is left after the lock is released: writers
+        # need not wait for it (it is a cache; a commit racing the rebuild is caught up on the
+        # next refresh, which compares every ref with the tip the index recorded).
+        with repo.transaction(exclusive=True, index="none", index_after_unlock=True, recover=not dry_run) as tx:
             _run(repo, stats, grace, now, dry_run)
+            if not dry_run:
+                clock = [time.perf_counter()]
+                repo.objects.packs(reload=True)
+                # Rebuilt when objects were pruned (their rows go); caught up when reflogs were
+                # rewritten; otherwise left alone (packing changes no content), which leaves
+                # other processes' open index connections valid.
+                tx.index_mode = "rebuild" if stats.pruned else "refresh" if stats.reflog_expired else "none"
         if not dry_run:
-            # The index is rebuilt from what is left after the store lock is released: writers
-            # need not wait for it (it is a cache; a commit racing the rebuild is caught up on
-            # the next refresh, which compares every ref with the tip the index recorded).
-            _finish_index_and_stats(repo, stats)
+            stats.warnings.extend(tx.warnings)
+            _finish_stats(repo, stats, clock)
     finally:
         os.close(gc_fd)
     stats.seconds = round(time.perf_counter() - t0, 3)
@@ -466,23 +472,9 @@ class _Packer:
         self.wait()
 
 
-def _finish_index_and_stats(repo, stats: GcStats) -> None:
-    # 4. The index: rebuilt from what is left when objects were pruned (their rows go); caught
-    # up when reflogs were rewritten; otherwise left alone (packing changes no content), which
-    # leaves other processes' open index connections valid.
-    clock = [time.perf_counter()]
+def _finish_stats(repo, stats: GcStats, clock: list[float]) -> None:
+    # 4. After the index (the transaction's end): what the store holds now.
     objects = repo.objects
-    objects.packs(reload=True)
-    try:
-        if stats.pruned:
-            repo.index.rebuild()
-        elif stats.reflog_expired:
-            repo.index.refresh()
-    except StorageFailed as e:  # gc is done; the next command rebuilds the index
-        from .index import invalidate
-
-        invalidate(repo)
-        stats.warnings.append(f"index not updated ({e.message}); the next command rebuilds it")
     stats.loose_after = sum(1 for _ in objects.iter_loose())
     stats.packs_after = len(objects.packs())
     stats.objects_after = stats.objects_before - stats.pruned  # each kept object is still stored

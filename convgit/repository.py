@@ -119,6 +119,14 @@ class Repository:
                 fsio.flock(self.path / "lock", shared=False, timeout=t):
             yield
 
+    def transaction(self, **options):
+        """``with repo.transaction() as tx:``: the one path of every write after its objects
+        are hashed (the lock, objects, ref moves, then the index and HEAD); see
+        convgit/transaction.py for ``options``."""
+        from .transaction import Transaction
+
+        return Transaction(self, **options)
+
     # -- the index --------------------------------------------------------------------------
 
     @property

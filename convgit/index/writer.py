@@ -15,9 +15,10 @@ import json
 import os
 import sqlite3
 import time
+from typing import Iterable
 from pathlib import Path
 
-from .. import codec, fsio
+from .. import fsio
 from ..errors import ConvgitError, InvalidInput, ObjectCorrupt, ObjectMissing, storage_failure
 from ..objects import (
     AttachmentPart,
@@ -364,29 +365,23 @@ class IndexWriter:
         finally:
             os.close(fd)
 
-    def record_commits(self, plans) -> None:
-        """After a commit: index what the commit wrote, using the objects already in memory,
-        and whatever else the journal says moved meanwhile (another writer)."""
-        cache: dict[str, object] = {}
-        names: set[str] = set()
-        for plan in plans:
-            for oid, msg in zip(plan.chain.ids, plan.chain.messages):
-                cache[oid] = msg
-            for blobs in plan.chain.blobs:
-                for oid, data in blobs:
-                    cache[oid] = codec.decode(data, oid)
-            if plan.turn:
-                cache[plan.turn[0]] = codec.decode(plan.turn[1], plan.turn[0])
-            if plan.thread:
-                names.add(plan.thread)
+    def record_moves(self, names: Iterable[str], cache: dict[str, object] | None = None, *,
+                     fast_forward: bool = False) -> None:
+        """After a repository transaction (convgit/transaction.py): index the threads it
+        moved (``names``), and whatever else the journal says moved meanwhile (another
+        writer), reading no other ref. ``cache``: the objects it wrote, decoded (oid →
+        object), used instead of reading them back. ``fast_forward``: its moves only created
+        threads or moved them forward, so no message can have become unreachable."""
+        names = set(names)
+        cache = dict(cache or {})
         state = self._load_state()
         ino, _ = _journal_stat(self.repo.refs.journal_path)
         if state is None or state.get("boot") != _boot_id() or state.get("ino") != ino:
-            self._catch_up(lambda: self._read_refs(names), only=names, cache=cache, commit=True)
+            self._catch_up(lambda: self._read_refs(names), only=names, cache=cache, commit=fast_forward)
             return
-        # The directories as they are after this commit's own moves: they explain the change.
+        # The directories as they are after this transaction's own moves: they explain the change.
         dirs = self._ref_dirs_signature([d for d, _ in state.get("dirs", [])])
-        self._catch_up_journal(state, dirs, extra=names, cache=cache, commit=True)
+        self._catch_up_journal(state, dirs, extra=names, cache=cache, commit=fast_forward)
 
     def _catch_up(self, refs, *, only: set[str] | None = None, archived: bool = False,
                   cache: dict | None = None, commit: bool = False, state: dict | None = None) -> None:
