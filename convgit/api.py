@@ -106,14 +106,34 @@ def commit(
     on_conflict: str = "reject",
     model: str | None = None,
     now_ms: int | None = None,
+    continue_: bool = False,
+    after: str | None = None,
 ) -> CommitResult:
     """Store one conversation (see DESIGN §5 for which thread moves). HEAD then names the
-    thread committed to (the HEAD rule of the repository transaction, which the CLI follows too)."""
+    thread committed to (the HEAD rule of the repository transaction, which the CLI follows too).
+
+    ``continue_`` (``commit --continue``, like ``llm -c``): ``data`` holds only the new
+    messages, appended after the tip of ``thread`` (default: the thread HEAD names).
+    ``after``: a revision (a message id or prefix, ``THREAD~N``) whose message the new messages
+    follow; the thread decision then runs on the whole history (``--thread`` still trusted)."""
     from .commit import check_on_conflict, commit_payload
 
     check_on_conflict(on_conflict)
-    return commit_payload(repo, to_payload(repo, data, model=model), thread=thread, on_conflict=on_conflict,
-                          now_ms=now_ms, move_head=True)
+    payload = to_payload(repo, data, model=model)
+    base = None
+    if continue_:
+        if after is not None:
+            raise InvalidInput("give --continue or a revision to continue after, not both")
+        thread = thread if thread is not None else repo.refs.read_head()
+        check_thread_name(thread)
+        base = repo.refs.read(thread)
+        if base is None:
+            raise NotFound(f"thread {thread!r} does not exist: nothing to continue", thread=thread)
+    elif after is not None:
+        base = revparse.resolve(repo, after)
+        _require_message(repo, base, after)
+    return commit_payload(repo, payload, thread=thread, on_conflict=on_conflict, now_ms=now_ms, move_head=True,
+                          after=base)
 
 
 def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None) -> list[CommitResult]:

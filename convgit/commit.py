@@ -17,7 +17,7 @@ from typing import Iterable
 from . import codec, object_store
 from .config import crash_point
 from .decide import Plan, View, decide
-from .errors import NotFound, PayloadTooLarge, RefExists, RefStale, SchemaValidationFailed
+from .errors import HashMismatch, NotFound, PayloadTooLarge, RefExists, RefStale, SchemaValidationFailed
 from .ids import check_thread_name
 from .ingest import Chain, Payload, build_chain
 from .objects import Turn
@@ -71,8 +71,9 @@ def _make_turn(plan: Plan, now_ms: int) -> None:
         return
     # input: for a call with a response, the request's last message (stable, so recording
     # the same call again writes the same turn); otherwise where the new messages start.
-    if is_call and p.response and p.messages:
-        inp = chain.ids[len(p.messages) - 1]
+    off = len(chain.ids) - len(p.all_messages)  # the stored history a continuation starts below
+    if is_call and p.response and (p.messages or off):
+        inp = chain.ids[off + len(p.messages) - 1]
     elif new_msgs:
         inp = chain.ids[plan.stored - 1] if plan.stored else None
     else:
@@ -129,8 +130,13 @@ def _reflog_message(plan: Plan) -> str:
 # -- entry points ---------------------------------------------------------------------------
 
 
-def prepare(repo, payload: Payload) -> Chain:
-    """Hash a payload (no I/O). Raises the input errors before anything is written."""
+def prepare(repo, payload: Payload, after: str | None = None) -> Chain:
+    """Hash a payload. Raises the input errors before anything is written.
+
+    ``after``: the id of a stored message the payload continues (``commit --continue``): its
+    messages are appended below it. A first message naming a stored ``"parent"`` id means the
+    same. The chain returned then starts at the root, with that message's stored history
+    first (read from the store), so the thread decision sees the whole conversation."""
     n = len(payload.all_messages)
     if n > repo.config.max_messages:  # parse_payload checks JSON input; this covers the rest
         raise PayloadTooLarge(
@@ -141,10 +147,42 @@ def prepare(repo, payload: Payload) -> Chain:
         codec.encode(Turn(kind="call", thread="", output="", options=info.options, usage=info.usage, meta=info.meta))
     except codec.EncodeError as e:
         raise SchemaValidationFailed(f"turn metadata: {e}") from e
-    chain = build_chain(payload.all_messages, None, repo.config)
-    if not chain.ids:
+    drafts = payload.all_messages
+    if after is None and drafts and drafts[0].claimed_parent is not None:
+        after = drafts[0].claimed_parent
+        if not repo.objects.contains(after):
+            raise HashMismatch(f"message 0 claims parent {after}, which is not in this store "
+                               "(a first message's parent must be a stored message id)",
+                               claimed=after, computed=None)
+    if not drafts:
         raise SchemaValidationFailed("the conversation has no messages")
-    return chain
+    chain = build_chain(drafts, after, repo.config)
+    if after is None:
+        return chain
+    full = _history(repo, after)
+    for name in ("ids", "data", "messages", "blobs"):
+        getattr(full, name).extend(getattr(chain, name))
+    return full
+
+
+def _history(repo, tip: str) -> Chain:
+    """The stored chain from the root down to ``tip`` (a message), as a Chain."""
+    from .graph import read_message
+
+    rev: list[tuple[str, bytes, object]] = []
+    oid: str | None = tip
+    while oid is not None:
+        data = repo.objects.read_bytes(oid)
+        msg = read_message(repo.objects, oid)
+        rev.append((oid, data, msg))
+        oid = msg.parent
+    out = Chain()
+    for oid, data, msg in reversed(rev):
+        out.ids.append(oid)
+        out.data.append(data)
+        out.messages.append(msg)
+        out.blobs.append([])  # stored already, with its blobs
+    return out
 
 
 def check_on_conflict(on_conflict: object) -> str:
@@ -165,17 +203,19 @@ def commit_payload(
     on_conflict: str = "reject",
     now_ms: int | None = None,
     move_head: bool = False,
+    after: str | None = None,
 ) -> CommitResult:
     """Store one conversation and move (at most) one thread, in one repository transaction.
     See DESIGN §5.
 
     ``move_head``: HEAD follows the thread committed to (the HEAD rule of the transaction);
     HEAD is then read before anything is written, so an unreadable HEAD fails the commit with
-    nothing stored."""
+    nothing stored. ``after``: a stored message id the payload's messages continue
+    (``prepare``)."""
     if thread is not None:
         check_thread_name(thread)
     check_on_conflict(on_conflict)
-    chain = prepare(repo, payload)
+    chain = prepare(repo, payload, after)
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     with repo.transaction(fast_forward=True) as tx:
         if move_head:

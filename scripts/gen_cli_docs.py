@@ -166,6 +166,17 @@ error lists their results in `details.committed`. The result fields
 (`status`: `created`, `appended`, `deduplicated` or `forked`; `thread`, `tip`,
 `deduplicated`, `appended_messages`, `new_objects`, `new_messages`, `turn`, `forked_from`) are
 described in [json.md](json.md). The thread committed to becomes `HEAD`.
+
+`-c`/`--continue [THREAD]` (like `llm -c`): the input holds only the new messages, appended
+after the tip of THREAD (default: the thread `HEAD` names) as a trusted thread. THREAD is the
+first argument when two are given, or when the one given is neither `-` nor an existing file
+(the input is then standard input); `--thread NAME` works too. A missing thread is
+`not_found`, with nothing written. Each `-c` appends, as each `llm -c` call logs: running the
+same one twice appends twice. Without `-c`, a first message carrying `"parent": "<id>"` (an
+id convgit printed) is appended after that stored message, and the thread decision above runs
+on the whole history from the root (so `"parent"` set to a thread's tip continues that
+thread); an id not in the store is `hash_mismatch`, with nothing written. The library's
+`convgit.commit(repo, data, continue_=True)` and `after=REV` do the same.
 """,
     ("log",): """\
 Lists messages from REV (default `HEAD`) back to the first message, newest first, like
