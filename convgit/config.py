@@ -26,6 +26,9 @@ lock_timeout = 30.0            # seconds to wait for a ref or store lock
 [gc]
 grace_seconds = 1209600        # two weeks
 reflog_expire_days = 90
+
+[index]
+text = true                    # false: the index keeps no text, only full-text postings (read from objects)
 """
 
 
@@ -41,13 +44,17 @@ class Config:
     lock_timeout: float = 30.0
     grace_seconds: int | None = 14 * 24 * 3600  # None: never prune (CONVGIT_GC_GRACE=never)
     reflog_expire_days: int = 90
+    index_text: bool = True  # [index] text: keep message text in the index (docs/format.md §8)
 
 
 _SECTIONS = {
     "limits": ("max_messages", "max_message_bytes", "max_payload_bytes"),
     "core": ("fsync", "lock_timeout"),
     "gc": ("grace_seconds", "reflog_expire_days"),
+    "index": ("text",),
 }
+# A key whose Config field is not its own name: (section, key) → field.
+_FIELDS = {("index", "text"): "index_text"}
 
 
 def load_config(path: Path) -> Config:
@@ -62,14 +69,16 @@ def load_config(path: Path) -> Config:
             sec = data.get(section, {})
             for k in keys:
                 if k in sec:
-                    values[k] = sec[k]
+                    values[_FIELDS.get((section, k), k)] = sec[k]
     types = {f.name: f.type.split(" |")[0] for f in fields(Config)}
+    shown = {f: f"{s}.{k}" for (s, k), f in _FIELDS.items()}
     for k, v in list(values.items()):
+        name = shown.get(k, k)
         want = {"int": int, "float": (int, float), "bool": bool}[types[k]]
         if not isinstance(v, want) or (types[k] == "int" and isinstance(v, bool)):
-            raise InvalidInput(f"{path}: {k} must be {types[k]}, got {v!r}")
+            raise InvalidInput(f"{path}: {name} must be {types[k]}, got {v!r}")
         if types[k] == "float" and not math.isfinite(v):
-            raise InvalidInput(f"{path}: {k} must be a finite number, got {v!r}")
+            raise InvalidInput(f"{path}: {name} must be a finite number, got {v!r}")
         if types[k] != "bool" and v < (1 if k in _POSITIVE else 0):
             raise InvalidInput(f"{path}: {k} must be {'positive' if k in _POSITIVE else 'zero or more'}, got {v!r}")
     values.update(env_overrides())

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
-# 5: turns record what they cover (out_depth, span) and which import listed them (record)
+SCHEMA_VERSION = 6  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
+# 5: turns record what they cover (out_depth, span) and which import listed them (record);
+# 6: parts.text_bytes, and the lean mode (``[index] text = false``: parts.text is NULL)
 INDEX_FILE = "index.sqlite"
 
 SCHEMA = """
@@ -40,7 +41,11 @@ CREATE TABLE parts (
   tool_call_id TEXT,
   blob TEXT,
   mime_type TEXT,
-  data_json TEXT
+  data_json TEXT,
+  -- The searchable text's length in UTF-8 bytes, kept in both modes; ``text`` itself is NULL
+  -- in the lean mode (``[index] text = false``), where readers take it from the message object
+  -- through the SQL function ``convgit_text(message id, position)``.
+  text_bytes INTEGER
 );
 -- A rowid table, not WITHOUT ROWID: there a row over ~1 KB (most messages' text) spills into
 -- an overflow page of its own, which made this table 2.7 x the text it holds.

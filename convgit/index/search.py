@@ -87,7 +87,7 @@ def search(repo, text: str, *, count: int = 20, latest: bool = False, columns: t
         depth, turn = info.get(oid, (0, None))
         key = sort_key((turn or {}).get("started_at"), (turn or {}).get("turn"), oid, depth)
         names, n, more = reach.threads_reaching(db, oid)
-        col, snip, hl = _snippet_for(db, rowid, role, columns, q.terms)
+        col, snip, hl = _snippet_for(db, rowid, oid, role, columns, q.terms)
         hits.append(Hit(oid, role, score, key, names, n, more, turn, col, snip, hl))
     return hits
 
@@ -150,11 +150,12 @@ def _explain(db, q: Query, text: str, e: Exception) -> str:
     return f"malformed search query {text!r}: {msg}{hint}"
 
 
-def _snippet_for(db, rowid: int, role: str, columns, terms: list[Term]):
+def _snippet_for(db, rowid: int, oid: str, role: str, columns, terms: list[Term]):
     by_col: dict[str, list[str]] = {}
     text_col = _TEXT_COLUMN.get(role, "system")
     for type_, text, name in db.execute(
-        "SELECT type, text, name FROM parts WHERE message_rowid=? ORDER BY position", (rowid,)
+        "SELECT type, coalesce(text, convgit_text(?, position)), name FROM parts WHERE message_rowid=? ORDER BY position",
+        (oid, rowid),
     ):
         col = {"text": text_col, "reasoning": "reasoning", "tool_call": "tool", "tool_result": "tool"}.get(type_)
         if col and text:
