@@ -237,6 +237,15 @@ def keep_provenance(objects, all_ids: set[str], reachable: set[str], *, on_missi
 def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -> None:
     clock = [time.perf_counter()]
     objects = repo.objects
+    if not dry_run:
+        if repo.config.fsync:
+            # What writers did before this gc is durable before gc acts on it: a delete's
+            # reflog archiving, say, which a power loss could otherwise undo after gc pruned
+            # what that reflog names (the reflog would then name missing turns).
+            fsio.sync_filesystem(repo.path)  # writers' earlier work, before gc acts on it
+        for d in os.listdir(repo.path):  # a gc cut short left its trash: objects it was deleting
+            if d.startswith(TRASH_PREFIX):
+                fsio.rmtree(repo.path / d)
     objects.packs(reload=True)
     loose = list(objects.iter_loose())
     loose_set = set(loose)
@@ -356,7 +365,12 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
 
     # 3. Delete loose copies now packed (those of finished intermediate packs are already
     #    being deleted), unreachable old objects, then replaced packs.
-    sweep = [oid for oid in loose if (oid in reachable or oid in doomed) and oid not in packer.swept]
+    #    Loose copies now packed go in any order (the pack holds them). Unreachable loose
+    #    objects first move, referrers before what they refer to, into one trash directory,
+    #    whose entries a power loss keeps only as a prefix: a message never loses its parent
+    #    or blobs while it stays (stored messages stay closed under "parent of").
+    _trash(repo, [oid for oid in loose if oid in doomed and oid not in packer.swept])
+    sweep = [oid for oid in loose if oid in reachable and oid not in packer.swept]
     if sweep:
         fsio.unlink(objects._file(sweep[0]))
         crash_point("gc_mid_sweep")
@@ -486,6 +500,53 @@ def _remove_empty_fanout(objects) -> None:
     for d in os.listdir(objects.path):
         if len(d) == 2:
             fsio.rmdir(objects.path / d)  # only succeeds when empty; writers recreate it
+
+
+TRASH_PREFIX = f"{fsio.TMP_PREFIX}trash-"
+
+
+def _trash(repo, oids: list[str]) -> None:
+    """Delete unreachable loose objects so that a power loss at any point keeps a set closed
+    under references: each is renamed into one trash directory (``tmp_trash-*``), turns
+    first, then messages deepest first, then blobs and the rest; the directory then goes."""
+    if not oids:
+        return
+    objects = repo.objects
+    rank: dict[str, tuple] = {}
+    parent: dict[str, str | None] = {}
+    for oid in oids:
+        try:
+            obj = objects.read(oid)
+        except (ObjectCorrupt, ObjectMissing):
+            rank[oid] = (0, 0)  # unreadable: refers to nothing we can tell; first
+            continue
+        if isinstance(obj, Turn):
+            rank[oid] = (1, 0)
+        elif isinstance(obj, Message):
+            parent[oid] = obj.parent
+        else:
+            rank[oid] = (3, 0)
+    depth: dict[str, int] = {}
+    for oid in parent:  # depth among the doomed messages (a chain's deepest message first)
+        chain = []
+        o: str | None = oid
+        while o in parent and o not in depth:
+            chain.append(o)
+            o = parent[o]
+        d = depth.get(o, -1) if o in parent else -1
+        for c in reversed(chain):
+            d += 1
+            depth[c] = d
+    for oid, d in depth.items():
+        rank[oid] = (2, -d)
+    trash = repo.path / f"{TRASH_PREFIX}{os.getpid()}-{time.monotonic_ns()}"
+    fsio.makedirs(trash)
+    for i, oid in enumerate(sorted(oids, key=lambda o: (rank[o], o))):
+        fsio.rename(objects._file(oid), trash / f"{i:09d}-{oid}")
+    crash_point("gc_mid_sweep")
+    if repo.config.fsync:
+        fsio.sync_filesystem(repo.path)  # the renames out, before the files go
+    fsio.rmtree(trash)
 
 
 def _remove_stale_temp(repo, grace: float, now: float) -> int:

@@ -46,7 +46,8 @@ class Transaction:
     after releasing the store lock (gc: writers need not wait for a rebuild). ``fast_forward``:
     the caller's moves only create threads or move them to descendants of their tips (commit,
     import), so no message can be left unreachable and the index need not look for any.
-    ``recover``: with ``exclusive``, roll an interrupted merge forward first (not for a dry run).
+    ``recover``: with ``exclusive``, roll an interrupted merge or rename forward first (not for
+    a dry run).
     """
 
     def __init__(self, repo, *, exclusive: bool = False, index: str = "moves", index_after_unlock: bool = False,
@@ -86,10 +87,7 @@ class Transaction:
         self._stack = stack
         try:
             if self.exclusive and self.recover:
-                from .merge_journal import JOURNAL, recover
-
-                if (repo.path / JOURNAL).exists():  # a merge died mid-way: finish it first
-                    recover(repo)
+                repo.recover_interrupted()  # a merge or a rename cut short: finish it first
             if self.index_mode == "moves":
                 repo.index.refresh_if_changed()  # what other writers moved: the journal names it
         except BaseException:
