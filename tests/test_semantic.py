@@ -366,6 +366,14 @@ def test_cli_embed_and_search_modes(cli, proj):
     assert "4 indexed" not in ok(cli("embed", "--status")).out and "2 indexed" in ok(cli("embed", "--status")).out
     (proj / ".convgit" / "config.toml").write_text("[embed]\nprovider = \"openai-compatible\"\n")
     assert_error(cli("embed", "--json"), "embedding_unavailable", json_=True)
+    (proj / ".convgit" / "config.toml").write_text(
+        "[embed]\nprovider = \"openai-compatible\"\nurl = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\ndimension = 8\n")
+    r = cli("embed", "--json")
+    assert r.rc == errors.EmbeddingFailed.exit_code and r.json()["failed_chunks"] == 2
+    assert_error(cli("search", "RTX", "--semantic", "--json"), "embedding_failed", json_=True)
+    assert_error(cli("search", "RTX", "--semantic"), "embedding_failed")
+    r = ok(cli("search", "RTX"))
+    assert "semantic search unavailable" in r.err and "RTX" in r.out
 
 
 # -- the real local models --------------------------------------------------------------------
