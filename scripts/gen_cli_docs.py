@@ -258,7 +258,7 @@ model is `embedding_unavailable` (51): `pip install 'convgit[semantic]'`.
 
 `--status` only counts: chunks `indexed`, `pending` and `failed`, vectors stored (also those
 of messages no thread reaches), bytes, and every namespace under `.convgit/vectors/`.
-`--json` prints the result as one document (docs/json.md §14).
+`--json` prints the result as one document (docs/json.md §13).
 """,
     ("status",): """\
 What the store holds and what it costs: its path and format version, the number of

