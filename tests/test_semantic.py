@@ -122,7 +122,9 @@ def test_fork_resend_merge_reimport_and_reindex_embed_nothing_new(tmp_path):
     convgit.import_paths(repo, [tmp_path / "gpu.json"])
     assert convgit.embed(repo).embedded == 0
     before = convgit.embed_status(repo)
+    answers = {m: [h.to_json() for h in convgit.search(repo, "RTX 4K", mode=m)] for m in ("semantic", "hybrid")}
     convgit.reindex(repo)
+    assert {m: [h.to_json() for h in convgit.search(repo, "RTX 4K", mode=m)] for m in answers} == answers
     assert convgit.embed(repo).embedded == 0  # vectors survive the rebuild, reused by chunk id
     after = convgit.embed_status(repo)
     assert before["indexed"] == after["indexed"] == 3 and after["pending"] == 0 and after["vectors"] == 3
