@@ -233,7 +233,7 @@ class WordLlamaProvider(Provider):
 class OpenAICompatibleProvider(Provider):
     """POST ``{url}/embeddings`` with ``{"model", "input": [texts]}``; the answer's
     ``data[i].embedding`` (ordered by ``index``) must have ``dimension`` values. The API key
-    is read from the environment variable that ``api_key_env`` names, when it is set."""
+    is read (config.secret_from_env) from the variable that ``api_key_env`` names, when set."""
 
     name = "openai-compatible"
 

@@ -190,8 +190,18 @@ def embed_status(repo, **overrides) -> dict:
 
 
 def _has_vectors(repo) -> bool:
+    """Does any namespace hold a vector? (A directory made by ``embed --status`` alone does
+    not make plain-words searches hybrid.)"""
     root = repo.path / VECTORS_DIR
-    return root.is_dir() and any(root.iterdir())
+    if not root.is_dir():
+        return False
+    for p in root.glob("*/matrix-*.f32"):
+        try:
+            if p.stat().st_size > 0:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def search(repo, query: str, *, mode: str = "auto", count: int = 20, latest: bool = False,

@@ -267,9 +267,10 @@ def test_an_unreachable_server_is_embedding_failed_and_commit_never_fails(tmp_pa
     assert r.appended_messages == 2
     res = convgit.embed(repo)
     assert res.failed == 2 and res.to_json()["status"] == "error"
-    # auto mode falls back to full-text when the provider is down, and says so
+    # no vector was stored: auto mode is full-text, without asking the provider
     hits = convgit.search(repo, "RTX 5080")
-    assert hits and hits[0].match == "fts" and any("semantic search unavailable" in w for w in repo.warnings)
+    assert hits and hits[0].match == "fts" and not repo.warnings
+    # (with vectors and the provider down, auto falls back with a warning: test_cli_embed_and_search_modes)
 
 
 def test_missing_settings_and_models_are_clear_errors(tmp_path, monkeypatch):
@@ -348,6 +349,11 @@ def test_plain_words_fall_back_to_any_word_without_vectors(tmp_path):
     hits = convgit.search(repo, q)  # auto, no vectors: any of the words
     assert hits and hits[0].match == "fts-any" and hits[0].role == "user"
     assert not (repo.path / "vectors").exists()  # no model was loaded, nothing derived was written
+    repo = set_config(repo, HASH)
+    assert convgit.embed_status(repo)["pending"] == 2  # a namespace directory, still no vector
+    assert convgit.search(repo, q)[0].match == "fts-any"
+    convgit.embed(repo)
+    assert convgit.search(repo, q)[0].match in ("semantic", "hybrid")  # vectors exist: auto is hybrid
     with pytest.raises(errors.InvalidInput):
         convgit.search(repo, "x", mode="vector")
 
