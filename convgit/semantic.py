@@ -21,7 +21,7 @@ from .errors import EmbeddingFailed, EmbeddingUnavailable, InvalidInput
 from .index import chunks as C
 from .index.filters import Filters
 from .index.nearest import chunk_texts, semantic_ranked
-from .index.search import Hit, describe, fts_ranked, plain_words
+from .index.search import Hit, describe, fts_ranked, highlight_terms, plain_words
 from .index.search import search as fts_search
 from .index.vectors import VECTORS_DIR, VectorStore
 from .index.fts import parse
@@ -255,6 +255,7 @@ def _vector_search(repo, query, mode, count, latest, columns, filters, emb) -> l
             ranked = ranked[:count]
     try:  # what the snippets highlight: the query's words
         terms = parse(" OR ".join(words) if words else query, tuple(columns)).terms
+        terms = highlight_terms(terms) if words else terms
     except InvalidInput:
         terms = []
     texts = chunk_texts(repo, [r[3] for r in ranked if r[3]], emb.rules)

@@ -81,7 +81,15 @@ def search(repo, text: str, *, count: int = 20, latest: bool = False, columns: t
         if count:
             ranked = ranked[:count]
         q = parse(" OR ".join(words), tuple(columns))
+        return describe(repo, ranked, columns, highlight_terms(q.terms))
     return describe(repo, ranked, columns, q.terms)
+
+
+def highlight_terms(terms: list[Term]) -> list[Term]:
+    """The terms worth highlighting for a query matched by any of its words: short ASCII
+    words ("I", "my", "of") are left out when longer ones remain."""
+    kept = [t for t in terms if any(len(tok) > 2 or not tok.isascii() for tok in t.tokens)]
+    return kept or terms
 
 
 _PLAIN = re.compile(r"^[^\W_]+(?:['’][^\W_]+)*$")

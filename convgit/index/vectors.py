@@ -168,7 +168,7 @@ class VectorStore:
         n = self.db.execute("SELECT coalesce(max(row) + 1, 0) FROM rows").fetchone()[0]
         if n == 0:
             return None
-        return np.memmap(self._matrix_path(), dtype=np.float32, mode="r", shape=(n, self.dim))
+        return np.memmap(self._matrix_path(), dtype="<f4", mode="r", shape=(n, self.dim))
 
     def nearest(self, qvec, k: int, matrix=None) -> list[tuple[int, float]]:
         """(row, cosine score) of the ``k`` rows nearest to unit vector ``qvec``, best first
@@ -211,7 +211,7 @@ class VectorStore:
         """Store the vectors of ``cids`` (unit rows of a float32 matrix); those stored already
         are skipped. Returns how many were added."""
         np = _numpy()
-        vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+        vecs = np.ascontiguousarray(vecs, dtype="<f4")  # little-endian on every machine (format.md §8.1)
         if vecs.shape != (len(cids), self.dim):
             raise EmbeddingFailed(f"vectors of shape {vecs.shape} for {len(cids)} chunks of dimension {self.dim}")
         with fsio.flock(self.lock, shared=False, timeout=60):
