@@ -443,3 +443,18 @@ def test_a_search_embeds_a_few_pending_chunks_but_not_a_large_backlog(tmp_path, 
     assert convgit.embed_status(repo)["pending"] == 10
     assert convgit.embed(repo).embedded == 10
     assert convgit.search(repo, "backlog 3", mode="semantic", count=1)[0].threads != ["gpu"]
+
+
+def test_two_concurrent_embeds_store_each_vector_once(tmp_path, env):
+    with FakeEmbeddings(dim=16, delay=0.01) as fake:
+        repo = set_config(fast_repo(tmp_path / "s"), "[core]\nfsync = false\n" + fake.config(batch_size=4))
+        convgit.commit_many(repo, [{"messages": conv(f"line {i}")} for i in range(40)], now_ms=NOW)
+        repo.close()
+        procs = [subprocess.Popen([PY, "-m", "convgit", "-C", str(tmp_path / "s"), "embed", "--json"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+        outs = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+        assert all(p.returncode == 0 for p in procs)
+        repo = convgit.open_repo(tmp_path / "s")
+        st_ = convgit.embed_status(repo)
+        assert st_["vectors"] == st_["indexed"] == 40 and st_["pending"] == 0
+        assert sum(o["embedded_chunks"] for o in outs) == 40  # both may ask the provider; one stores each
