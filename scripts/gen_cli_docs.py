@@ -256,8 +256,11 @@ embeds only what is still pending. A batch the provider fails leaves its chunks 
 stops, and the exit code is 50 (`embedding_failed`) when any chunk failed. A missing local
 model is `embedding_unavailable` (51): `pip install 'convgit[semantic]'`.
 
-`--status` only counts: chunks `indexed`, `pending` and `failed`, vectors stored (also those
-of messages no thread reaches), bytes, and every namespace under `.convgit/vectors/`.
+`--provider` (with `--model`, `--dimension`, `--url`) builds another namespace instead of the
+configured one, for example before switching models: searches keep using the namespace of
+config.toml until `[embed]` names the new one, whose vectors are then ready. `--status`
+only counts: chunks `indexed`, `pending` and `failed`, vectors stored (also those of
+messages no thread reaches), bytes, and every namespace under `.convgit/vectors/`.
 `--json` prints the result as one document (docs/json.md §13).
 """,
     ("status",): """\

@@ -458,3 +458,14 @@ def test_two_concurrent_embeds_store_each_vector_once(tmp_path, env):
         st_ = convgit.embed_status(repo)
         assert st_["vectors"] == st_["indexed"] == 40 and st_["pending"] == 0
         assert sum(o["embedded_chunks"] for o in outs) == 40  # both may ask the provider; one stores each
+
+
+def test_embed_provider_option_builds_another_namespace_without_switching(cli, proj):
+    (proj / ".convgit" / "config.toml").write_text(HASH)
+    ok(cli("commit", "-", "--thread", "gpu", input=json.dumps(gpu_conv())))
+    ok(cli("embed"))
+    doc = ok(cli("embed", "--provider", "hash", "--dimension", "32", "--json")).json()
+    assert doc["namespace"]["dimension"] == 32 and doc["embedded_chunks"] == 2
+    st_ = ok(cli("embed", "--status", "--json")).json()
+    assert st_["namespace"]["dimension"] == 256 and len(st_["namespaces"]) == 2  # config.toml still decides
+    assert_error(cli("embed", "--provider", "nope"), "invalid_input")

