@@ -20,7 +20,7 @@ from .embedders import Provider, make_provider
 from .errors import EmbeddingFailed, EmbeddingUnavailable, InvalidInput
 from .index import chunks as C
 from .index.filters import Filters
-from .index.nearest import chunk_texts, semantic_ranked
+from .index.nearest import chunk_texts, message_ids, semantic_ranked
 from .index.search import Hit, describe, fts_ranked, highlight_terms, plain_words
 from .index.search import search as fts_search
 from .index.vectors import VECTORS_DIR, VectorStore
@@ -250,7 +250,7 @@ def _vector_search(repo, query, mode, count, latest, columns, filters, emb) -> l
             fts = fts_ranked(repo, " ".join(words) if words else query, count=depth, columns=columns, filters=filters)
         except InvalidInput:
             fts = []  # not a valid FTS5 query: the vectors alone answer
-        ranked = fuse(sem, fts)
+        ranked = fuse(sem, fts, message_ids(repo.index.db, list({r[0] for r in sem} | {r[0] for r in fts})))
         if count:
             ranked = ranked[:count]
     try:  # what the snippets highlight: the query's words
@@ -265,10 +265,12 @@ def _vector_search(repo, query, mode, count, latest, columns, filters, emb) -> l
     return hits
 
 
-def fuse(semantic: list[tuple[int, float, str, str]], fts: list[tuple[int, float]]) -> list[tuple[int, float, str, str | None]]:
+def fuse(semantic: list[tuple[int, float, str, str]], fts: list[tuple[int, float]],
+         ids: dict[int, str]) -> list[tuple[int, float, str, str | None]]:
     """Reciprocal-rank fusion: a message scores ``1 / (RRF_K + rank)`` (rank from 1) for each
     list it is in (the semantic list, the full-text list with every word); best first, ties
-    by message rowid. Match kind ``hybrid`` when in both lists, else the list it came from."""
+    by message id (``ids``: rowid → id; the same after an index rebuild). Match kind
+    ``hybrid`` when in both lists, else the list it came from."""
     score: dict[int, float] = {}
     kind: dict[int, str] = {}
     chunk: dict[int, str | None] = {}
@@ -280,7 +282,7 @@ def fuse(semantic: list[tuple[int, float, str, str]], fts: list[tuple[int, float
         score[rid] = score.get(rid, 0.0) + 1.0 / (RRF_K + rank)
         kind[rid] = "hybrid" if rid in kind else "fts"
         chunk.setdefault(rid, None)
-    return [(rid, score[rid], kind[rid], chunk[rid]) for rid in sorted(score, key=lambda r: (-score[r], r))]
+    return [(rid, score[rid], kind[rid], chunk[rid]) for rid in sorted(score, key=lambda r: (-score[r], ids.get(r, "")))]
 
 
 def drop_orphan_vectors(repo, exists: Callable[[str], bool]) -> int:

@@ -469,3 +469,14 @@ def test_embed_provider_option_builds_another_namespace_without_switching(cli, p
     st_ = ok(cli("embed", "--status", "--json")).json()
     assert st_["namespace"]["dimension"] == 256 and len(st_["namespaces"]) == 2  # config.toml still decides
     assert_error(cli("embed", "--provider", "nope"), "invalid_input")
+
+
+def test_fusion_ties_are_ordered_by_message_id():
+    from convgit.semantic import fuse
+
+    ids = {1: "bb", 2: "aa", 3: "cc"}
+    # 1 only in the semantic list at rank 1, 2 only in the full-text list at rank 1: a tie
+    out = fuse([(1, 0.9, "semantic", "bb:0")], [(2, -3.0)], ids)
+    assert [(r, k) for r, _, k, _ in out] == [(2, "fts"), (1, "semantic")]
+    out = fuse([(3, 0.9, "semantic", "cc:0"), (1, 0.8, "semantic", "bb:0")], [(1, -3.0)], ids)
+    assert out[0][:1] == (1,) and out[0][2] == "hybrid" and out[0][1] == 1 / 62 + 1 / 61

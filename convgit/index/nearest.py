@@ -59,3 +59,12 @@ def chunk_texts(repo, cids: list[str], rules: C.ChunkRules) -> dict[str, str]:
     rows = C.rows_for(db, cids)
     keys = [c for c in cids if c in rows]
     return dict(zip(keys, C.texts_of(db, [rows[c] for c in keys], rules)))
+
+
+def message_ids(db, rowids: list[int]) -> dict[int, str]:
+    """message rowid → id (rowids differ between an index and its rebuild; ids never do)."""
+    out: dict[int, str] = {}
+    for i in range(0, len(rowids), 500):
+        part = rowids[i : i + 500]
+        out.update(db.execute(f"SELECT rowid, id FROM messages WHERE rowid IN ({','.join('?' * len(part))})", part))
+    return out
