@@ -275,10 +275,33 @@ def make_filters(repo: Repository, **options) -> "Filters":
     return _make(repo, **options)
 
 
-def search(repo: Repository, query: str, *, count: int = 20, latest: bool = False,
+def search(repo: Repository, query: str, *, mode: str = "auto", count: int = 20, latest: bool = False,
            columns: tuple[str, ...] = SEARCH_DEFAULT_IN, filters: "Filters | None" = None) -> list:
-    """Full-text search (FTS5 syntax) over message text; see ``convgit.index.search``."""
-    return repo.index.search(query, count=count, latest=latest, columns=columns, filters=filters)
+    """Search message text (docs/search.md). ``mode``: ``fts`` (FTS5 syntax, every word
+    required), ``semantic`` (nearest chunks by meaning), ``hybrid`` (reciprocal-rank fusion of
+    both) or ``auto`` (default: plain words are hybrid when the store has vectors, else
+    full-text that falls back to any of the words; FTS5 syntax is ``fts``)."""
+    if mode == "fts":
+        return repo.index.search(query, count=count, latest=latest, columns=columns, filters=filters)
+    from .semantic import search as _search
+
+    return _search(repo, query, mode=mode, count=count, latest=latest, columns=columns, filters=filters)
+
+
+def embed(repo: Repository, *, retry: bool = True, batch_size: int | None = None, progress=None, **overrides):
+    """Embed every pending chunk (and retry failed ones) into the active namespace
+    (config.toml ``[embed]``; ``overrides`` such as ``provider="hash"`` replace its values).
+    Returns EmbedResult; see docs/search.md."""
+    from .semantic import embed as _embed
+
+    return _embed(repo, retry=retry, batch_size=batch_size, progress=progress, **overrides)
+
+
+def embed_status(repo: Repository, **overrides) -> dict:
+    """Chunks per state (indexed, pending, failed) in the active namespace, and every namespace."""
+    from .semantic import embed_status as _status
+
+    return _status(repo, **overrides)
 
 
 def status(repo: Repository) -> dict:
@@ -671,6 +694,8 @@ __all__ = [
     # reading
     "cat_object", "conversation", "export", "iso", "iter_log", "log", "make_filters", "message_text", "object_json",
     "part_json", "rev_parse", "search", "show_refs", "status", "threads", "tree",
+    # embeddings
+    "embed", "embed_status",
     # maintenance
     "bundle_create", "bundle_verify", "fsck", "gc", "merge", "reindex",
 ]

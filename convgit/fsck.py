@@ -28,7 +28,7 @@ class Problem:
     """One finding of fsck: severity (error, warning, info), kind, message and the object."""
 
     severity: str  # error | warning | info
-    kind: str  # object_corrupt, object_missing, not_canonical, bad_ref, bad_reflog, provenance_missing, pack, index, temp, unreachable
+    kind: str  # object_corrupt, object_missing, not_canonical, bad_ref, bad_reflog, provenance_missing, pack, index, temp, unreachable, vectors
     message: str
     oid: str | None = None
 
@@ -228,6 +228,14 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
     if check_index and not rep.errors:  # with damaged objects a rebuild differs by design
         for msg in _check_index(repo):
             add(Problem("error", "index", msg))
+
+    # 7. Vectors (derived, .convgit/vectors/) of messages that are no longer stored.
+    if (repo.path / "vectors").is_dir():
+        from .semantic import orphan_vectors
+
+        for key, n in orphan_vectors(repo, objects.contains).items():
+            add(Problem("warning", "vectors", f"vectors/{key}: vectors of {n} message(s) that are not stored "
+                                              "any more (gc drops them)"))
 
     if repair:
         for name, problem in broken.items():

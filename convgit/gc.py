@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import fsio
 from .config import crash_point, parse_age
-from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing
+from .errors import ConvgitError, GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing
 from .graph import keep_recording_turns, mark_reachable
 from .ids import check_thread_name, is_oid
 from .objects import Message, Turn
@@ -63,6 +63,7 @@ class GcStats:
     reflog_expired: int = 0
     temp_removed: int = 0
     refs_packed: int = 0  # loose refs moved into packed-refs
+    vectors_dropped: int = 0  # vectors (.convgit/vectors/) of pruned messages, dropped
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step (scan, mark, pack, sweep, index)
     pruned_ids: list[str] = field(default_factory=list)
@@ -489,6 +490,14 @@ class _Packer:
 def _finish_stats(repo, stats: GcStats, clock: list[float]) -> None:
     # 4. After the index (the transaction's end): what the store holds now.
     objects = repo.objects
+    if stats.pruned and (repo.path / "vectors").is_dir():
+        # Vectors are derived from messages: those of pruned messages go too (semantic.py).
+        from .semantic import drop_orphan_vectors
+
+        try:
+            stats.vectors_dropped = drop_orphan_vectors(repo, objects.contains)
+        except (ConvgitError, OSError) as e:
+            stats.warnings.append(f"vectors not compacted ({e}); the next gc tries again")
     stats.loose_after = sum(1 for _ in objects.iter_loose())
     stats.packs_after = len(objects.packs())
     stats.objects_after = stats.objects_before - stats.pruned  # each kept object is still stored

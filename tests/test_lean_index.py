@@ -117,3 +117,16 @@ def test_a_bad_value_is_invalid_input(run, tmp_path):
     r = run("status", "--json", cwd=d)
     doc = json.loads(r.out or r.err)
     assert r.rc == 10 and doc["error_code"] == "invalid_input" and "index.text must be bool" in doc["error_message"]
+
+
+def test_semantic_search_reads_the_chunks_of_a_lean_index_from_the_objects(run, tmp_path):
+    d = _build(run, tmp_path, "s", lean=False)
+    cfg = d / ".convgit" / "config.toml"
+    cfg.write_text(cfg.read_text() + '\n[embed]\nprovider = "hash"\n')
+    ok(run("embed", cwd=d))
+    query = ["search", "graphics card comparison RTX", "--semantic", "--json"]
+    before = json.loads(ok(run(*query, cwd=d)).out)
+    assert before and all(h.get("snippet") for h in before)
+    _set_lean(d, True)
+    assert json.loads(ok(run(*query, cwd=d)).out) == before  # vectors reused, chunk text from the objects
+    assert _parts_text(d)[1] == 0
