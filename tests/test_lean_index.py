@@ -130,3 +130,12 @@ def test_semantic_search_reads_the_chunks_of_a_lean_index_from_the_objects(run, 
     _set_lean(d, True)
     assert json.loads(ok(run(*query, cwd=d)).out) == before  # vectors reused, chunk text from the objects
     assert _parts_text(d)[1] == 0
+
+
+@pytest.mark.parametrize("to_lean", [True, False])
+def test_changing_the_setting_rebuilds_the_index_in_the_other_mode(run, tmp_path, to_lean):
+    d = _build(run, tmp_path, "s", lean=not to_lean)
+    before = _answers(run, d)
+    _set_lean(d, to_lean)
+    assert _answers(run, d) == before
+    assert (_parts_text(d)[1] == 0) is to_lean
