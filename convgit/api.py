@@ -106,14 +106,16 @@ def commit(
     on_conflict: str = "reject",
     model: str | None = None,
     now_ms: int | None = None,
+    move_head: bool = True,
 ) -> CommitResult:
     """Store one conversation (see DESIGN §5 for which thread moves). HEAD then names the
-    thread committed to (``convgit.commit.follow_head``, the rule the CLI follows too)."""
+    thread committed to (``convgit.commit.follow_head``, the rule the CLI follows too),
+    unless ``move_head`` is False (a server writing for others leaves the user's HEAD alone)."""
     from .commit import check_on_conflict, commit_payload
 
     check_on_conflict(on_conflict)
     return commit_payload(repo, to_payload(repo, data, model=model), thread=thread, on_conflict=on_conflict,
-                          now_ms=now_ms, move_head=True)
+                          now_ms=now_ms, move_head=move_head)
 
 
 def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None) -> list[CommitResult]:
@@ -385,8 +387,10 @@ class ForkResult:
         return {"status": "forked", "thread": self.thread, "tip": self.tip, "forked_from": self.forked_from, "turn": self.turn}
 
 
-def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | None = None) -> ForkResult:
-    """A new thread whose tip is ``rev``. Writes no message, only a ``fork`` turn."""
+def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | None = None,
+         source: str | None = None) -> ForkResult:
+    """A new thread whose tip is ``rev``. Writes no message, only a ``fork`` turn (whose
+    ``source`` says who forked, e.g. ``mcp:<client>``)."""
     oid, src_thread = revparse.resolve_with_thread(repo, rev)
     base, _ = revparse.split_rev(rev)
     if src_thread is None:
@@ -406,7 +410,7 @@ def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | N
     if repo.refs.read(name) is not None:
         raise RefExists(f"thread {name!r} already exists", thread=name)
     repo.refs.check_free(name)
-    turn = Turn(kind="fork", thread=name, input=oid, output=oid, started_at=now, forked_from=src_thread)
+    turn = Turn(kind="fork", thread=name, input=oid, output=oid, started_at=now, forked_from=src_thread, source=source)
     tid, data = codec.encode_and_hash(turn)
     with repo.write_lock():
         repo.objects.write_raw(tid, data)

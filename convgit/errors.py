@@ -119,6 +119,14 @@ class Locked(ConvgitError):
     exit_code = 24
 
 
+class UnauthorizedUpdate(ConvgitError):
+    """A client (``convgit mcp``) asked to write to a thread it neither created nor was
+    granted: nothing was written."""
+
+    code = "unauthorized_update"
+    exit_code = 25
+
+
 # -- integrity: 30-39 -----------------------------------------------------------------------
 
 
@@ -182,6 +190,16 @@ class UnsafeSymlink(StorageFailed):
     exit_code = 41
 
 
+# -- optional features: 50-59 ---------------------------------------------------------------
+
+
+class MissingDependency(ConvgitError):
+    """A feature needs an optional extra that is not installed (``pip install 'convgit[mcp]'``)."""
+
+    code = "missing_dependency"
+    exit_code = 50
+
+
 # errno values and SQLite result codes that mean the file system failed, not the data.
 _STORAGE_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EIO", "EROFS", "EFBIG") if hasattr(errno, n))
 # (Not SQLITE_READONLY: that is how SQLite reports an index swapped out under a connection,
@@ -226,6 +244,7 @@ ALL_ERRORS: tuple[type[ConvgitError], ...] = (
     RefStale,
     RefExists,
     Locked,
+    UnauthorizedUpdate,
     ObjectCorrupt,
     ObjectMissing,
     NotAStore,
@@ -234,4 +253,5 @@ ALL_ERRORS: tuple[type[ConvgitError], ...] = (
     FsckFailed,
     StorageFailed,
     UnsafeSymlink,
+    MissingDependency,
 )

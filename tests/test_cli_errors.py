@@ -188,6 +188,9 @@ def test_every_exit_code_is_exercised():
     covered = {c[3] for c in CASES} | {"ambiguous_revision", "locked"}  # test_cli…_ambiguous_prefix, test_locked
     covered |= {"gc_refused", "source_corrupt", "fsck_failed"}  # tests/test_maintenance_cli.py
     covered |= {"unsafe_symlink"}  # tests/test_symlinks.py
+    # tests/test_mcp.py: `convgit mcp` without the SDK (exit 50); unauthorized_update is what the
+    # MCP tools answer (an error document, not an exit code)
+    covered |= {"missing_dependency", "unauthorized_update"}
     missing = set(ERRORS) - covered - {"error", "storage_failed"}
     assert not missing
 

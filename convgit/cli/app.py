@@ -36,6 +36,7 @@ COMMANDS = {
     "status": "cmd_status",
     "switch": "cmd_threads", "fork": "cmd_threads",
     "bundle": "cmd_maintenance",
+    "mcp": "cmd_mcp",
     "threads": "cmd_threads",
 }
 
