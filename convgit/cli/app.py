@@ -36,8 +36,8 @@ COMMANDS = {
     "status": "cmd_status",
     "switch": "cmd_threads", "fork": "cmd_threads",
     "bundle": "cmd_maintenance",
-    "mcp": "cmd_mcp",
     "threads": "cmd_threads",
+    "mcp": "cmd_mcp",
 }
 
 
