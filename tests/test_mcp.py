@@ -32,7 +32,6 @@ from convgit.memory.server import build_server  # noqa: E402
 
 PY = sys.executable
 HEX = re.compile(r"[0-9a-f]{64}")
-HEXISH = re.compile(r"\b[0-9a-f]{12,}\b")
 
 HISTORY = [
     {"role": "user", "content": "How do I count tokens with a unicode tokenizer?"},
@@ -167,7 +166,7 @@ def test_agent_session_contract(store):
 
     run(session())
     # Every write is a turn with source mcp:<client>; the client's source is in the turn's meta.
-    sources = {json.loads(l)["source"] for l in _turns(store)}
+    sources = {json.loads(t)["source"] for t in _turns(store)}
     assert sources == {"mcp:alice", "mcp:bob"}
     # No raw id (message or turn) appears in any output
     text = json.dumps(outputs[:-1]) + outputs[-1]
@@ -466,6 +465,19 @@ def test_http_with_and_without_the_token(http_server):
     assert doc["status"] == "ok" and got["total"] == 2
     ref = next((store / "refs" / "threads" / "mcp").iterdir())
     assert ref.name == "cursor"  # the token's name is the client
+    # another token, another client: it may read cursor's thread, not append to it
+    bob = subprocess.run([PY, "-m", "convgit", "-C", str(store.parent), "mcp", "--print-token", "--client", "bob"],
+                         capture_output=True, text=True, env=_env(store.parent.parent)).stdout.strip()
+
+    async def as_bob():
+        async with _http_client(url, bob) as c:
+            got = await call(c, "get_conversation", {"id": doc["id"]})
+            bad = await call(c, "save_conversation", {"messages": GROWN, "id": doc["id"]})
+            return got, bad
+
+    got, bad = run(as_bob())
+    assert got["total"] == 2
+    error(bad, "unauthorized_update")
 
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     for headers in ({}, {"Authorization": "Bearer cgt_wrong"}, {"Authorization": token}):
@@ -476,14 +488,23 @@ def test_http_with_and_without_the_token(http_server):
         async with _http_client(url, None) as c:
             await c.list_tools()
 
-    with pytest.raises(BaseException):
+    from mcp.shared.exceptions import MCPError
+
+    with pytest.raises(BaseException) as e:  # (the SDK raises it inside task groups)
         run(without_token())
+    assert _leaves(e.value) and all(isinstance(x, MCPError) for x in _leaves(e.value)), e.value
     # an oversized body is refused before it is read
     big = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
            "params": {"name": "save_conversation", "arguments": {"messages": [{"role": "user", "content": "x" * (9 << 20)}]}}}
     r = httpx2.post(url, json=big, headers={"Accept": "application/json, text/event-stream",
                                              "Authorization": f"Bearer {token}"})
     assert r.status_code == 413 and r.json()["error_code"] == "payload_too_large"
+
+
+def _leaves(e: BaseException) -> list[BaseException]:
+    if isinstance(e, BaseExceptionGroup):
+        return [x for sub in e.exceptions for x in _leaves(sub)]
+    return [e]
 
 
 def test_http_refuses_a_remote_host_without_allow_remote(tmp_path):
@@ -500,3 +521,20 @@ def test_print_token_is_stable_and_private(tmp_path):
     two = json.loads(subprocess.run(args, capture_output=True, text=True, env=_env(tmp_path)).stdout)
     assert one["created"] is True and two["created"] is False and one["token"] == two["token"]
     assert stat.S_IMODE((tmp_path / "s" / ".convgit" / "mcp" / "tokens.json").stat().st_mode) == 0o600
+
+
+def test_a_running_server_sees_what_other_processes_write(store, tmp_path):
+    hub = hub_for(store)
+    first = hub.save_conversation("alice", {"messages": HISTORY})
+    other = convgit.api.open_repo(tmp_path / "s")  # another writer (the CLI, another server)
+    convgit.commit(other, {"messages": [{"role": "user", "content": "a note about graphemes from the CLI"}]},
+                   thread="notes")
+    other.close()
+    excerpts = [h["excerpt"] for h in hub.search("alice", {"query": "graphemes"})["results"]]
+    assert excerpts == ["a note about graphemes from the CLI"]
+    assert hub.list_conversations("alice", {})["total"] == 2
+    # alice's own thread is still hers to continue, and the CLI's thread is not
+    assert hub.save_conversation("alice", {"messages": GROWN})["id"] == first["id"]
+    notes = next(c["id"] for c in hub.list_conversations("alice", {})["conversations"] if not c["writable"])
+    error(hub.save_conversation("alice", {"messages": [{"role": "user", "content": "x"}], "id": notes}),
+          "unauthorized_update")

@@ -294,6 +294,7 @@ class MemoryHub:
         if best is not None:  # a stateless re-send of this client's thread, maybe grown
             return best, False
         if self.repo.objects.contains(ids[-1]):
+            self.repo.index.refresh_if_changed()  # threads other processes moved meanwhile
             holders = self.repo.index.threads_containing(ids[-1], limit=100)
             mine = [t for t in holders if self.state.may_update(client, t)]
             if mine:
@@ -376,16 +377,16 @@ class MemoryHub:
         hits = api.search(self.repo, query, count=fetch, filters=filters, **kwargs)
         results = []
         for h in hits:
-            names = [t for t in h.threads if self._readable(t)]
+            d = h.to_json()  # (the search --json shape, docs/json.md §10: what every search mode returns)
+            names = [t for t in d.get("threads") or () if self._readable(t)]
             if not names:
                 continue
-            d = h.to_json()
             results.append({
-                "message": self.handles.message(h.id),
+                "message": self.handles.message(d["id"]),
                 "threads": [self.handles.thread(t) for t in names],
                 "uri": URI_PREFIX + self.handles.thread(names[0]),
-                "role": h.role, "time": d["started_at"], "model": d["model"], "source": d["source"],
-                "excerpt": h.snippet,
+                "role": d.get("role"), "time": d.get("started_at"), "model": d.get("model"),
+                "source": d.get("source"), "excerpt": d.get("snippet") or "",
             })
             if len(results) == limit:
                 break
