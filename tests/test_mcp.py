@@ -159,6 +159,8 @@ def test_agent_session_contract(store):
             every = listed["conversations"] + rest["conversations"]
             assert {c["id"] for c in every} == {tid, fork["id"], bobs["id"]}
             assert {c["id"]: c["writable"] for c in every} == {tid: True, fork["id"]: True, bobs["id"]: False}
+            listed_res = {str(r.uri) for r in (await a.list_resources()).resources}
+            assert listed_res == {f"convgit://thread/{h}" for h in (tid, fork["id"], bobs["id"])}
             res = await a.read_resource(f"convgit://thread/{tid}")
             md = res.contents[0].text
             assert EVIDENCE_NOTICE in md and "ZWJ sequence" in md

@@ -20,7 +20,7 @@ import socket
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, Resource, TextContent
 from pydantic import WithJsonSchema
 
 from .. import __version__
@@ -112,10 +112,30 @@ def _result(doc: dict) -> CallToolResult:
                           structured_content=doc, is_error=doc.get("status") == "error")
 
 
+class ConvgitServer(MCPServer):
+    """MCPServer whose ``resources/list`` names the most recently updated threads (a page of
+    ``mcp.page_size``), each ``convgit://thread/<handle>``; every thread is readable through
+    the resource template whether it is listed or not."""
+
+    hub: MemoryHub
+
+    async def list_resources(self) -> list[Resource]:
+        """The template's static resources (none) and a page of recent threads."""
+        listed = self.hub.list_conversations(LISTING_CLIENT, {})
+        recent = [Resource(uri=c["uri"], name=c["id"], title=c["title"] or None, mime_type="text/markdown",
+                           description=f"{c['messages']} messages, updated {c['updated_at']}")
+                  for c in listed.get("conversations", ())]
+        return [*await super().list_resources(), *recent]
+
+
+LISTING_CLIENT = "default"  # (listing reads only: which client asks does not change it)
+
+
 def build_server(hub: MemoryHub, client: str, *, tokens: bool = False) -> MCPServer:
     """The MCP server of ``hub``. ``client``: the identity of a stdio client; with
     ``tokens`` (HTTP), each request's identity is its bearer token's name instead."""
-    server = MCPServer("convgit", instructions=INSTRUCTIONS, version=__version__)
+    server = ConvgitServer("convgit", instructions=INSTRUCTIONS, version=__version__)
+    server.hub = hub
 
     def who(ctx: Context | None) -> str:
         if not tokens:
