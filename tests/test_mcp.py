@@ -139,6 +139,8 @@ def test_agent_session_contract(store):
             assert got["evidence_notice"] == EVIDENCE_NOTICE and got["total"] == 4
             fork = await call(a, "fork_conversation", {"id": got["messages"][1]["id"]})
             assert fork["status"] == "ok" and fork["forked_from"] == {"thread": tid, "message": got["messages"][1]["id"]}
+            of_fork = await call(a, "get_conversation", {"id": fork["id"]})
+            assert of_fork["forked_from"] == fork["forked_from"] and of_fork["total"] == 2
             cont = await call(a, "save_conversation", {"messages": HISTORY + [{"role": "user", "content": "zwj?"}],
                                                        "id": fork["id"]})
             assert cont == {"status": "ok", "id": fork["id"], "deduplicated": False, "appended_messages": 1,

@@ -486,11 +486,20 @@ class MemoryHub:
         rev, src = self._readable_rev(args.get("id"))
         oid = api.rev_parse(self.repo, rev) if kind == THREAD else value
         name = self._new_name(client, "fork-")
-        api.fork(self.repo, oid, name, source=f"mcp:{client}")
+        api.fork(self.repo, self._rev_on(src, oid), name, source=f"mcp:{client}")
         self.state.set_owner(name, client)
         h = self.handles.thread(name)
         return {"status": "ok", "id": h, "uri": URI_PREFIX + h,
                 "forked_from": {"thread": self.handles.thread(src) if src else None, "message": self.handles.message(oid)}}
+
+
+    def _rev_on(self, thread: str | None, oid: str) -> str:
+        """``thread~N`` naming ``oid`` (so that the fork records the thread it came from), else ``oid``."""
+        tip = self.repo.refs.read(thread) if thread else None
+        for n, (o, _) in enumerate(graph.iter_ancestry(self.repo.objects, tip) if tip else ()):
+            if o == oid:
+                return f"{thread}~{n}" if n else thread
+        return oid
 
 
 def _opt_str(args: dict, key: str) -> str | None:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from .. import fsio
-from ..errors import InvalidInput, StorageFailed
+from ..errors import InvalidInput, StorageFailed, UnsafeSymlink
 
 DIRNAME = "mcp"
 SECRET_FILE = "secret"
@@ -60,7 +60,10 @@ class HubState:
     # -- files ------------------------------------------------------------------------------
 
     def ensure_dir(self) -> Path:
-        """The private directory (0700), created on first use."""
+        """The private directory (0700), created on first use; a symlink there is refused
+        (the secret and the tokens would be written wherever it points)."""
+        if self.dir.is_symlink():
+            raise UnsafeSymlink(f"{self.dir} is a symlink: refusing to keep the MCP secret and tokens through it")
         fsio.makedirs(self.dir, fsync=self.fsync, mode=0o700)
         return self.dir
 
