@@ -246,10 +246,13 @@ def test_hostile_inputs_through_the_sdk(store):
 
     async def go():
         async with Client(build_server(hub, "alice")) as c:
-            for args, code in HOSTILE[:9]:  # (HOSTILE[9]: the SDK drops arguments no schema names)
+            for t in (await c.list_tools()).tools:
+                assert t.input_schema["additionalProperties"] is False
+            before = snapshot(store)
+            for args, code in HOSTILE:
                 error(await call(c, "save_conversation", args), code)
-            for args, code in HOSTILE[10:]:
-                error(await call(c, "save_conversation", args), code)
+            error(await call(c, "search", {"query": "x", "sort": "new"}), "schema_validation_failed")
+            assert snapshot(store) == before
             error(await call(c, "get_conversation", {"id": 42}), "invalid_input")
             error(await call(c, "search", {"query": ""}), "schema_validation_failed")
             error(await call(c, "list_conversations", {"limit": -1}), "schema_validation_failed")

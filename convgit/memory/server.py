@@ -119,6 +119,26 @@ class ConvgitServer(MCPServer):
 
     hub: MemoryHub
 
+    async def list_tools(self) -> list:
+        """The tools, each schema closed (``additionalProperties: false``: ``call_tool``
+        refuses what it does not name)."""
+        tools = await super().list_tools()
+        for t in tools:
+            if t.name in SCHEMAS:
+                t.input_schema["additionalProperties"] = False
+        return tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None):
+        """Refuse an argument no schema names (the SDK would drop it unseen) with the
+        contract's ``schema_validation_failed``, then run the tool."""
+        allowed = SCHEMAS.get(name)
+        unknown = sorted(set(arguments or {}) - set(allowed)) if allowed is not None else []
+        if unknown:
+            return _result({"status": "error", "error_code": "schema_validation_failed",
+                            "error_message": f"unknown argument(s): {', '.join(unknown)} "
+                                             f"(allowed: {', '.join(sorted(allowed))})"})
+        return await super().call_tool(name, arguments, context)
+
     async def list_resources(self) -> list[Resource]:
         """The template's static resources (none) and a page of recent threads."""
         listed = self.hub.list_conversations(LISTING_CLIENT, {})
