@@ -317,6 +317,19 @@ def test_read_scope_and_grants(store, tmp_path):
     r = subprocess.run([PY, "-m", "convgit", "-C", str(tmp_path / "s"), "mcp", "grant", "bob", "nope", "--json"],
                        capture_output=True, text=True)
     assert r.returncode == 15 and json.loads(r.stdout)["error_code"] == "not_found"
+    mcp_cli = [PY, "-m", "convgit", "-C", str(tmp_path / "s"), "mcp"]
+    rows = json.loads(subprocess.run([*mcp_cli, "grants", "--json"], capture_output=True, text=True).stdout)
+    assert [(r["thread"], r["client"], r["why"]) for r in rows] == [(name, "alice", "owner"), (name, "bob", "grant")]
+    r = subprocess.run([*mcp_cli, "revoke", "bob", name, "--json"], capture_output=True, text=True)
+    assert json.loads(r.stdout)["status"] == "revoked"
+    error(hub.save_conversation("bob", {"messages": GROWN + [{"role": "user", "content": "b"}], "id": a["id"]}),
+          "unauthorized_update")
+    # outside the read scope, a thread is not found, as a resource too
+    private = next(c["id"] for c in hub.list_conversations("alice", {})["conversations"] if c["owner"] is None)
+    error(scoped.get_conversation("alice", {"id": private}), "not_found")
+    with pytest.raises(convgit.ConvgitError):
+        scoped.thread_markdown("alice", private)
+    assert "private grapheme notes" in hub.thread_markdown("alice", private)
 
 
 def test_semantic_mode_is_refused_until_the_api_has_it(store):

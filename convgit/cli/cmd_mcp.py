@@ -15,6 +15,9 @@ from . import output
 from .app import _Group, app, get_repo
 
 INSTALL = "pip install 'convgit[mcp]'"
+# What the extra brings: one of these missing means the extra is not (fully) installed.
+SDK_MODULES = ("mcp", "mcp_types", "pydantic", "pydantic_core", "starlette", "uvicorn", "anyio", "httpx2",
+               "sse_starlette", "jwt")
 
 mcp_app = typer.Typer(cls=_Group, invoke_without_command=True, rich_markup_mode=None,
                       help="Serve the store to agents over MCP (stdio, or --http), and manage their access. "
@@ -92,6 +95,8 @@ def _server_module():
     try:
         from ..memory import server
     except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in SDK_MODULES:
+            raise  # a module of convgit itself: a bug, with its traceback
         raise MissingDependency(f"convgit mcp needs the MCP SDK (mcp>=2.3), which is not installed ({e.name} is "
                                 f"missing): {INSTALL}", missing=e.name, install=INSTALL) from None
     return server
