@@ -108,6 +108,7 @@ def commit(
     now_ms: int | None = None,
     continue_: bool = False,
     after: str | None = None,
+    move_head: bool = True,
 ) -> CommitResult:
     """Store one conversation (see DESIGN §5 for which thread moves). HEAD then names the
     thread committed to (the HEAD rule of the repository transaction, which the CLI follows too).
@@ -115,7 +116,8 @@ def commit(
     ``continue_`` (``commit --continue``, like ``llm -c``): ``data`` holds only the new
     messages, appended after the tip of ``thread`` (default: the thread HEAD names).
     ``after``: a revision (a message id or prefix, ``THREAD~N``) whose message the new messages
-    follow; the thread decision then runs on the whole history (``--thread`` still trusted)."""
+    follow; the thread decision then runs on the whole history (``--thread`` still trusted).
+    ``move_head`` False: HEAD stays (a server writing for others leaves the user's HEAD alone)."""
     from .commit import check_on_conflict, commit_payload
 
     check_on_conflict(on_conflict)
@@ -132,7 +134,7 @@ def commit(
     elif after is not None:
         base = revparse.resolve(repo, after)
         _require_message(repo, base, after)
-    return commit_payload(repo, payload, thread=thread, on_conflict=on_conflict, now_ms=now_ms, move_head=True,
+    return commit_payload(repo, payload, thread=thread, on_conflict=on_conflict, now_ms=now_ms, move_head=move_head,
                           after=base)
 
 
@@ -418,8 +420,10 @@ class ForkResult:
         return {"status": "forked", "thread": self.thread, "tip": self.tip, "forked_from": self.forked_from, "turn": self.turn}
 
 
-def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | None = None) -> ForkResult:
-    """A new thread whose tip is ``rev``. Writes no message, only a ``fork`` turn."""
+def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | None = None,
+         source: str | None = None) -> ForkResult:
+    """A new thread whose tip is ``rev``. Writes no message, only a ``fork`` turn (whose
+    ``source`` says who forked, e.g. ``mcp:<client>``)."""
     oid, src_thread = revparse.resolve_with_thread(repo, rev)
     base, _ = revparse.split_rev(rev)
     if src_thread is None:
@@ -439,7 +443,7 @@ def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | N
     if repo.refs.read(name) is not None:
         raise RefExists(f"thread {name!r} already exists", thread=name)
     repo.refs.check_free(name)
-    turn = Turn(kind="fork", thread=name, input=oid, output=oid, started_at=now, forked_from=src_thread)
+    turn = Turn(kind="fork", thread=name, input=oid, output=oid, started_at=now, forked_from=src_thread, source=source)
     tid, data = codec.encode_and_hash(turn)
     with repo.transaction(fast_forward=True) as tx:
         tx.write_objects([(tid, data)], decoded={tid: turn})

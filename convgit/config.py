@@ -161,6 +161,41 @@ def load_aliases(path: Path) -> dict[str, str]:
     return dict(table)
 
 
+@dataclass(frozen=True)
+class McpLimits:
+    """What one ``convgit mcp`` request may carry and return (config.toml ``[mcp]``, docs/mcp.md):
+    bytes and messages of one ``save_conversation`` payload, the default and the largest page
+    of results. Smaller than the ``[limits]`` of ``commit``: an agent's call is one turn, not
+    an archive."""
+
+    max_payload_bytes: int = 8 * 1024 * 1024
+    max_messages: int = 2000
+    page_size: int = 50
+    max_page_size: int = 200
+
+
+def load_mcp_limits(path: Path) -> McpLimits:
+    """The ``[mcp]`` table of config.toml (missing file or keys: the defaults); each value a
+    positive integer, else invalid_input naming it."""
+    try:
+        data = tomllib.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        return McpLimits()
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise InvalidInput(f"{path}: not valid TOML: {e}") from e
+    table = data.get("mcp", {})
+    if not isinstance(table, dict):
+        raise InvalidInput(f"{path}: [mcp] must be a table")
+    values = {}
+    for f in fields(McpLimits):
+        if f.name in table:
+            v = table[f.name]
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InvalidInput(f"{path}: mcp.{f.name} must be a positive integer, got {v!r}")
+            values[f.name] = v
+    return McpLimits(**values)
+
+
 def env_store_dir() -> str | None:
     """``CONVGIT_DIR`` as given (None when unset or empty)."""
     return os.environ.get("CONVGIT_DIR") or None

@@ -119,6 +119,14 @@ class Locked(ConvgitError):
     exit_code = 24
 
 
+class UnauthorizedUpdate(ConvgitError):
+    """A client (``convgit mcp``) asked to write to a thread it neither created nor was
+    granted: nothing was written."""
+
+    code = "unauthorized_update"
+    exit_code = 25
+
+
 # -- integrity: 30-39 -----------------------------------------------------------------------
 
 
@@ -201,6 +209,16 @@ class EmbeddingUnavailable(EmbeddingFailed):
     exit_code = 51
 
 
+# -- optional features: 52 ---------------------------------------------------------------
+
+
+class MissingDependency(ConvgitError):
+    """A feature needs an optional extra that is not installed (``pip install 'convgit[mcp]'``)."""
+
+    code = "missing_dependency"
+    exit_code = 52
+
+
 # errno values and SQLite result codes that mean the file system failed, not the data.
 _STORAGE_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EIO", "EROFS", "EFBIG") if hasattr(errno, n))
 # (Not SQLITE_READONLY: that is how SQLite reports an index swapped out under a connection,
@@ -245,6 +263,7 @@ ALL_ERRORS: tuple[type[ConvgitError], ...] = (
     RefStale,
     RefExists,
     Locked,
+    UnauthorizedUpdate,
     ObjectCorrupt,
     ObjectMissing,
     NotAStore,
@@ -255,4 +274,5 @@ ALL_ERRORS: tuple[type[ConvgitError], ...] = (
     UnsafeSymlink,
     EmbeddingFailed,
     EmbeddingUnavailable,
+    MissingDependency,
 )

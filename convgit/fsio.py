@@ -132,9 +132,10 @@ def sync_filesystem(path: os.PathLike | str) -> None:
         os.sync()
 
 
-def makedirs(path: os.PathLike | str, *, fsync: bool = False) -> None:
+def makedirs(path: os.PathLike | str, *, fsync: bool = False, mode: int = 0o777) -> None:
     """Create ``path`` and missing parents. With ``fsync``, each new directory's parent is
-    fsynced after it is made, so the new entries survive a power loss."""
+    fsynced after it is made, so the new entries survive a power loss. ``mode``: of each new
+    directory (0o700 for a private one), before the umask."""
     path = Path(path)
     missing = []
     p = path
@@ -145,7 +146,7 @@ def makedirs(path: os.PathLike | str, *, fsync: bool = False) -> None:
         p = p.parent
     for d in reversed(missing):
         try:
-            os.mkdir(d, 0o777)
+            os.mkdir(d, mode)
         except FileExistsError:
             if not os.path.isdir(d):
                 raise _storage_error("mkdir", d, FileExistsError(17, "exists and is not a directory")) from None
@@ -228,15 +229,16 @@ def freshen(path: str | Path) -> bool:
 
 
 def replace_file(path: Path, data: bytes, *, fsync: bool, tmp: Path | None = None,
-                 point: str | None = None) -> None:
+                 point: str | None = None, mode: int = 0o666) -> None:
     """Atomically replace ``path`` with ``data`` (temp + fsync + rename + fsync dir).
 
-    ``point``: a crash point between the temp file's fsync and the rename (tests).
+    ``point``: a crash point between the temp file's fsync and the rename (tests). ``mode``:
+    of the new file (0o600 for a secret: the temp file has it from its creation on).
     """
     path = Path(path)
     tmp = tmp or path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o666)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, mode)
         try:
             _write_all(fd, data, tmp)
             if fsync:

@@ -44,7 +44,7 @@ forking writes no message at all.
 The commands come in two layers, as in git:
 
 - **Porcelain** for people: `init`, `commit`, `import`, `export`, `log`, `show`, `search`, `status`, `threads`,
-  `switch`, `fork`.
+  `switch`, `fork`; `mcp` serves the store to agents.
 - **Plumbing** for scripts: `rev-parse`, `cat-object`, `hash-object`, `update-ref`,
   `show-ref`, `reindex`, `path`.
 
@@ -380,6 +380,32 @@ they reach: a way to carry history between machines (`convgit merge FILE.db` tak
     ("bundle", "verify"): """Checks a bundle: every object's hash and encoding, that every reference inside it resolves,
 that thread names are valid and point at messages. Exits 35 when it is corrupt.
 """,
+    ("mcp",): """\
+Serves the store to MCP clients (Claude Code, Cursor, Codex, any MCP client) with five tools:
+`save_conversation`, `search`, `get_conversation`, `list_conversations`,
+`fork_conversation`, and each thread as the resource `convgit://thread/<handle>` (markdown).
+The tools, their JSON schemas, the handle scheme and client config snippets are in
+[mcp.md](mcp.md). Needs the extra: `pip install 'convgit[mcp]'`; without it, `convgit mcp`
+exits 52 (`missing_dependency`) naming what to install.
+
+By default it speaks stdio (what a client's config file launches: `convgit -C DIR mcp
+--client NAME`). `--http` serves streamable HTTP at `http://HOST:PORT/mcp`, and every request
+needs `Authorization: Bearer <token>`: a token per client name, made on first use and stored
+in `.convgit/mcp/tokens.json` (mode 0600); `--print-token` prints the one of `--client` (the
+token's name is the client's identity). A host that is not loopback is refused unless
+`--allow-remote` is given. A client may update only the threads it created through the server
+or was granted (`convgit mcp grant`); it may read every thread, or those under
+`--read-scope PREFIX`. Ids that leave the server are handles (`t_…`, `m_…`), not raw ids,
+unless `--trusted-local`. Every write is a turn with source `mcp:<client>`; the server never
+moves HEAD.
+""",
+    ("mcp", "grant"): """Lets client NAME update THREAD (a thread it did not create). Grants live in
+`.convgit/mcp/state.sqlite`; `convgit mcp grants` lists them.
+""",
+    ("mcp", "revoke"): """Withdraws a grant. A client keeps the threads it created itself.
+""",
+    ("mcp", "grants"): """Lists which client may update which thread, and why (`owner`: it created the thread; `grant`).
+""",
 }
 
 PLUMBING: dict[tuple[str, ...], str] = {
@@ -460,6 +486,8 @@ MEANING: dict[str, str] = {
     "object_missing": "An object that must be present is not in the store (for example the parent of a message being written).",
     "not_a_store": "Not a convgit store, or a store format version this convgit cannot read.",
     "storage_failed": "The file system failed (I/O error, disk full, a failed fsync): the operation did not happen. (A write that did happen but could not update the index succeeds with a warning; see format.md §8.)",
+    "unauthorized_update": "`convgit mcp`: a client asked to update a thread it neither created nor was granted (`convgit mcp grant`); nothing was written. Returned by the MCP tools as an error document, not as an exit code.",
+    "missing_dependency": "An optional feature's extra is not installed: the message says what to install (`pip install 'convgit[mcp]'` for `convgit mcp`).",
     "unsafe_symlink": "A symlink inside the store where convgit writes (a reflog, a lock, `index.sqlite`, `objects/pack`, …): refused, nothing was written through it (see docs/format.md, Symlinks).",
     "embedding_failed": "An embedding provider failed or answered wrongly (HTTP error, wrong dimension, not finite), or the vectors asked for are of another namespace: nothing was mixed, the chunks stay pending or failed (see docs/search.md).",
     "embedding_unavailable": "No embedding provider is usable: the local model is not installed (`pip install 'convgit[semantic]'`), or `[embed]` in config.toml is incomplete (an openai-compatible provider without `url`, `model` or `dimension`).",

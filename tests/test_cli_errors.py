@@ -189,6 +189,9 @@ def test_every_exit_code_is_exercised():
     covered |= {"gc_refused", "source_corrupt", "fsck_failed"}  # tests/test_maintenance_cli.py
     covered |= {"unsafe_symlink"}  # tests/test_symlinks.py
     covered |= {"embedding_failed", "embedding_unavailable"}  # tests/test_semantic.py (test_cli_embed…)
+    # tests/test_mcp.py: `convgit mcp` without the SDK (exit 50); unauthorized_update is what the
+    # MCP tools answer (an error document, not an exit code)
+    covered |= {"missing_dependency", "unauthorized_update"}
     missing = set(ERRORS) - covered - {"error", "storage_failed"}
     assert not missing
 

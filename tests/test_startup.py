@@ -27,7 +27,7 @@ runpy.run_module("convgit", run_name="__main__", alter_sys=True)
 """
 
 HEAVY = ("pydantic", "pydantic_core", "typer._adapters", "zstandard", "rich", "sqlite3", "convgit.index",
-         "convgit.ingest", "convgit.importer", "convgit.api")
+         "convgit.ingest", "convgit.importer", "convgit.api", "mcp", "convgit.memory")
 
 
 def loaded(args, *, cwd: Path, env: dict, tmp_path: Path, input: bytes = b"") -> set[str]:
@@ -59,7 +59,8 @@ def test_version_loads_no_library_and_no_typer(args, store, env, tmp_path):
     assert present(mods, HEAVY + ("convgit.repository", "convgit.refs", "typer", "convgit.cli.app")) == []
 
 
-@pytest.mark.parametrize("args", [["--help"], ["log", "--help"], ["threads", "--help"], ["import", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["log", "--help"], ["threads", "--help"], ["import", "--help"],
+                                  ["mcp", "--help"]])
 def test_help_opens_no_store_and_loads_no_parsers(args, store, env, tmp_path):
     mods = loaded(args, cwd=store, env=env, tmp_path=tmp_path)
     # (--help lists every command, so every command module and convgit.api are loaded)
@@ -72,7 +73,8 @@ def test_help_opens_no_store_and_loads_no_parsers(args, store, env, tmp_path):
 def test_reading_commands_load_no_parsers_and_no_pydantic(args, store, env, tmp_path):
     mods = loaded(args, cwd=store, env=env, tmp_path=tmp_path)
     assert present(mods, ("pydantic", "pydantic_core", "typer._adapters", "zstandard", "convgit.ingest",
-                          "convgit.importer", "convgit.commit", "convgit.merge", "convgit.gc", "convgit.fsck")) == []
+                          "convgit.importer", "convgit.commit", "convgit.merge", "convgit.gc", "convgit.fsck",
+                          "mcp", "convgit.memory")) == []
     # only the module of the command itself (and what it imports) is loaded from cli/
     assert "convgit.cli.cmd_import" not in mods and "convgit.cli.cmd_plumbing" not in mods
 
@@ -100,7 +102,8 @@ def _full_group():
 
     from convgit.cli import app as app_mod
 
-    for mod in sorted(set(app_mod.COMMANDS.values())):
+    # (in the order the lazy table imports them for --help: typer's order is import order)
+    for mod in dict.fromkeys(app_mod.COMMANDS.values()):
         __import__(f"convgit.cli.{mod}")
     return app_mod, typer.main.get_command(app_mod.app)
 

@@ -38,6 +38,7 @@ COMMANDS = {
     "switch": "cmd_threads", "fork": "cmd_threads",
     "bundle": "cmd_maintenance",
     "threads": "cmd_threads",
+    "mcp": "cmd_mcp",
 }
 
 
