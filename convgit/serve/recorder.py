@@ -7,7 +7,7 @@ the raw bodies as blobs, and commits the batch: calls without a named thread wit
 ``convgit.api.commit(thread=..., on_conflict="fork")`` (a conflicting history is kept as a
 fork, never refused). A store that fails (full, read-only, locked) is retried with a backoff;
 the calls wait in memory and in the spool, never lost. A call whose request is no
-conversation convgit can store is kept in ``spool/rejected.spool`` and reported.
+conversation convgit can store is kept in ``spool/rejected.calls`` and reported.
 
 Responses chains: a call with ``previous_response_id`` continues the chain that response
 ended; the chain's messages come from memory for calls this process saw, else from the
@@ -175,12 +175,12 @@ class Recorder:
         return doc
 
     def _reject(self, r: CallRecord, problem: str) -> None:
-        """Keep a call that cannot be committed in ``spool/rejected.spool`` (nothing lost)."""
+        """Keep a call that cannot be committed in ``spool/rejected.calls`` (nothing lost)."""
         self.rejected += 1
         try:
             d = self.repo.path / spool_mod.SPOOL_DIR
             fsio.makedirs(d)
-            with open(d / "rejected.spool", "ab") as f:
+            with open(d / "rejected.calls", "ab") as f:
                 f.write(spool_mod.frame(rec_mod.encode_record(r)))
         except OSError:
             pass
@@ -242,13 +242,13 @@ class Committer:
                 if not self._commit(recorder, [r for _, r in batch], stop=stop):
                     with self._cond:  # the store refused and we are stopping: the spool keeps them
                         return
-                counts: dict[int, tuple[object, int]] = {}
-                for seg, _ in batch:
+                by_seg: dict[int, tuple[object, list[str]]] = {}
+                for seg, r in batch:
                     if seg is not None:
-                        counts[id(seg)] = (seg, counts.get(id(seg), (seg, 0))[1] + 1)
+                        by_seg.setdefault(id(seg), (seg, []))[1].append(r.id)
                 if self.writer is not None:
-                    for seg, n in counts.values():
-                        self.writer.committed(seg, n)
+                    for seg, ids in by_seg.values():
+                        self.writer.committed(seg, ids)
         finally:
             self.drained_leftovers.set()
             self.idle.set()
@@ -285,7 +285,8 @@ class Committer:
         d = self.repo_path / spool_mod.SPOOL_DIR
         for seg in spool_mod.leftover_segments(d):
             try:
-                records = [rec_mod.decode_record(f) for f in spool_mod.read_frames(seg)]
+                done = spool_mod.read_done(seg)
+                records = [r for r in (rec_mod.decode_record(f) for f in spool_mod.read_frames(seg)) if r.id not in done]
             except Exception as e:
                 self.warn(f"{seg}: unreadable spool segment left in place ({e})")
                 continue
@@ -293,3 +294,4 @@ class Committer:
                 if not self._commit(recorder, records[i:i + _MAX_BATCH], stop=False, check=True):
                     return
             fsio.unlink_quiet(seg)
+            fsio.unlink_quiet(spool_mod.done_path(seg))

@@ -36,6 +36,20 @@ def frame(data: bytes) -> bytes:
     return _HEAD.pack(len(data), zlib.crc32(data)) + data
 
 
+def done_path(segment: Path) -> Path:
+    """The sidecar naming the calls of ``segment`` already committed (``<segment>.done``)."""
+    return segment.with_name(segment.name + ".done")
+
+
+def read_done(segment: Path) -> set[str]:
+    """The call ids the sidecar of ``segment`` says are committed (a torn last line ignored)."""
+    try:
+        text = done_path(segment).read_bytes().decode("ascii", "replace")
+    except FileNotFoundError:
+        return set()
+    return {ln for ln in text.split("\n")[:-1] if len(ln) == 32}
+
+
 def read_frames(path: Path) -> list[bytes]:
     """The records of a segment, up to its first torn or damaged frame."""
     data = path.read_bytes()
@@ -137,12 +151,23 @@ class SpoolWriter:
             self.segment.close()
         self.collect()
 
-    def committed(self, segment: Segment | None, n: int = 1) -> None:
-        """``n`` records of ``segment`` are in the store."""
-        if segment is None:
+    def committed(self, segment: Segment | None, ids: list[str]) -> None:
+        """The calls ``ids`` of ``segment`` are in the store: noted in its sidecar (so a server
+        that dies before the segment goes does not commit them again), counted."""
+        if segment is None or not ids:
             return
+        try:
+            fd = os.open(done_path(segment.path), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, "".join(f"{i}\n" for i in ids).encode())
+                if self.fsync:
+                    fsio.fsync_fd(fd, segment.path)
+            finally:
+                os.close(fd)
+        except Exception as e:  # the store's own check (the call:<id> alias) still holds
+            self.warn(f"spool: committed calls not noted ({e})")
         with self._lock:
-            segment.committed += n
+            segment.committed += len(ids)
         self.collect()
 
     def collect(self) -> None:
@@ -152,6 +177,7 @@ class SpoolWriter:
             for s in self.segments:
                 if s.done:
                     fsio.unlink_quiet(s.path)
+                    fsio.unlink_quiet(done_path(s.path))
                 else:
                     keep.append(s)
             self.segments = keep
