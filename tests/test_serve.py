@@ -78,12 +78,13 @@ def _turns(store: Path) -> list[Turn]:
     from convgit.refformat import parse_reflog_line
 
     named = set()
-    for p in (store / ".convgit" / "logs" / "refs").rglob("*"):
-        if p.is_file():
-            for line in p.read_text("utf-8").splitlines(keepends=True):
-                e = parse_reflog_line(line)
-                if e is not None and e.turn:
-                    named.add(e.turn)
+    for name, tip in _threads(store).items():
+        log = store / ".convgit" / "logs" / "refs" / "threads" / name
+        entries = [e for e in map(parse_reflog_line, log.read_text("utf-8").splitlines(keepends=True)) if e]
+        for i, e in enumerate(entries):
+            # a line whose move never happened (a writer killed before its ref rename) is not a record
+            if e.turn and (entries[i + 1].old if i + 1 < len(entries) else tip) == e.new:
+                named.add(e.turn)
     objs = _objects(store)
     return sorted((objs[t] for t in named if isinstance(objs.get(t), Turn) and objs[t].kind == "call"),
                   key=lambda t: (t.started_at or 0, t.meta.get("call", "")))

@@ -27,6 +27,7 @@ from .. import api, codec, fsio, graph
 from ..errors import AmbiguousThread, ConvgitError, Locked, RefStale, StorageFailed
 from ..ingest import Draft
 from ..objects import Blob
+from ..refformat import parse_reflog_line
 from . import record as rec_mod
 from . import spool as spool_mod
 from .record import CallRecord
@@ -72,11 +73,20 @@ class Recorder:
         while len(self._history) > _HISTORY_CACHE:
             self._history.popitem(last=False)
 
-    def recorded_already(self, r: CallRecord) -> bool:
+    def recorded_already(self, r: CallRecord, tip: str) -> bool:
         """Whether a call was committed before (a spool left by a server that died after
-        committing, before deleting its segment)."""
-        found = self.repo.index.find_alias(rec_mod.SOURCES[r.api], f"call:{r.id}")
-        return bool(found)
+        committing, before noting it): its ``call:<id>`` alias in the index, else a turn
+        naming it in the reflog of a thread holding its tip (the index can be behind on
+        turns after a crash, never on tips: the reflogs are the truth)."""
+        if self.repo.index.find_alias(rec_mod.SOURCES[r.api], f"call:{r.id}"):
+            return True
+        for name in self.repo.index.threads_containing(tip, limit=8):
+            for tid in reversed(real_turns(self.repo, name)):
+                t = graph.find_turn(self.repo.objects, tid)
+                if t is not None and (t.meta or {}).get("call") == r.id:
+                    return True
+        return False
+
 
     # -- committing -------------------------------------------------------------------------
 
@@ -85,7 +95,6 @@ class Recorder:
         (or OSError) when the store cannot be written: nothing is lost, call again later."""
         if check_recorded:
             self.repo.index.refresh_if_changed()
-            records = [r for r in records if not self.recorded_already(r)]
         built: list[tuple[CallRecord, rec_mod.Built | None, str | None]] = []
         blobs: list[tuple[str, bytes]] = []
         for r in records:
@@ -106,6 +115,8 @@ class Recorder:
                 built.append((r, None, f"internal error: {type(e).__name__}: {e}"))
                 continue
             self._remember(b.response_id, b.history)
+            if check_recorded and self.recorded_already(r, b.tip):
+                continue
             built.append((r, b, None))
         if blobs:
             with self.repo.write_lock():
@@ -295,3 +306,22 @@ class Committer:
                     return
             fsio.unlink_quiet(seg)
             fsio.unlink_quiet(spool_mod.done_path(seg))
+
+
+def real_turns(repo, name: str) -> list[str]:
+    """The turns thread ``name``'s reflog records for moves that happened, oldest first. A
+    writer killed between appending its reflog line and renaming the ref in leaves a line
+    for a move that never happened: the next line does not start where it ends (or, last,
+    the ref is not where it ends), so it is left out."""
+    try:
+        text = repo.refs.log_path(name).read_text("utf-8", "replace")
+    except OSError:
+        return []
+    entries = [e for e in (parse_reflog_line(ln) for ln in text.splitlines(keepends=True)) if e is not None]
+    tip = repo.refs.read(name)
+    out = []
+    for i, e in enumerate(entries):
+        after = entries[i + 1].old if i + 1 < len(entries) else tip
+        if e.turn and after == e.new:
+            out.append(e.turn)
+    return out
