@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_serve.py --calls 1000
 
 The upstream is the tests' fake provider (tests/serve_helpers.py: a real HTTP server on
-127.0.0.1, threaded, answering at once); the proxy is the real ``convgit serve`` process on a
+127.0.0.1, threaded, answering at once), in its own process; the proxy is the real ``convgit serve`` process on a
 fresh store with fsync on. In the same run, each cell makes the same calls to the upstream
 directly and through the proxy (alternating, so both see the same machine load) with httpx's
 async client: time to the first response byte (TTFB) and to the last, streaming (SSE chat
@@ -20,7 +20,7 @@ import argparse
 import asyncio
 import json
 import shutil
-import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +32,10 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 import httpx  # noqa: E402
 
 import convgit  # noqa: E402
-from serve_helpers import FakeUpstream, ServeProcess  # noqa: E402
+from serve_helpers import ServeProcess  # noqa: E402
+
+
+UPSTREAM = "from serve_helpers import FakeUpstream; import time; u = FakeUpstream().start(); print(u.url, flush=True); time.sleep(1e9)"
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -94,7 +97,11 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=400, help="calls per latency cell (each made directly and via the proxy)")
     ap.add_argument("--sustained", type=int, default=2000, help="calls of the sustained-rate run")
     args = ap.parse_args()
-    up = FakeUpstream().start()
+    # The fake upstream in its own process: in this one it would share the GIL with the client.
+    up = subprocess.Popen([sys.executable, "-c", UPSTREAM], stdout=subprocess.PIPE, text=True,
+                          cwd=str(HERE.parent / "tests"))
+    up.url = up.stdout.readline().strip()
+    up.stop = up.kill
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     try:
         convgit.init(tmp / "s").close()

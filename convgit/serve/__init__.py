@@ -136,7 +136,9 @@ class Server:
     def bind(self) -> socket.socket:
         """The listening socket (port 0: an ephemeral one, named by ``self.url``)."""
         family = socket.AF_INET6 if ":" in self.opts.host.strip("[]") else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP
+        # (with Nagle on, each small response waits ~40 ms for the client's delayed ACK).
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((self.opts.host.strip("[]"), self.opts.port))

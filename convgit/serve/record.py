@@ -98,6 +98,7 @@ class Built(msgspec.Struct):
     tip: str
     response_id: str | None
     history: tuple[Draft, ...]  # every message of the chain (a Responses chain continues from it)
+    root: str = ""  # the chain's first message: calls of one conversation share it
 
 
 HistoryLookup = Callable[[str], "tuple[Draft, ...] | None"]
@@ -190,7 +191,7 @@ def build(rec: CallRecord, *, history_for: HistoryLookup, config=None, raw: dict
     if response_id:
         aliases[response_id] = chain.tip
     payload = msgspec.structs.replace(payload, turn=msgspec.structs.replace(info, meta={**info.meta, "aliases": aliases}))
-    return Built(payload, rec.thread, chain.tip, response_id, payload.all_messages)
+    return Built(payload, rec.thread, chain.tip, response_id, payload.all_messages, chain.ids[0])
 
 
 def _parse(api: str, req: dict, resp: Any, meta: dict, history_for: HistoryLookup) -> tuple[Payload, Any]:

@@ -135,8 +135,13 @@ class Recorder:
                 summaries.append(self._done(r, b, res))
                 i += 1
                 continue
-            j = i
-            while j < len(built) and built[j][1] is not None and built[j][1].thread is None:
+            # A run of calls without a named thread, each conversation (root message) at most
+            # once: one commit_many then moves each thread once, so the whole run costs a
+            # few syncs (a thread moved twice in one bulk commit takes a ref batch per move).
+            j, roots = i, set()
+            while j < len(built) and built[j][1] is not None and built[j][1].thread is None \
+                    and built[j][1].root not in roots:
+                roots.add(built[j][1].root)
                 j += 1
             run = built[i:j]
             for (r2, b2, _), res in zip(run, self._commit_run([b2 for _, b2, _ in run])):
