@@ -595,3 +595,40 @@ def test_concurrent_clients_each_get_one_thread_and_nothing_is_lost(store, upstr
 @pytest.mark.slow
 def test_load_32_clients_2000_calls(store, upstream):
     _load(store, upstream, 32, 63)
+
+
+def test_upstreams_come_from_config_toml_and_drain_commits_a_dead_servers_spool(store, upstream):
+    (store / ".convgit" / "config.toml").write_text(
+        f'[serve]\nopenai_upstream = "{upstream.url}"\nanthropic_upstream = "{upstream.url}"\n')
+    cmd = [sys.executable, "-m", "convgit", "-C", str(store), "serve", "--port", "0", "--json"]
+    env = {**os.environ, "CONVGIT_LOCK_TIMEOUT": "0.1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        doc = json.loads(proc.stdout.readline())
+        assert doc["status"] == "listening" and doc["openai_upstream"] == upstream.url
+        repo = convgit.open_repo(store)
+        with repo.exclusive_lock():  # nothing can be committed: the calls stay in the spool
+            for i in range(3):
+                r = httpx.post(doc["url"] + "/v1/chat/completions", json=_chat(messages=[{"role": "user", "content": f"d{i}"}]))
+                assert r.status_code == 200
+            proc.kill()
+            proc.wait()
+        repo.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _turns(store) == []
+    r = _run(["--drain", "--json"], store)
+    lines = [json.loads(ln) for ln in r.stdout.splitlines()]
+    assert r.returncode == 0 and lines[-1] == {"status": "drained", "recorded": 3}
+    assert len(_turns(store)) == 3 and not list((store / ".convgit" / "spool").glob("*.spool"))
+    assert _run(["--drain", "--json"], store).stdout.strip().endswith('"recorded": 0}')
+
+
+def test_a_bad_serve_table_is_refused(store):
+    (store / ".convgit" / "config.toml").write_text('[serve]\nport = "eighty"\n')
+    r = _run(["--port", "0"], store)
+    assert r.returncode == InvalidInput.exit_code and "[serve] port must be int" in r.stderr
+    (store / ".convgit" / "config.toml").write_text('[serve]\nupstream = "x"\n')
+    r = _run(["--port", "0"], store)
+    assert r.returncode == InvalidInput.exit_code and "no setting 'upstream'" in r.stderr
