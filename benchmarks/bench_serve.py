@@ -11,7 +11,8 @@ async client: time to the first response byte (TTFB) and to the last, streaming 
 completions) and not, 1 and 32 concurrent clients. "added" is proxy minus direct, per
 percentile. Then the sustained rate: 32 clients, stateless conversations starting at 8
 messages and growing by 2 per call, until every call is committed to the store (the proxy's
-``--json`` line per recorded call).
+``--json`` line per recorded call). Last, ``convgit.capture``'s cost per call: the openai SDK
+bare and wrapped, alternating, on the fake upstream (median µs per call).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -92,6 +94,27 @@ async def sustained(proxy: str, clients: int, calls: int) -> float:
     return time.perf_counter() - t0
 
 
+def capture_overhead(upstream: str, store: Path, calls: int) -> dict:
+    """Median wall time per ``chat.completions.create`` with the bare openai SDK and with the
+    same client wrapped by ``convgit.capture`` (alternating), and the difference in µs."""
+    import openai
+
+    from convgit.capture import capture, flush
+
+    bare = openai.OpenAI(base_url=upstream + "/v1", api_key="k", max_retries=0)
+    wrapped = capture(openai.OpenAI(base_url=upstream + "/v1", api_key="k", max_retries=0), repo=store)
+    times = {"bare": [], "capture": []}
+    for i in range(calls):
+        for name, c in (("bare", bare), ("capture", wrapped)) if i % 2 == 0 else (("capture", wrapped), ("bare", bare)):
+            msgs = [{"role": "user", "content": f"cap {i} {name}"}]
+            t = time.perf_counter()
+            c.chat.completions.create(model="gpt-fake", messages=msgs)
+            times[name].append((time.perf_counter() - t) * 1e6)
+    flush()
+    b, w = statistics.median(times["bare"]), statistics.median(times["capture"])
+    return {"capture_calls": calls, "bare_us": round(b), "capture_us": round(w), "added_us": round(w - b)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=400, help="calls per latency cell (each made directly and via the proxy)")
@@ -127,6 +150,9 @@ def main() -> None:
         sp.stop()
         print(json.dumps({"sustained_calls": n, "answered_s": round(answered, 2), "all_logged_s": round(logged, 2),
                           "calls_per_s_logged": round(n / logged, 1)}), flush=True)
+        shutil.rmtree(tmp / "s")
+        convgit.init(tmp / "s").close()
+        print(json.dumps(capture_overhead(up.url, tmp / "s", min(args.calls, 300))), flush=True)
         print("\n| calls | clients | TTFB p50 direct / proxy (added) | TTFB p99 (added) | total p50 (added) | total p99 (added) |")
         print("|---|---|---|---|---|---|")
         for k, r in rows:
