@@ -114,7 +114,8 @@ class Recorder:
             except Exception as e:  # a parser's bug on an odd payload: the call is kept, not lost
                 built.append((r, None, f"internal error: {type(e).__name__}: {e}"))
                 continue
-            self._remember(b.response_id, b.history)
+            if r.api == rec_mod.sse.OPENAI_RESPONSES:  # only a Responses call is continued by its id
+                self._remember(b.response_id, b.history)
             if check_recorded and self.recorded_already(r, b.tip):
                 continue
             built.append((r, b, None))
@@ -239,7 +240,12 @@ class Committer:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        repo = self.open_repo()
+        try:
+            repo = self.open_repo()
+        except Exception as e:  # the calls stay in the spool for the next start
+            self.warn(f"the store cannot be opened ({e}); calls are spooled, not committed")
+            self.drained_leftovers.set()
+            return
         recorder = Recorder(repo, on_call=self.on_call)
         try:
             self._drain_leftovers(recorder)
