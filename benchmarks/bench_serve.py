@@ -126,6 +126,7 @@ def main() -> None:
     up.url = up.stdout.readline().strip()
     up.stop = up.kill
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    sp = None
     try:
         convgit.init(tmp / "s").close()
         sp = ServeProcess(tmp / "s", up.url, "--no-store-raw")
@@ -162,6 +163,8 @@ def main() -> None:
             print(f"| {'stream' if k['stream'] else 'whole'} | {k['clients']} | {f('ttfb_p50')} | {f('ttfb_p99')} | "
                   f"{f('total_p50')} | {f('total_p99')} |")
     finally:
+        if sp is not None:
+            sp.stop()  # (a no-op when it stopped already)
         up.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
