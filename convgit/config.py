@@ -196,6 +196,31 @@ def load_mcp_limits(path: Path) -> McpLimits:
     return McpLimits(**values)
 
 
+SERVE_KEYS = ("openai_upstream", "anthropic_upstream", "host", "port", "thread")
+
+
+def load_serve_settings(path: Path) -> dict:
+    """``convgit serve``'s defaults from config.toml's ``[serve]`` table (``openai_upstream``,
+    ``anthropic_upstream``, ``host``, ``port``, ``thread``); options given on the command line
+    win. Unknown keys and wrong types are invalid_input."""
+    try:
+        data = tomllib.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise InvalidInput(f"{path}: not valid TOML: {e}") from e
+    table = data.get("serve", {})
+    if not isinstance(table, dict):
+        raise InvalidInput(f"{path}: [serve] must be a table")
+    for k, v in table.items():
+        if k not in SERVE_KEYS:
+            raise InvalidInput(f"{path}: [serve] has no setting {k!r} (known: {', '.join(SERVE_KEYS)})")
+        want = int if k == "port" else str
+        if not isinstance(v, want) or isinstance(v, bool):
+            raise InvalidInput(f"{path}: [serve] {k} must be {want.__name__}, got {v!r}")
+    return dict(table)
+
+
 def env_store_dir() -> str | None:
     """``CONVGIT_DIR`` as given (None when unset or empty)."""
     return os.environ.get("CONVGIT_DIR") or None

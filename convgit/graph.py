@@ -134,7 +134,20 @@ def typed_references(obj) -> list[tuple[str, str]]:
             if oid:
                 out.append((oid, "message"))
         out.extend((t, "turn") for t in sub_turns(obj))
+        out.extend((b, "blob") for b in raw_blobs(obj))
     return out
+
+
+RAW_KEYS = ("raw_request", "raw_response")
+
+
+def raw_blobs(turn) -> list[str]:
+    """The blobs a recorded call keeps its raw request and response bodies in
+    (``meta.raw_request``, ``meta.raw_response``: docs/format.md §3.2, written by ``convgit serve``)."""
+    meta = turn.meta or {}
+    from .ids import is_oid
+
+    return [meta[k] for k in RAW_KEYS if isinstance(meta.get(k), str) and is_oid(meta[k])]
 
 
 def records_reachable(turn, reachable: set[str], parent_of: Callable[[str], str | None]) -> bool:

@@ -44,7 +44,7 @@ forking writes no message at all.
 The commands come in two layers, as in git:
 
 - **Porcelain** for people: `init`, `commit`, `import`, `export`, `log`, `show`, `search`, `status`, `threads`,
-  `switch`, `fork`; `mcp` serves the store to agents.
+  `switch`, `fork`; `mcp` serves the store to agents; `serve` is the logging proxy.
 - **Plumbing** for scripts: `rev-parse`, `cat-object`, `hash-object`, `update-ref`,
   `show-ref`, `reindex`, `path`.
 
@@ -405,6 +405,32 @@ moves HEAD.
     ("mcp", "revoke"): """Withdraws a grant. A client keeps the threads it created itself.
 """,
     ("mcp", "grants"): """Lists which client may update which thread, and why (`owner`: it created the thread; `grant`).
+""",
+    ("serve",): """\
+An OpenAI- and Anthropic-compatible logging proxy (needs the `serve` extra: `pip install
+'convgit[serve]'`; [serve.md](serve.md) has the whole story). Point a client at
+`http://127.0.0.1:8787/v1` (OpenAI SDKs) or `http://127.0.0.1:8787` (Anthropic SDKs):
+`POST /v1/chat/completions`, `/v1/responses` and `/v1/messages` are relayed to the upstream
+with the client's own headers and body and logged; every other path is relayed and not
+logged. The upstream's bytes come back unchanged, streams chunk by chunk as they arrive.
+
+Each call is stored as a stateless client sends it: its history deduplicated (a re-sent
+history writes only its new tail), the answer assembled from the stream, and a `call` turn
+with model, usage, timing (`started_at`, `duration_ms`, `meta.ttft_ms`), HTTP status,
+`error`, `source` (`serve:openai-chat`, `serve:openai-responses`, `serve:anthropic`) and
+the response id; the raw bodies as blobs unless `--no-store-raw`. A Responses call with
+`previous_response_id` continues the chain of that response. `X-Convgit-Thread: NAME` (or
+`--thread`) names the thread; a conflicting history forks it, never fails the call. No header
+is ever stored (API keys, cookies): the client's credentials go to the upstream only.
+
+Calls are appended to a durable spool (`.convgit/spool/`) before the client receives its
+last byte and committed from there in batches: a full, read-only or locked store never fails
+or delays a call, and after a crash or `kill -9` the next `convgit serve` (or `--drain`)
+commits what the spool holds, each call once. The host must be a loopback address unless
+`--allow-remote` is given with `--token-file` (clients then send `X-Convgit-Token: Bearer
+<token>`; others get 401). Defaults for `--host`, `--port`, `--thread` and the upstreams can
+be set in `config.toml`'s `[serve]` table. Prints where it listens on stderr and one line per
+recorded call on stdout (`--json`: one JSON object per line, see [json.md](json.md)).
 """,
 }
 

@@ -34,6 +34,7 @@ COMMANDS = {
     "rev-parse": "cmd_plumbing", "cat-object": "cmd_plumbing", "hash-object": "cmd_plumbing",
     "update-ref": "cmd_plumbing", "show-ref": "cmd_plumbing", "reindex": "cmd_plumbing", "path": "cmd_plumbing",
     "search": "cmd_search",
+    "serve": "cmd_serve",
     "status": "cmd_status",
     "switch": "cmd_threads", "fork": "cmd_threads",
     "bundle": "cmd_maintenance",

@@ -696,6 +696,8 @@ class IndexWriter:
         )
         if t.kind == "import" and t.meta:
             self._index_import(reader, tid, t, thread)
+        elif t.meta and t.source:  # a recorded call names its upstream ids too (convgit serve)
+            self._index_aliases(tid, t)
 
     def _index_import(self, reader: "_Reader", tid: str, t: Turn, thread: str | None) -> None:
         """An import turn lists the per-message turns it wrote (each message's own time and
@@ -706,7 +708,11 @@ class IndexWriter:
                 sub = reader.turn(sid) if isinstance(sid, str) else None
                 if sub is not None and not (sub.meta or {}).get("turns"):  # one level only
                     self._index_turn(reader, sid, sub, None, stop=sub.input, record=tid)
-        aliases = t.meta.get("aliases")
+        self._index_aliases(tid, t)
+
+    def _index_aliases(self, tid: str, t: Turn) -> None:
+        """The source ids a turn names for its messages (``meta.aliases``: source id → message id)."""
+        aliases = t.meta.get("aliases") if t.meta else None
         if isinstance(aliases, dict) and t.source:
             self.db.executemany(
                 "INSERT OR IGNORE INTO aliases VALUES (?,?,?,?)",

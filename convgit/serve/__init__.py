@@ -1,0 +1,216 @@
+"""``convgit serve``: an OpenAI- and Anthropic-compatible logging proxy (docs/serve.md).
+
+Point a client at it (``base_url="http://127.0.0.1:8787/v1"``) and every Chat Completions,
+Responses and Messages call is relayed to the upstream unchanged and stored: the request's
+history deduplicated (only the new tail is written), the answer assembled from the stream,
+a ``call`` turn with model, usage, timing, status and error. The path of a call:
+
+    client → proxy (relay, byte for byte) → upstream
+                 └→ spool (durable, group-committed) → committer thread → convgit.api.commit*
+
+Needs the ``serve`` extra (starlette, uvicorn, httpx), imported only here: no other command
+pays for them. ``ServeOptions`` + ``Server`` are the library entry points; ``convgit serve``
+(cli/cmd_serve.py) renders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import InvalidInput
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8787
+OPENAI_UPSTREAM = "https://api.openai.com"
+ANTHROPIC_UPSTREAM = "https://api.anthropic.com"
+
+
+@dataclass
+class ServeOptions:
+    """How to serve: where to listen, the upstreams, the default thread, raw bodies kept or
+    not, remote access (only with a token), the upstream timeout in seconds."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    openai_upstream: str = OPENAI_UPSTREAM
+    anthropic_upstream: str = ANTHROPIC_UPSTREAM
+    thread: str | None = None
+    store_raw: bool = True
+    allow_remote: bool = False
+    token: str | None = None
+    timeout: float = 600.0
+    warnings: list[str] = field(default_factory=list)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (127.0.0.0/8, ::1, ``localhost``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_options(opts: ServeOptions) -> None:
+    """Refuse what would expose the store or the keys: a non-loopback host without
+    ``allow_remote`` and a token, a bad port, a bad upstream or thread name."""
+    from ..ids import check_thread_name
+
+    if not is_loopback(opts.host):
+        if not opts.allow_remote:
+            raise InvalidInput(f"refusing to listen on {opts.host}, which is not a loopback address: "
+                               "give --allow-remote and --token-file to serve other machines")
+        if not opts.token:
+            raise InvalidInput("--allow-remote needs --token-file (clients then send X-Convgit-Token)")
+    if not (0 <= opts.port <= 65535):
+        raise InvalidInput(f"--port must be 0-65535, not {opts.port}")
+    for name, url in (("openai", opts.openai_upstream), ("anthropic", opts.anthropic_upstream)):
+        if not url.startswith(("http://", "https://")):
+            raise InvalidInput(f"the {name} upstream must be an http(s) URL, not {url!r}")
+    if opts.thread is not None:
+        check_thread_name(opts.thread)
+    if opts.timeout <= 0:
+        raise InvalidInput("--timeout must be positive")
+
+
+def read_token_file(path: str | Path) -> str:
+    """The access token in ``path`` (first line, stripped); invalid_input if unreadable or empty."""
+    try:
+        text = Path(path).read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidInput(f"cannot read the token file {path}: {e}") from e
+    token = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if len(token) < 8:
+        raise InvalidInput(f"the token in {path} is empty or shorter than 8 characters")
+    return token
+
+
+class Server:
+    """The proxy, its spool writer and its committer, for the store at ``repo_path``.
+
+    ``run()`` serves until interrupted (SIGINT/SIGTERM); on the way out every spooled call is
+    committed (or left in the spool if the store refuses, for the next start).
+    ``on_listen(url)`` is called once the socket is bound; ``on_call(summary)`` once per
+    recorded call; ``warn(text)`` for problems that never fail a call."""
+
+    def __init__(self, repo_path: Path, opts: ServeOptions, *, fsync: bool = True,
+                 on_listen: Callable[[str], None] | None = None, on_call: Callable[[dict], None] | None = None,
+                 warn: Callable[[str], None] | None = None) -> None:
+        from ..repository import Repository
+        from .proxy import Proxy, ProxySettings
+        from .recorder import Committer
+        from .record import encode_record
+        from .spool import SPOOL_DIR, SpoolWriter
+
+        check_options(opts)
+        self.repo_path = repo_path
+        self.opts = opts
+        self.on_listen = on_listen or (lambda url: None)
+        self.warn = warn or (lambda text: None)
+        self.committer = Committer(repo_path, open_repo=lambda: Repository.open(repo_path),
+                                   on_call=on_call or (lambda doc: None), warn=self.warn)
+        self.writer = SpoolWriter(repo_path / SPOOL_DIR, fsync=fsync, deliver=self.committer.deliver, warn=self.warn)
+        self.committer.writer = self.writer
+        self._encode = encode_record
+        settings = ProxySettings(openai_upstream=opts.openai_upstream, anthropic_upstream=opts.anthropic_upstream,
+                                 thread=opts.thread, store_raw=opts.store_raw, token=opts.token, timeout=opts.timeout)
+        self.proxy = Proxy(settings, self._spool)
+        self.url: str | None = None
+
+    async def _spool(self, record) -> None:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def done() -> None:
+            loop.call_soon_threadsafe(_resolve, fut)
+
+        self.writer.submit(self._encode(record), record, done)
+        await fut
+
+    def bind(self) -> socket.socket:
+        """The listening socket (port 0: an ephemeral one, named by ``self.url``)."""
+        family = socket.AF_INET6 if ":" in self.opts.host.strip("[]") else socket.AF_INET
+        # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP
+        # (with Nagle on, each small response waits ~40 ms for the client's delayed ACK).
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.opts.host.strip("[]"), self.opts.port))
+        except OSError as e:
+            sock.close()
+            raise InvalidInput(f"cannot listen on {self.opts.host}:{self.opts.port}: {e.strerror or e}") from e
+        sock.listen(2048)
+        sock.set_inheritable(True)
+        host, port = sock.getsockname()[:2]
+        self.url = f"http://{host if family == socket.AF_INET else f'[{host}]'}:{port}"
+        return sock
+
+    def run(self) -> None:
+        """Serve until interrupted, then commit what is spooled."""
+        import logging
+
+        import uvicorn
+
+        from .proxy import _UpstreamBroke, make_app
+
+        class _Quiet(logging.Filter):
+            def filter(self, rec: logging.LogRecord) -> bool:  # a broken upstream stream is relayed, not a bug
+                return not (rec.exc_info and isinstance(rec.exc_info[1], _UpstreamBroke))
+
+        logging.getLogger("uvicorn.error").addFilter(_Quiet())
+        sock = self.bind()
+        self.committer.start()
+        app = make_app(self.proxy, on_start=lambda: self.on_listen(self.url))
+        # (the upstream's own Server and Date headers are relayed: uvicorn adds none)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", server_header=False,
+                                date_header=False, timeout_graceful_shutdown=10, loop="asyncio")
+
+        class _Uvicorn(uvicorn.Server):
+            def handle_exit(self, sig, frame) -> None:
+                # Stop gracefully and return (uvicorn would raise the signal again after
+                # shutting down, killing the process before the spool is committed).
+                super().handle_exit(sig, frame)
+                self._captured_signals.clear()
+
+        try:
+            _Uvicorn(config).run(sockets=[sock])
+        finally:
+            sock.close()
+            self.writer.close()
+            self.committer.close()
+
+
+def _resolve(fut) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def drain(repo_path: Path, *, on_call: Callable[[dict], None] | None = None,
+          warn: Callable[[str], None] | None = None) -> int:
+    """Commit what spool segments left by stopped servers hold (``convgit serve --drain``).
+    Returns how many calls were recorded."""
+    from ..repository import Repository
+    from .recorder import Committer
+
+    box: dict = {}
+
+    def open_repo():
+        box["repo"] = Repository.open(repo_path)
+        return box["repo"]
+
+    calls = []
+    c = Committer(repo_path, open_repo=open_repo, on_call=lambda d: (calls.append(d), (on_call or (lambda x: None))(d)),
+                  warn=warn or (lambda t: None))
+    c.start()
+    c.drained_leftovers.wait()
+    c.close()
+    return sum(1 for d in calls if "not_recorded" not in d)
+
+
+__all__ = ["ServeOptions", "Server", "check_options", "drain", "is_loopback", "read_token_file"]

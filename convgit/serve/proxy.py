@@ -1,0 +1,301 @@
+"""The ASGI application: relay to the upstream, spool what was said, answer the client.
+
+Routes (docs/serve.md): ``POST /v1/chat/completions``, ``POST /v1/responses`` and
+``POST /v1/messages`` are relayed and logged; every other request is relayed and not logged.
+The client's headers (its API key included) and body go to the upstream untouched, except
+the hop-by-hop headers and convgit's own ``X-Convgit-*``; the upstream's status, headers
+and body bytes come back unchanged. A streamed answer is relayed chunk by chunk as it
+arrives; only the chunk holding the stream's final event waits for the spool's fsync, so a
+client that received the whole answer has its call durable. Records hold no header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Route
+
+from ..errors import InvalidInput
+from ..ids import check_thread_name
+from . import record as rec_mod
+from . import sse
+from .record import CallRecord
+
+LOGGED = {"/v1/chat/completions": sse.OPENAI_CHAT, "/v1/responses": sse.OPENAI_RESPONSES, "/v1/messages": sse.ANTHROPIC}
+
+_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+        "transfer-encoding", "upgrade", "host", "content-length"}
+
+
+@dataclass
+class ProxySettings:
+    """What the proxy needs: the two upstream base URLs, the default thread, whether raw
+    bodies are kept, the access token (None: no check), the upstream timeout (seconds)."""
+
+    openai_upstream: str = "https://api.openai.com"
+    anthropic_upstream: str = "https://api.anthropic.com"
+    thread: str | None = None
+    store_raw: bool = True
+    token: str | None = None
+    timeout: float = 600.0
+
+
+class _UpstreamBroke(Exception):
+    """The upstream's stream broke after the response started: the client's connection is
+    closed the same way (uvicorn drops it), after the partial call was spooled."""
+
+
+def upstream_url(base: str, path: str, query: str) -> str:
+    """``base`` + the request's path (a base ending in ``/v1`` takes paths without repeating it)."""
+    base = base.rstrip("/")
+    if base.endswith("/v1") and (path == "/v1" or path.startswith("/v1/")):
+        path = path[3:]
+    return base + path + (f"?{query}" if query else "")
+
+
+def forward_headers(headers) -> list[tuple[str, str]]:
+    """The client's headers as sent upstream: all of them (its API key included) except the
+    hop-by-hop ones and convgit's own ``X-Convgit-*``."""
+    return [(k, v) for k, v in headers.items() if k.lower() not in _HOP and not k.lower().startswith("x-convgit-")]
+
+
+def _response_headers(resp: httpx.Response, extra: list[tuple[bytes, bytes]], *, length: int | None) -> list:
+    out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers.multi_items() if k.lower() not in _HOP]
+    if length is not None:
+        out.append((b"content-length", str(length).encode()))
+    return out + extra
+
+
+def error_body(api: str | None, status: int, message: str, code: str) -> bytes:
+    """An error in the shape the client's SDK reads (OpenAI's or Anthropic's)."""
+    if api == sse.ANTHROPIC:
+        doc: dict = {"type": "error", "error": {"type": "api_error" if status >= 500 else "authentication_error",
+                                                 "message": message}}
+    else:
+        doc = {"error": {"message": message, "type": "convgit_proxy_error", "code": code, "param": None}}
+    return json.dumps(doc).encode()
+
+
+class Proxy:
+    """The ASGI app behind Starlette's one catch-all route. ``spool(record) -> awaitable``
+    returns once the record is durable (group-committed by the spool writer)."""
+
+    def __init__(self, settings: ProxySettings, spool: Callable[[CallRecord], Any]) -> None:
+        self.settings = settings
+        self.spool = spool
+        self.client: httpx.AsyncClient | None = None
+
+    async def start(self) -> None:
+        """Open the upstream connection pool."""
+        t = self.settings.timeout
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(t, connect=min(t, 30.0)),
+                                        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
+                                        follow_redirects=False, trust_env=False)
+
+    async def stop(self) -> None:
+        """Close the upstream connection pool."""
+        if self.client is not None:
+            await self.client.aclose()
+
+    async def __call__(self, scope, receive, send) -> None:
+        """Answer one ASGI request: refused (token), logged (the three APIs) or passed through."""
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        path = scope["path"]
+        api = LOGGED.get(path) if scope["method"] == "POST" else None
+        if self.settings.token is not None and not self._authorized(request):
+            await _send_simple(send, 401, error_body(api, 401, "missing or wrong X-Convgit-Token", "unauthorized"))
+            return
+        if api is None:
+            await self._pass_through(request, send)
+        else:
+            await self._logged(api, request, receive, send)
+
+    def _authorized(self, request: Request) -> bool:
+        given = request.headers.get("x-convgit-token", "")
+        if given.lower().startswith("bearer "):
+            given = given[7:]
+        return hmac.compare_digest(given.strip().encode(), self.settings.token.encode())
+
+    def _upstream_for(self, request: Request) -> str:
+        path = request.url.path
+        h = request.headers
+        if path.startswith("/v1/messages") or "anthropic-version" in h or "x-api-key" in h:
+            return self.settings.anthropic_upstream
+        return self.settings.openai_upstream
+
+    async def _pass_through(self, request: Request, send) -> None:
+        body = await request.body()
+        url = upstream_url(self._upstream_for(request), request.url.path, request.url.query)
+        req = self.client.build_request(request.method, url, headers=forward_headers(request.headers), content=body)
+        try:
+            resp = await self.client.send(req, stream=True)
+        except httpx.HTTPError as e:
+            await _send_simple(send, 502, error_body(None, 502, f"upstream unreachable: {e}", rec_mod.UPSTREAM_UNREACHABLE))
+            return
+        try:
+            await send({"type": "http.response.start", "status": resp.status_code,
+                        "headers": _response_headers(resp, [], length=None)})
+            async for chunk in resp.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except httpx.HTTPError as e:
+            raise _UpstreamBroke(str(e)) from e
+        finally:
+            await resp.aclose()
+
+    async def _logged(self, api: str, request: Request, receive, send) -> None:
+        s = self.settings
+        t0 = time.perf_counter()
+        started = int(time.time() * 1000)
+        body = await request.body()
+        thread = request.headers.get("x-convgit-thread") or s.thread
+        if thread is not None:
+            try:
+                check_thread_name(thread)
+            except InvalidInput as e:
+                await _send_simple(send, 400, error_body(api, 400, f"X-Convgit-Thread: {e.message}", "invalid_thread"))
+                return
+        try:
+            stream = json.loads(body).get("stream") is True
+        except (ValueError, AttributeError):
+            stream = False
+        call = uuid.uuid4().hex
+        extra = [(b"x-convgit-call", call.encode())]
+        if thread:
+            extra.append((b"x-convgit-thread", thread.encode()))
+
+        def record(**kw) -> CallRecord:
+            return CallRecord(id=call, api=api, request=body, stream=stream, started_at=started,
+                              duration_ms=int((time.perf_counter() - t0) * 1000), thread=thread,
+                              store_raw=s.store_raw, **kw)
+
+        url = upstream_url(s.anthropic_upstream if api == sse.ANTHROPIC else s.openai_upstream,
+                           request.url.path, request.url.query)
+        req = self.client.build_request("POST", url, headers=forward_headers(request.headers), content=body)
+        try:
+            resp = await self.client.send(req, stream=True)
+        except httpx.HTTPError as e:
+            code = rec_mod.UPSTREAM_TIMEOUT if isinstance(e, httpx.TimeoutException) else rec_mod.UPSTREAM_UNREACHABLE
+            await self.spool(record(error=code))
+            await _send_simple(send, 502, error_body(api, 502, f"upstream: {type(e).__name__}: {e}", code), extra)
+            return
+        meta = {"status": resp.status_code, "content_encoding": resp.headers.get("content-encoding"),
+                "upstream_request_id": resp.headers.get("x-request-id") or resp.headers.get("request-id")}
+        is_sse = "text/event-stream" in resp.headers.get("content-type", "")
+        try:
+            if is_sse:
+                await self._relay_stream(resp, receive, send, extra, t0, record, meta)
+            else:
+                await self._relay_whole(resp, send, extra, t0, record, meta)
+        finally:
+            await resp.aclose()
+
+    async def _relay_whole(self, resp, send, extra, t0, record, meta) -> None:
+        chunks = []
+        ttft = None
+        try:
+            async for chunk in resp.aiter_raw():
+                if ttft is None:
+                    ttft = int((time.perf_counter() - t0) * 1000)
+                chunks.append(chunk)
+        except httpx.HTTPError as e:
+            await self.spool(record(response=b"".join(chunks), ttft_ms=ttft, error=rec_mod.UPSTREAM_STREAM_ERROR, **meta))
+            await _send_simple(send, 502, error_body(None, 502, f"upstream broke: {e}", rec_mod.UPSTREAM_STREAM_ERROR), extra)
+            return
+        data = b"".join(chunks)
+        await self.spool(record(response=data, ttft_ms=ttft, **meta))
+        await send({"type": "http.response.start", "status": resp.status_code,
+                    "headers": _response_headers(resp, extra, length=len(data))})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+
+    async def _relay_stream(self, resp, receive, send, extra, t0, record, meta) -> None:
+        state = {"chunks": [], "ttft": None, "spooled": False}
+        compressed = (meta.get("content_encoding") or "identity").lower() not in ("identity", "")
+        splitter = sse.EventSplitter()
+
+        async def spool(error: str | None) -> None:
+            if not state["spooled"]:
+                state["spooled"] = True
+                await self.spool(record(response=b"".join(state["chunks"]), ttft_ms=state["ttft"], error=error, **meta))
+
+        async def relay() -> None:
+            await send({"type": "http.response.start", "status": resp.status_code,
+                        "headers": _response_headers(resp, extra, length=None)})
+            async for chunk in resp.aiter_raw():
+                if state["ttft"] is None:
+                    state["ttft"] = int((time.perf_counter() - t0) * 1000)
+                state["chunks"].append(chunk)
+                if not compressed and not state["spooled"] and any(sse.is_terminal(e, d) for e, d in splitter.feed(chunk)):
+                    await spool(None)  # the final event reaches the client only once the call is durable
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+        async def disconnected() -> None:
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    return
+
+        relay_task = asyncio.ensure_future(relay())
+        watch = asyncio.ensure_future(disconnected())
+        try:
+            done, _ = await asyncio.wait({relay_task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the server is shutting down: keep what was said
+            relay_task.cancel()
+            watch.cancel()
+            await asyncio.shield(spool(rec_mod.CLIENT_DISCONNECTED))
+            raise
+        if relay_task not in done:  # the client went away mid-stream
+            relay_task.cancel()
+            try:
+                await relay_task
+            except (asyncio.CancelledError, Exception):
+                pass
+            await spool(rec_mod.CLIENT_DISCONNECTED)
+            return
+        watch.cancel()
+        exc = relay_task.exception()
+        if exc is not None:
+            if isinstance(exc, httpx.HTTPError):
+                await spool(rec_mod.UPSTREAM_STREAM_ERROR)
+                raise _UpstreamBroke(str(exc)) from exc
+            await spool(rec_mod.CLIENT_DISCONNECTED if isinstance(exc, OSError) else rec_mod.UPSTREAM_STREAM_ERROR)
+            raise exc
+        await spool(None if (compressed or state["spooled"]) else rec_mod.UPSTREAM_STREAM_ERROR)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _send_simple(send, status: int, body: bytes, extra: list | None = None) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(extra or [])]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def make_app(proxy: Proxy, *, on_start=None, on_stop=None) -> Starlette:
+    """The Starlette application: one catch-all route to ``proxy``; its lifespan opens and
+    closes the upstream pool (and calls ``on_start`` / ``on_stop``)."""
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def lifespan(app):
+        await proxy.start()
+        if on_start is not None:
+            on_start()
+        try:
+            yield
+        finally:
+            await proxy.stop()
+            if on_stop is not None:
+                on_stop()
+
+    return Starlette(routes=[Route("/{path:path}", endpoint=proxy)], lifespan=lifespan)

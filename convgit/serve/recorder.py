@@ -1,0 +1,338 @@
+"""The committer: spooled calls → the store, in batches, through the public commit API.
+
+One thread owns the repository (its SQLite index is used from that thread only). It takes
+every call the spool has made durable, builds each one's payload (``record.build``), writes
+the raw bodies as blobs, and commits the batch: calls without a named thread with one
+``convgit.api.commit_many`` (a few syncs for the whole burst), calls naming a thread with
+``convgit.api.commit(thread=..., on_conflict="fork")`` (a conflicting history is kept as a
+fork, never refused). A store that fails (full, read-only, locked) is retried with a backoff;
+the calls wait in memory and in the spool, never lost. A call whose request is no
+conversation convgit can store is kept in ``spool/rejected.calls`` and reported.
+
+Responses chains: a call with ``previous_response_id`` continues the chain that response
+ended; the chain's messages come from memory for calls this process saw, else from the
+store (the ``serve:openai-responses`` alias of the response id, recorded with its turn).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections import OrderedDict
+from pathlib import Path
+from typing import Callable
+
+from .. import api, codec, fsio, graph
+from ..errors import AmbiguousThread, ConvgitError, Locked, RefStale, StorageFailed
+from ..ingest import Draft
+from ..objects import Blob
+from ..refformat import parse_reflog_line
+from . import record as rec_mod
+from . import spool as spool_mod
+from .record import CallRecord
+
+# A store that cannot be written now (full, read-only, locked, racing writers): retried later.
+RETRY = (StorageFailed, Locked, RefStale, OSError)
+_HISTORY_CACHE = 4096
+_MAX_BATCH = 512
+
+
+class Recorder:
+    """Builds and commits batches of records into ``repo`` (no threads here: ``Committer``
+    runs it). ``on_call(summary)`` is told about each call once it is recorded or refused."""
+
+    def __init__(self, repo, *, on_call: Callable[[dict], None] | None = None) -> None:
+        self.repo = repo
+        self.on_call = on_call or (lambda doc: None)
+        self._history: OrderedDict[str, tuple[Draft, ...]] = OrderedDict()
+        self.recorded = 0
+        self.rejected = 0
+
+    # -- Responses chains ---------------------------------------------------------------------
+
+    def history_for(self, response_id: str) -> tuple[Draft, ...] | None:
+        """The messages of the chain a Responses call ended with ``response_id``, or None."""
+        h = self._history.get(response_id)
+        if h is not None:
+            self._history.move_to_end(response_id)
+            return h
+        source = rec_mod.SOURCES[rec_mod.sse.OPENAI_RESPONSES]
+        found = self.repo.index.find_alias(source, response_id)
+        exact = sorted(m for _, m in self.repo.index.known_aliases(source, [(response_id, f) for f in found]))
+        if not exact:
+            return None
+        msgs = [m for _, m in graph.iter_ancestry(self.repo.objects, exact[0])][::-1]
+        return tuple(Draft(role=m.role, parts=m.parts, meta=m.meta) for m in msgs)
+
+    def _remember(self, response_id: str | None, history: tuple[Draft, ...]) -> None:
+        if not response_id:
+            return
+        self._history[response_id] = history
+        self._history.move_to_end(response_id)
+        while len(self._history) > _HISTORY_CACHE:
+            self._history.popitem(last=False)
+
+    def recorded_already(self, r: CallRecord, tip: str) -> bool:
+        """Whether a call was committed before (a spool left by a server that died after
+        committing, before noting it): its ``call:<id>`` alias in the index, else a turn
+        naming it in the reflog of a thread holding its tip (the index can be behind on
+        turns after a crash, never on tips: the reflogs are the truth)."""
+        if self.repo.index.find_alias(rec_mod.SOURCES[r.api], f"call:{r.id}"):
+            return True
+        for name in self.repo.index.threads_containing(tip, limit=8):
+            for tid in reversed(real_turns(self.repo, name)):
+                t = graph.find_turn(self.repo.objects, tid)
+                if t is not None and (t.meta or {}).get("call") == r.id:
+                    return True
+        return False
+
+
+    # -- committing -------------------------------------------------------------------------
+
+    def commit_batch(self, records: list[CallRecord], *, check_recorded: bool = False) -> list[dict]:
+        """Commit ``records`` (in order). Returns one summary per record. Raises StorageFailed
+        (or OSError) when the store cannot be written: nothing is lost, call again later."""
+        if check_recorded:
+            self.repo.index.refresh_if_changed()
+        built: list[tuple[CallRecord, rec_mod.Built | None, str | None]] = []
+        blobs: list[tuple[str, bytes]] = []
+        for r in records:
+            raw = None
+            if r.store_raw:
+                raw = {}
+                for key, data in (("raw_request", r.request), ("raw_response", self._body(r))):
+                    if data:
+                        oid, enc = codec.encode_and_hash(Blob(data=data))
+                        blobs.append((oid, enc))
+                        raw[key] = oid
+            try:
+                b = rec_mod.build(r, history_for=self.history_for, config=self.repo.config, raw=raw)
+            except ConvgitError as e:
+                built.append((r, None, f"{e.code}: {e.message}"))
+                continue
+            except Exception as e:  # a parser's bug on an odd payload: the call is kept, not lost
+                built.append((r, None, f"internal error: {type(e).__name__}: {e}"))
+                continue
+            if r.api == rec_mod.sse.OPENAI_RESPONSES:  # only a Responses call is continued by its id
+                self._remember(b.response_id, b.history)
+            if check_recorded and self.recorded_already(r, b.tip):
+                continue
+            built.append((r, b, None))
+        if blobs:
+            with self.repo.write_lock():
+                self.repo.objects.write_many(blobs)
+        summaries: list[dict] = []
+        i = 0
+        while i < len(built):
+            r, b, problem = built[i]
+            if b is None:
+                self._reject(r, problem or "")
+                summaries.append(rec_mod.summary(r, None, problem=problem))
+                i += 1
+                continue
+            if b.thread is not None:
+                res = self._commit_named(b)
+                summaries.append(self._done(r, b, res))
+                i += 1
+                continue
+            # A run of calls without a named thread, each conversation (root message) at most
+            # once: one commit_many then moves each thread once, so the whole run costs a
+            # few syncs (a thread moved twice in one bulk commit takes a ref batch per move).
+            j, roots = i, set()
+            while j < len(built) and built[j][1] is not None and built[j][1].thread is None \
+                    and built[j][1].root not in roots:
+                roots.add(built[j][1].root)
+                j += 1
+            run = built[i:j]
+            for (r2, b2, _), res in zip(run, self._commit_run([b2 for _, b2, _ in run])):
+                summaries.append(self._done(r2, b2, res))
+            i = j
+        return summaries
+
+    def _body(self, r: CallRecord) -> bytes:
+        try:
+            return rec_mod.decode_body(r.response, r.content_encoding)
+        except Exception:
+            return r.response
+
+    def _commit_named(self, b: rec_mod.Built):
+        try:
+            return api.commit(self.repo, b.payload, thread=b.thread, on_conflict="fork")
+        except AmbiguousThread:  # the same messages in another order: keep it beside the thread
+            return api.commit(self.repo, b.payload)
+        except RETRY:
+            raise
+        except ConvgitError as e:
+            return e
+
+    def _commit_run(self, payloads: list[rec_mod.Built]) -> list:
+        try:
+            return api.commit_many(self.repo, [b.payload for b in payloads])
+        except RETRY:
+            raise
+        except ConvgitError:  # one of them: commit each alone, so the others are kept
+            out = []
+            for b in payloads:
+                try:
+                    out.append(api.commit(self.repo, b.payload))
+                except RETRY:
+                    raise
+                except ConvgitError as e:
+                    out.append(e)
+            return out
+
+    def _done(self, r: CallRecord, b: rec_mod.Built, res) -> dict:
+        if isinstance(res, ConvgitError):
+            problem = f"{res.code}: {res.message}"
+            self._reject(r, problem)
+            return rec_mod.summary(r, b, problem=problem)
+        self.recorded += 1
+        doc = rec_mod.summary(r, b, res)
+        return doc
+
+    def _reject(self, r: CallRecord, problem: str) -> None:
+        """Keep a call that cannot be committed in ``spool/rejected.calls`` (nothing lost)."""
+        self.rejected += 1
+        try:
+            d = self.repo.path / spool_mod.SPOOL_DIR
+            fsio.makedirs(d)
+            with open(d / "rejected.calls", "ab") as f:
+                f.write(spool_mod.frame(rec_mod.encode_record(r)))
+        except OSError:
+            pass
+
+
+class Committer:
+    """The committer thread: drains leftover spool segments first, then commits what the
+    spool writer hands it, batch by batch; retries a failing store with a backoff."""
+
+    def __init__(self, repo_path: Path, *, open_repo: Callable, on_call: Callable[[dict], None],
+                 warn: Callable[[str], None]) -> None:
+        self.repo_path = repo_path
+        self.open_repo = open_repo
+        self.on_call = on_call
+        self.warn = warn
+        self.writer = None  # the SpoolWriter, told what is committed
+        self._cond = threading.Condition()
+        self._queue: list[tuple[object, CallRecord]] = []
+        self._stop = False
+        self.idle = threading.Event()
+        self.drained_leftovers = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="convgit-commit", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def deliver(self, segment, record: CallRecord) -> None:
+        """A durable (or, when the spool failed, in-memory) record to commit."""
+        with self._cond:
+            self._queue.append((segment, record))
+            self.idle.clear()
+            self._cond.notify()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Commit what is queued (while the store allows it), then stop."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            repo = self.open_repo()
+        except Exception as e:  # the calls stay in the spool for the next start
+            self.warn(f"the store cannot be opened ({e}); calls are spooled, not committed")
+            self.drained_leftovers.set()
+            return
+        recorder = Recorder(repo, on_call=self.on_call)
+        try:
+            self._drain_leftovers(recorder)
+            self.drained_leftovers.set()
+            while True:
+                with self._cond:
+                    while not self._queue and not self._stop:
+                        self.idle.set()
+                        self._cond.wait()
+                    batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
+                    stop = self._stop
+                if not batch:
+                    if stop:
+                        return
+                    continue
+                if not self._commit(recorder, [r for _, r in batch], stop=stop):
+                    with self._cond:  # the store refused and we are stopping: the spool keeps them
+                        return
+                by_seg: dict[int, tuple[object, list[str]]] = {}
+                for seg, r in batch:
+                    if seg is not None:
+                        by_seg.setdefault(id(seg), (seg, []))[1].append(r.id)
+                if self.writer is not None:
+                    for seg, ids in by_seg.values():
+                        self.writer.committed(seg, ids)
+        finally:
+            self.drained_leftovers.set()
+            self.idle.set()
+            repo.close()
+
+    def _commit(self, recorder: Recorder, records: list[CallRecord], *, stop: bool, check: bool = False) -> bool:
+        delay = 0.05
+        check_recorded = check
+        bugs = 0
+        while True:
+            try:
+                for doc in recorder.commit_batch(records, check_recorded=check_recorded):
+                    self.on_call(doc)
+                return True
+            except RETRY as e:
+                self.warn(f"store not written ({getattr(e, 'message', e)}); {len(records)} call(s) wait in the spool")
+            except Exception as e:  # a bug: say so; after a few tries keep the calls aside, go on
+                bugs += 1
+                self.warn(f"commit failed: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+                if bugs >= 3:
+                    for r in records:
+                        recorder._reject(r, f"internal error: {type(e).__name__}: {e}")
+                    return True
+            if stop:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            check_recorded = True  # part of the batch may be in the store already
+            with self._cond:
+                if self._stop:
+                    stop = True
+
+    def _drain_leftovers(self, recorder: Recorder) -> None:
+        d = self.repo_path / spool_mod.SPOOL_DIR
+        for seg in spool_mod.leftover_segments(d):
+            try:
+                done = spool_mod.read_done(seg)
+                records = [r for r in (rec_mod.decode_record(f) for f in spool_mod.read_frames(seg)) if r.id not in done]
+            except Exception as e:
+                self.warn(f"{seg}: unreadable spool segment left in place ({e})")
+                continue
+            for i in range(0, len(records), _MAX_BATCH):
+                if not self._commit(recorder, records[i:i + _MAX_BATCH], stop=False, check=True):
+                    return
+            fsio.unlink_quiet(seg)
+            fsio.unlink_quiet(spool_mod.done_path(seg))
+
+
+def real_turns(repo, name: str) -> list[str]:
+    """The turns thread ``name``'s reflog records for moves that happened, oldest first. A
+    writer killed between appending its reflog line and renaming the ref in leaves a line
+    for a move that never happened: the next line does not start where it ends (or, last,
+    the ref is not where it ends), so it is left out."""
+    try:
+        text = repo.refs.log_path(name).read_text("utf-8", "replace")
+    except OSError:
+        return []
+    entries = [e for e in (parse_reflog_line(ln) for ln in text.splitlines(keepends=True)) if e is not None]
+    tip = repo.refs.read(name)
+    out = []
+    for i, e in enumerate(entries):
+        after = entries[i + 1].old if i + 1 < len(entries) else tip
+        if e.turn and after == e.new:
+            out.append(e.turn)
+    return out

@@ -1,0 +1,95 @@
+"""convgit.capture: the official SDKs' clients wrapped in-process, pointed at the fake
+upstream (a real HTTP server on 127.0.0.1): calls answered as without the wrapper, and
+recorded as the proxy records them (tests/test_serve.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+import convgit
+from convgit.capture import capture, flush
+
+sys.path.insert(0, str(Path(__file__).parent))
+from serve_helpers import FakeUpstream  # noqa: E402
+from test_serve import _conversation, _threads, _turns  # noqa: E402
+
+openai = pytest.importorskip("openai")
+anthropic = pytest.importorskip("anthropic")
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    up = FakeUpstream().start()
+    yield up
+    up.stop()
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    convgit.init(tmp_path / "s").close()
+    return tmp_path / "s"
+
+
+def test_openai_calls_are_answered_unchanged_and_logged(store, upstream):
+    bare = openai.OpenAI(base_url=upstream.url + "/v1", api_key="sk-cap-SECRET", max_retries=0)
+    client = capture(openai.OpenAI(base_url=upstream.url + "/v1", api_key="sk-cap-SECRET", max_retries=0), repo=store)
+    msgs = [{"role": "user", "content": "hello cap"}]
+    r = client.chat.completions.create(model="gpt-fake", messages=msgs)
+    assert r.model_dump() == bare.chat.completions.create(model="gpt-fake", messages=msgs).model_dump()
+    chunks = list(client.chat.completions.create(model="gpt-think-tool", messages=msgs, stream=True))
+    assert [c.model_dump() for c in chunks] == [c.model_dump() for c in bare.chat.completions.create(
+        model="gpt-think-tool", messages=msgs, stream=True)]
+    msgs2 = msgs + [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "again"}]
+    client.chat.completions.create(model="gpt-fake", messages=msgs2)
+    first = client.responses.create(model="gpt-fake", input="one")
+    client.responses.create(model="gpt-fake", input="two", previous_response_id=first.id)
+    assert client.models.list().data[0].id == "fake-1"  # not logged
+    flush()
+    turns = _turns(store)
+    assert len(turns) == 5 and {t.source for t in turns} == {"serve:openai-chat", "serve:openai-responses"}
+    assert turns[1].meta["stream"] is True and turns[1].error is None
+    chain = _conversation(store, turns[2].output)
+    assert [t for _, t in chain] == ["hello cap", r.choices[0].message.content, "again",
+                                     chain[-1][1]]  # the stateless continuation: one thread
+    assert [t for role, t in _conversation(store, turns[-1].output) if role == "user"] == ["one", "two"]
+    assert len(_threads(store)) == 3  # chat conversation, the tool-call stream's fork, the Responses chain
+    for p in (store / ".convgit").rglob("*"):
+        if p.is_file():
+            assert b"sk-cap-SECRET" not in p.read_bytes()
+
+
+def test_anthropic_async_and_a_stream_closed_early(store, upstream):
+    async def run():
+        client = capture(anthropic.AsyncAnthropic(base_url=upstream.url, api_key="k", max_retries=0), repo=store)
+        m = await client.messages.create(model="claude-think", max_tokens=20, messages=[{"role": "user", "content": "hi"}])
+        events = []
+        async for ev in await client.messages.create(model="claude-think", max_tokens=20, stream=True,
+                                                     messages=[{"role": "user", "content": "hi"}]):
+            events.append(ev.type)
+        return m, events
+
+    m, events = asyncio.run(run())
+    assert events[0] == "message_start" and events[-1] == "message_stop"
+    client = capture(anthropic.Anthropic(base_url=upstream.url, api_key="k", max_retries=0), repo=store)
+    s = client.messages.create(model="slow", max_tokens=20, stream=True, messages=[{"role": "user", "content": "x"}])
+    for i, _ in enumerate(s):
+        if i == 5:
+            break
+    s.close()
+    flush()
+    t1, t2, t3 = _turns(store)
+    assert t1.output == t2.output and t1.usage == t2.usage == {"input_tokens": 12, "output_tokens": 8}
+    assert t3.error == "client_disconnected"
+
+
+def test_errors_are_raised_as_before_and_recorded(store, upstream):
+    client = capture(openai.OpenAI(base_url=upstream.url + "/v1", api_key="k", max_retries=0), repo=store)
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(model="error-500", messages=[{"role": "user", "content": "x"}])
+    flush()
+    (t,) = _turns(store)
+    assert t.error == "http_500" and t.meta["error_body"]["error"]["message"] == "the fake upstream failed"
