@@ -189,7 +189,7 @@ def embed_status(repo, **overrides) -> dict:
     }
 
 
-def _has_vectors(repo) -> bool:
+def has_vectors(repo) -> bool:
     """Does any namespace hold a vector? (A directory made by ``embed --status`` alone does
     not make plain-words searches hybrid.)"""
     root = repo.path / VECTORS_DIR
@@ -219,7 +219,7 @@ def search(repo, query: str, *, mode: str = "auto", count: int = 20, latest: boo
         return fts_search(repo, query, count=count, latest=latest, columns=columns, filters=filters)
     if mode == "auto":
         words = plain_words(query)
-        if not words or not _has_vectors(repo):
+        if not words or not has_vectors(repo):
             return fts_search(repo, query, count=count, latest=latest, columns=columns, filters=filters,
                               any_words=bool(words))
         try:

@@ -332,17 +332,23 @@ def test_read_scope_and_grants(store, tmp_path):
     assert "private grapheme notes" in hub.thread_markdown("alice", private)
 
 
-def test_semantic_mode_is_refused_until_the_api_has_it(store):
-    import inspect
+def test_saves_embed_their_new_chunks_once_the_store_uses_semantic_search(tmp_path):
+    from store_helpers import set_config
 
-    hub = hub_for(store)
-    hub.save_conversation("alice", {"messages": HISTORY})
-    doc = hub.search("alice", {"query": "tokenizer", "mode": "semantic"})
-    if "mode" in inspect.signature(convgit.api.search).parameters:
-        assert doc["status"] == "ok" or doc["error_code"] in ("embedding_failed", "invalid_input")
-    else:
-        assert error(doc, "invalid_input")["error_message"].startswith("search mode 'semantic' needs semantic search")
+    repo = set_config(convgit.init(tmp_path / "sem"), '[embed]\nprovider = "hash"\n')
+    hub = hub_for(repo)
+    first = hub.save_conversation("alice", {"messages": HISTORY})
+    assert first["status"] == "ok" and first["embedded_chunks"] == 0  # no vectors yet: nothing embedded
+    assert convgit.semantic.embed(repo).embedded > 0  # the user turns semantic search on
+    more = hub.save_conversation("alice", {"id": first["id"], "messages": HISTORY + [
+        {"role": "user", "content": "and what about byte-pair encoding merges?"}]})
+    assert more["status"] == "ok" and more["appended_messages"] == 1 and more["embedded_chunks"] == 1
+    again = hub.save_conversation("alice", {"id": first["id"], "messages": HISTORY})
+    assert again["deduplicated"] and again["embedded_chunks"] == 0
+    doc = hub.search("alice", {"query": "byte pair encoding", "mode": "semantic"})
+    assert doc["status"] == "ok" and doc["results"], doc
     error(hub.search("alice", {"query": "x", "mode": "vibes"}), "schema_validation_failed")
+    repo.close()
 
 
 def test_handles_are_stable_across_restarts_and_private_per_store(store, tmp_path):
