@@ -139,3 +139,25 @@ def short(entries: Sequence, key_of, *, n: int = TRUNCATE) -> list[dict[str, Any
             "usage": {k: u[k] for k in ("input_tokens", "output_tokens")} if u else None,
         })
     return out
+
+
+def _brief(value: Any, width: int) -> str:
+    s = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    s = " ".join((s or "").split())
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def tool_summary(parts: Iterable[Any], width: int = 60) -> str:
+    """What a message's tool parts do, in one line: ``[tool call] NAME(args)`` and
+    ``[tool result] NAME: output`` (``[tool error]`` for a failed call); "" when it has none."""
+    from .objects import ToolCallPart, ToolResultPart
+
+    bits = []
+    for p in parts:
+        if isinstance(p, ToolCallPart):
+            bits.append(f"[tool call] {p.name}({_brief(p.arguments, width // 2) if p.arguments else ''})")
+        elif isinstance(p, ToolResultPart):
+            label = "[tool error]" if p.is_error else "[tool result]"
+            name = f" {p.name}" if p.name else (f" {p.tool_call_id}" if p.tool_call_id else "")
+            bits.append(f"{label}{name}: {_brief(p.output, width // 2)}")
+    return "; ".join(bits)

@@ -7,12 +7,13 @@ from typing import List, Optional
 import typer
 
 from .. import api, views
-from ..errors import ObjectMissing
+from ..errors import InvalidInput, ObjectMissing
 from ..ids import short
 from ..objects import AttachmentPart, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from . import output
 from . import views as V
 from .app import app, get_repo
+from .params import complete_rev
 
 JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
 
@@ -30,11 +31,10 @@ def _summary(e: api.LogEntry) -> str:
     if e.text.strip():
         return _first_line(e.text)
     # What the message does beats the reasoning that led to it (reasoning usually comes first).
+    tools = views.tool_summary(e.message.parts)
+    if tools:
+        return tools
     for p in e.message.parts:
-        if isinstance(p, ToolCallPart):
-            return f"[tool call] {p.name}"
-        if isinstance(p, ToolResultPart):
-            return "[tool result]"
         if isinstance(p, AttachmentPart):
             return f"[attachment] {p.name or p.mime_type or p.url or ''}"
     if any(isinstance(p, ReasoningPart) for p in e.message.parts):
@@ -44,7 +44,7 @@ def _summary(e: api.LogEntry) -> str:
 
 @app.command("log")
 def log_cmd(
-    rev: Optional[str] = typer.Argument(None, metavar="REV", help="Where to start (default HEAD)."),
+    rev: Optional[str] = typer.Argument(None, metavar="REV", help="Where to start (default HEAD).", autocompletion=complete_rev),
     count: int = typer.Option(0, "-n", "--count", metavar="N", help="At most N messages (0 = all)."),
     oneline: bool = typer.Option(False, "--oneline", help="One line per message."),
     reverse: bool = typer.Option(False, "--reverse", help="Oldest first."),
@@ -70,10 +70,21 @@ def log_cmd(
     """Messages from the tip back to the root, newest first (like git log)."""
     output.set_json(json_)
     repo = get_repo()
-    if graph and not json_:
-        _draw_tree(api.tree(repo, None if all_ else ("HEAD" if rev is None else rev)))
+    if graph:
+        _graph(repo, rev, all_=all_, count=count, reverse=reverse, json_=json_,
+               refused={"-m": model, "--thread": thread, "--since": since, "--until": until, "--role": role,
+                        "--tools": tools, "--source": source, "--id-gt": id_gt, "--id-gte": id_gte,
+                        "-r": response, "-x": extract, "--xl": extract_last, "-u": usage, "-s": short_,
+                        "--oneline": oneline})
         return
-    filters = V.make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte)
+    with output.paged():
+        _log_text(repo, rev, count, all_, reverse, oneline,
+                  (model, thread, since, until, role, tools, source, id_gt, id_gte),
+                  response, extract, extract_last, usage, short_, truncate, json_, role)
+
+
+def _log_text(repo, rev, count, all_, reverse, oneline, filters_args, response, extract, extract_last, usage, short_, truncate, json_, role) -> None:
+    filters = V.make_filters(repo, *filters_args)
     entries = api.iter_log(repo, rev, count=count, all_threads=all_, reverse=reverse, filters=filters)
     if response or extract or extract_last:
         entries = list(entries)
@@ -126,6 +137,32 @@ def log_cmd(
         output.line(V.totals_line(seen), "bold")
 
 
+def _graph(repo, rev, *, all_: bool, count: int, reverse: bool, json_: bool, refused: dict) -> None:
+    """``log --graph``: the fork tree, root first; -n keeps its first N messages; --json
+    gives it as a JSON tree. Options that select or reshape messages do not apply to a
+    tree: refused by name rather than ignored."""
+    if reverse:
+        raise InvalidInput("--graph draws each tree root first already: it cannot be combined with --reverse (as in git)")
+    bad = [k for k, v in refused.items() if v]
+    if bad:
+        raise InvalidInput(f"--graph draws the whole fork tree: {', '.join(bad)} cannot be combined with it "
+                           "(use log without --graph to filter)")
+    if count < 0:
+        raise InvalidInput("-n must be 0 (all) or more")
+    rows = api.tree(repo, None if all_ else ("HEAD" if rev is None else rev))
+    total = len(rows)
+    if count:
+        rows = rows[:count]
+    if json_:
+        output.emit_json({"conversations": api.nest_tree(rows), "messages": len(rows), "total": total,
+                          "truncated": len(rows) < total})
+        return
+    with output.paged():
+        _draw_tree(rows)
+        if len(rows) < total:
+            output.line(f"... {total - len(rows)} more message(s) (-n 0 shows all)", "dim")
+
+
 def _draw_tree(rows: list[dict]) -> None:
     open_levels: dict[int, bool] = {}
     for i, r in enumerate(rows):
@@ -140,13 +177,14 @@ def _draw_tree(rows: list[dict]) -> None:
         elif d:
             pre += "│ " if open_levels.get(d) else "  "
         deco = f"  ({', '.join(r['tips'])})" if r["tips"] else ""
-        text = _first_line(r["text"], 60) if r["text"].strip() else ""
+        text = _first_line(r["summary"], 60)
         output.styled([(pre, None), ("● ", "bold"), (short(r["id"]), "yellow"), (f" {r['role']}: ", "bold"), (text, None), (deco, "cyan")])
 
 
 @app.command("show")
 def show_cmd(
-    rev: Optional[str] = typer.Argument(None, metavar="REV", help="A thread, message id or NAME~N (default HEAD)."),
+    rev: Optional[str] = typer.Argument(None, metavar="REV", help="A thread, message id or NAME~N (default HEAD).",
+                                        autocompletion=complete_rev),
     reasoning: bool = typer.Option(False, "--reasoning", help="Unfold model reasoning."),
     response: bool = V.RESPONSE_OPT,
     extract: bool = V.EXTRACT_OPT,
@@ -161,38 +199,39 @@ def show_cmd(
     repo = get_repo()
     from ..revparse import resolve_with_thread
 
-    tip, thread = resolve_with_thread(repo, "HEAD" if rev is None else rev)
-    if rev is None:
-        thread = repo.refs.read_head()
-    _check_stored(repo, tip, thread)
-    entries = api.conversation(repo, tip)
-    if response or extract or extract_last:
-        chosen = [V.response_entry(entries, by_key=False)] if response else [e for e in entries if e.role == "assistant"]
-        if extract or extract_last:
-            V.print_extract(chosen, last=extract_last, json_=json_)
-        else:
-            V.print_response(repo, chosen[0], json_)
-        return
-    if short_:
-        V.print_short(entries, json_=json_, usage=usage)
-        return
-    if json_:
-        doc = {"thread": thread, "tip": tip,
-               "messages": [V.entry_json(repo, e, usage=usage, truncate=truncate) for e in entries]}
-        if usage:
-            doc["usage"] = views.usage_totals(entries)
-        output.emit_json(doc)
-        return
-    if thread:
-        output.line(f"Thread {thread} · {len(entries)} message(s) · tip {short(tip)}", "bold")
-        output.line()
-    for e in entries:
-        _render_message(repo, e, reasoning, truncate=truncate)
-        if usage and V.usage_line(e):
-            output.line(V.usage_line(e), "dim")
+    with output.paged():
+        tip, thread = resolve_with_thread(repo, "HEAD" if rev is None else rev)
+        if rev is None:
+            thread = repo.refs.read_head()
+        _check_stored(repo, tip, thread)
+        entries = api.conversation(repo, tip)
+        if response or extract or extract_last:
+            chosen = [V.response_entry(entries, by_key=False)] if response else [e for e in entries if e.role == "assistant"]
+            if extract or extract_last:
+                V.print_extract(chosen, last=extract_last, json_=json_)
+            else:
+                V.print_response(repo, chosen[0], json_)
+            return
+        if short_:
+            V.print_short(entries, json_=json_, usage=usage)
+            return
+        if json_:
+            doc = {"thread": thread, "tip": tip,
+                   "messages": [V.entry_json(repo, e, usage=usage, truncate=truncate) for e in entries]}
+            if usage:
+                doc["usage"] = views.usage_totals(entries)
+            output.emit_json(doc)
+            return
+        if thread:
+            output.line(f"Thread {thread} · {len(entries)} message(s) · tip {short(tip)}", "bold")
             output.line()
-    if usage:
-        output.line(V.totals_line(entries), "bold")
+        for e in entries:
+            _render_message(repo, e, reasoning, truncate=truncate)
+            if usage and V.usage_line(e):
+                output.line(V.usage_line(e), "dim")
+                output.line()
+        if usage:
+            output.line(V.totals_line(entries), "bold")
 
 
 def _check_stored(repo, tip: str, thread: str | None) -> None:

@@ -14,12 +14,14 @@ from .. import api, views
 from ..errors import NotFound, StorageFailed
 from ..ids import short
 from . import output
+from .params import complete_thread
 
 # -- filter options (the same names and meanings in log and search) ------------------------
 
 MODEL_OPT = typer.Option([], "-m", "--model", metavar="NAME",
                          help="Only turns with this model (exact name, or an alias from config.toml [aliases]); repeatable.")
-THREAD_OPT = typer.Option([], "--thread", metavar="NAME", help="Only messages in this thread's history; repeatable.")
+THREAD_OPT = typer.Option([], "--thread", metavar="NAME", help="Only messages in this thread's history; repeatable.",
+                          autocompletion=complete_thread)
 SINCE_OPT = typer.Option(None, "--since", metavar="WHEN",
                          help="Only turns started at or after WHEN: a date (2024-06-01, 2024-06-01T12:00Z) or a time ago (30m, 12h, 3d, 2w, 1y).")
 UNTIL_OPT = typer.Option(None, "--until", metavar="WHEN", help="Only turns started before WHEN (same forms as --since).")
