@@ -78,7 +78,12 @@ def console():
         on = color()
         _console = Console(file=sys.stdout, markup=False, highlight=False, emoji=False, no_color=not on,
                            force_terminal=on, color_system="standard" if on and not _term_ok() else "auto")
+        _console.on_broken_pipe = _broken_pipe  # (rich exits 1; a reader that left is no error)
     return _console
+
+
+def _broken_pipe() -> None:
+    raise BrokenPipeError("the reader of the output went away")
 
 
 def _term_ok() -> bool:
