@@ -196,10 +196,13 @@ role, first line of text; a tool call or result shows its tool name and a summar
 keeps its first N messages, and `--graph --json` prints the tree as JSON (`{"conversations":
 [{"messages": [...], "branches": [...]}], "messages", "total", "truncated"}`, see
 [json.md](json.md)). `--graph` refuses `--reverse` (as git does: the tree is drawn root
-first already) and the filters and views below, naming them, rather than ignoring them. `--json` prints an array of messages (`id`, `parent`, `role`, `text`, `parts` with a
+first already) and the filters and views below, naming them, rather than ignoring them.
+`--json` prints an array of messages (`id`, `parent`, `role`, `text`, `parts` with a
 `type` each, `meta`, `depth`, `turn`, `started_at`, `model`, `key`), written as it is read:
 `log --all -n 0 --json` starts printing at once and holds only thread tips and fork points in
-memory, whatever the size of the store.
+memory, whatever the size of the store. If the walk meets a missing or corrupt object midway,
+the array still ends validly with the error document as its last element, and the exit code
+is the error's ([json.md](json.md) §4). On a terminal, long output goes through the pager.
 
 Filters (the same in `search`) keep some messages and combine with AND; a repeated option
 (or a comma list) means any of its values: `-m/--model` (the exact model or resolved model

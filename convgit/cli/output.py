@@ -168,15 +168,18 @@ def emit_json(doc: Any) -> None:
     sys.stdout.write("\n")
 
 
-def emit_json_lines_array(items, out=None) -> None:
-    """A JSON array written item by item to ``out`` (default stdout), one row a line."""
+def emit_json_lines_array(items, out=None, *, flush_every: int = 0) -> None:
+    """A JSON array written item by item to ``out`` (default stdout), one row a line
+    (flushed every ``flush_every`` rows, and after the first, when given)."""
     out = sys.stdout if out is None else out
     first = True
     out.write("[")
-    for item in items:
+    for n, item in enumerate(items):
         out.write("\n  " if first else ",\n  ")
         out.write(json.dumps(item, ensure_ascii=False, default=_default))
         first = False
+        if flush_every and n % flush_every == 0:
+            out.flush()
     out.write("\n]\n" if not first else "]\n")
 
 
