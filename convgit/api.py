@@ -291,8 +291,13 @@ def tree(repo: Repository, rev: str | None = None) -> list[dict]:
         for oid, msg in graph.iter_ancestry(repo.objects, tip, stop=set(msgs)):
             msgs[oid] = msg
             children.setdefault(msg.parent, []).append(oid)
+    # Siblings in the order their threads were created (the older branch first, as the
+    # conversation happened), then by name: the same drawing in every store and every second.
+    created = {r["name"]: r["created_ms"] or 0 for r in repo.index.thread_rows()}
+    far = (float("inf"), "\uffff")
     for k in children:
-        children[k].sort(key=lambda o: (min(_names_below(o, children, tips), default="\uffff"), o))
+        children[k].sort(key=lambda o: (min(((created.get(n, 0), n) for n in _names_below(o, children, tips)),
+                                            default=far), o))
     roots = [r for r in children.get(None, []) if only_root is None or r == only_root]
     rows: list[dict] = []
     stack = [(oid, 0, False, True) for oid in reversed(roots)]
@@ -302,7 +307,8 @@ def tree(repo: Repository, rev: str | None = None) -> list[dict]:
         kids = children.get(oid, [])
         text = message_text(repo, msg)
         rows.append({
-            "id": oid, "parent": msg.parent, "role": msg.role, "text": text, "summary": _summary_of(msg, text),
+            "id": oid, "parent": msg.parent, "role": msg.role, "text": text,
+            "summary": _summary_of(msg, text, msgs.get(msg.parent) if msg.parent else None),
             "depth": depth, "branch": branch, "last": last, "tips": sorted(tips.get(oid, [])),
         })
         if len(kids) == 1:
@@ -313,16 +319,16 @@ def tree(repo: Repository, rev: str | None = None) -> list[dict]:
     return rows
 
 
-def _summary_of(msg: Message, text: str, width: int = 72) -> str:
+def _summary_of(msg: Message, text: str, parent: Message | None = None, width: int = 72) -> str:
     """One line saying what a message is: its first line of text, else what its tool calls
-    and results do, else its kind of content."""
+    and results do (a result named after its call in ``parent``), else its kind of content."""
     from .objects import AttachmentPart
-    from .views import tool_summary
+    from .views import tool_names, tool_summary
 
     first = text.strip().splitlines()[0] if text.strip() else ""
     if first:
         return first if len(first) <= width else first[: width - 1] + "…"
-    tools = tool_summary(msg.parts, width)
+    tools = tool_summary(msg.parts, width, tool_names(parent.parts) if parent is not None else None)
     if tools:
         return tools
     for p in msg.parts:

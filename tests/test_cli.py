@@ -356,7 +356,7 @@ def test_show_renders_parts(cli, proj):
     ])
     out = ok(cli("show")).out
     assert '→ tool call get_weather({"city":"Oslo"})  id=c1' in out
-    assert "← tool result for c1:\n  rain" in out
+    assert "← tool result of get_weather for c1:\n  rain" in out
     assert "[reasoning: 11 characters, --reasoning to show]" in out
     assert "think think" in ok(cli("show", "--reasoning")).out
     types = [[p["type"] for p in m["parts"]] for m in ok(cli("show", "--json")).json()["messages"]]

@@ -225,8 +225,10 @@ def show_cmd(
         if thread:
             output.line(f"Thread {thread} · {len(entries)} message(s) · tip {short(tip)}", "bold")
             output.line()
+        names: dict = {}
         for e in entries:
-            _render_message(repo, e, reasoning, truncate=truncate)
+            names.update(views.tool_names(e.message.parts))
+            _render_message(repo, e, reasoning, truncate=truncate, names=names)
             if usage and V.usage_line(e):
                 output.line(V.usage_line(e), "dim")
                 output.line()
@@ -251,7 +253,8 @@ def truncate_text(text: str) -> str:
     return views.truncate(text)
 
 
-def _render_message(repo, e: api.LogEntry, unfold: bool, *, truncate: bool = False) -> None:
+def _render_message(repo, e: api.LogEntry, unfold: bool, *, truncate: bool = False, names: dict | None = None) -> None:
+    names = names or {}
     t = e.turn or {}
     bits = [e.role]
     when = _when(api.iso(t.get("started_at")))
@@ -288,7 +291,9 @@ def _render_message(repo, e: api.LogEntry, unfold: bool, *, truncate: bool = Fal
         elif isinstance(p, ToolResultPart):
             o = p.output if isinstance(p.output, str) else output.json.dumps(p.output, ensure_ascii=False)
             label = "← tool error" if p.is_error else "← tool result"
-            output.line(f"{label}" + (f" for {p.tool_call_id}" if p.tool_call_id else "") + ":", "magenta")
+            called = p.name or names.get(p.tool_call_id or "")
+            output.line(f"{label}" + (f" of {called}" if called else "") + (f" for {p.tool_call_id}" if p.tool_call_id else "")
+                        + ":", "magenta")
             for ln in (o or "").splitlines():
                 output.line("  " + ln)
         elif isinstance(p, AttachmentPart):
