@@ -248,8 +248,8 @@ def _eager_first(it: Iterator) -> Iterator:
 
 def make_filters(repo: Repository, **options) -> "Filters":
     """Filters for ``log``/``search`` from option values (see ``index.filters.make_filters``):
-    ``model``, ``thread``, ``since``, ``until``, ``role``, ``tools``, ``source``, ``id_gt``,
-    ``id_gte``."""
+    ``model``, ``thread``, ``since``, ``until``, ``role``, ``tools``, ``tool`` (tool names
+    called), ``source``, ``id_gt``, ``id_gte``."""
     from .index.filters import make_filters as _make
 
     return _make(repo, **options)
@@ -371,6 +371,31 @@ def _names_below(oid: str, children: dict, tips: dict) -> Iterator[str]:
 
 
 # -- threads --------------------------------------------------------------------------------
+
+
+def find_conversation(repo: Repository, cid: str | None = None) -> str:
+    """The thread of a conversation, as ``llm logs -c``/``--cid`` pick one: without ``cid``
+    the most recently updated thread; with it, the thread named ``cid``, else the one thread
+    whose name ends in ``/<cid>`` (an imported conversation's upstream id, ``llm/<id>``).
+    NotFound when none, AmbiguousRevision when several end so."""
+    from .errors import AmbiguousRevision
+
+    repo.index.refresh_if_changed()
+    rows = repo.index.thread_rows()
+    if cid is None:
+        if not rows:
+            raise NotFound("no conversation yet: the store has no thread")
+        return max(rows, key=lambda r: (r["updated_ms"] or 0, r["name"]))["name"]
+    names = [r["name"] for r in rows]
+    if cid in names:
+        return cid
+    hits = [n for n in names if n.endswith("/" + cid)]
+    if len(hits) > 1:
+        raise AmbiguousRevision(f"--cid {cid!r} names {len(hits)} threads: {', '.join(hits[:5])}", cid=cid)
+    if not hits:
+        raise NotFound(f"no conversation {cid!r} (neither a thread name nor the id at the end of one)", cid=cid)
+    return hits[0]
+
 
 
 def threads(repo: Repository) -> list[dict]:
@@ -947,7 +972,7 @@ __all__ = [
     "check_on_conflict", "commit", "commit_many", "delete_thread", "fork", "hash_object", "import_paths",
     "rename_thread", "restore_thread", "switch", "to_payload", "update_ref",
     # reading
-    "cat_object", "conversation", "deleted_threads", "export", "iso", "iter_log", "log", "make_filters", "message_text",
+    "cat_object", "conversation", "deleted_threads", "export", "find_conversation", "iso", "iter_log", "log", "make_filters", "message_text",
     "nest_tree", "object_json", "part_json", "reflog", "rev_parse", "search", "show_refs", "status", "store_path", "threads",
     "tree",
     # maintenance

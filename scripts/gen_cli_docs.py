@@ -210,8 +210,11 @@ of the message's turn; an alias from the `[aliases]` table of `config.toml`, suc
 `4o = "gpt-4o"`, stands for its model), `--thread NAME` (messages in that thread's history),
 `--since`/`--until` (when the turn started: `2024-06-01`, `2024-06-01T12:00Z`, or a time ago:
 `30m`, `12h`, `3d`, `2w`, `1y`; `--until` excludes its instant), `--role`, `--tools` (turns
-with a tool call or result), `--source` (where the turn came from: `chatgpt`, `claude`,
-`llm`, ...).
+with a tool call or result), `-T/--tool NAME` (turns that called the tool NAME), `--source`
+(where the turn came from: `chatgpt`, `claude`, `llm`, ...). As in `llm logs`, `-c/--current`
+picks the most recent conversation (the thread updated last) and `--cid ID` a given one (a
+thread name, or the id an imported thread's name ends with: `--cid 01m8nd8...` for
+`llm/01m8nd8...`); in `search` they restrict the search to that thread.
 
 Paging: every message has a time-sortable `key`,
 `<turn start YYYYMMDDHHMMSSmmm>-<turn id, 16 hex>-<depth, 7 digits>` (its turn's start and

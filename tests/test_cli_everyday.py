@@ -271,3 +271,44 @@ def test_rev_parse_says_a_prefix_needs_four_hex_digits(cli, proj):
     r = cli("rev-parse", "937")
     assert_error(r, "not_found")
     assert "4 or more hex digits" in r.err
+
+
+# -- llm logs parity: -c, --cid, -T ------------------------------------------------------------
+
+
+def _tool_thread(cli, name: str, tool: str):
+    doc = {"messages": [
+        {"role": "user", "content": f"use {tool}"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": f"c-{tool}", "type": "function", "function": {"name": tool, "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": f"c-{tool}", "content": f"{tool} says hi"},
+    ], "model": "gpt-4o"}
+    ok(cli("commit", "-", "--thread", name, input=dumps(doc)))
+
+
+def test_log_and_search_current_and_cid(cli, proj):
+    commit(cli, ["first q", "first a"], "--thread", "older")
+    commit(cli, ["second q", "second a"], "--thread", "imports/abc123")
+    ok(cli("switch", "older"))
+    # -c: the conversation updated last, whatever HEAD names
+    assert [e["text"] for e in ok(cli("log", "-c", "--json")).json()] == ["second a", "second q"]
+    assert [e["text"] for e in ok(cli("log", "--cid", "abc123", "--json")).json()] == ["second a", "second q"]
+    assert [e["text"] for e in ok(cli("log", "--cid", "older", "--json")).json()] == ["first a", "first q"]
+    hits = ok(cli("search", "q", "--cid", "older", "--json")).json()
+    assert [h["id"] for h in hits] and all("older" in h["threads"] for h in hits)
+    assert_error(cli("log", "--cid", "nope"), "not_found")
+    assert_error(cli("log", "-c", "--cid", "older"), "invalid_input")
+    assert_error(cli("log", "-c", "older"), "invalid_input")
+
+
+def test_log_and_search_by_tool_name(cli, proj):
+    _tool_thread(cli, "w", "get_weather")
+    _tool_thread(cli, "t", "get_time")
+    commit(cli, ["no tools here", "fine"], "--thread", "plain")
+    got = ok(cli("log", "--all", "-T", "get_weather", "--json")).json()
+    assert got and all("get_time" not in json.dumps(e) for e in got)
+    assert any(p.get("name") == "get_weather" for e in got for p in e["parts"])
+    both = ok(cli("log", "--all", "--tool", "get_weather", "--tool", "get_time", "--json")).json()
+    assert len(both) == 2 * len(got)
+    assert ok(cli("log", "--all", "-T", "no_such_tool", "--json")).json() == []
+    assert all(h["threads"] == ["w"] for h in ok(cli("search", "use", "-T", "get_weather", "--json")).json())

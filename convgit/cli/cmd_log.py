@@ -56,6 +56,9 @@ def log_cmd(
     until: Optional[str] = V.UNTIL_OPT,
     role: List[str] = V.ROLE_OPT,
     tools: bool = V.TOOLS_OPT,
+    tool: List[str] = V.TOOL_OPT,
+    current: bool = V.CURRENT_OPT,
+    cid: Optional[str] = V.CID_OPT,
     source: List[str] = V.SOURCE_OPT,
     id_gt: Optional[str] = V.ID_GT_OPT,
     id_gte: Optional[str] = V.ID_GTE_OPT,
@@ -70,16 +73,21 @@ def log_cmd(
     """Messages from the tip back to the root, newest first (like git log)."""
     output.set_json(json_)
     repo = get_repo()
+    conv = V.conversation_thread(repo, current, cid)
+    if conv is not None:
+        if rev is not None or all_:
+            raise InvalidInput("-c/--cid name the conversation to show: not with REV or --all")
+        rev = conv
     if graph:
         _graph(repo, rev, all_=all_, count=count, reverse=reverse, json_=json_,
                refused={"-m": model, "--thread": thread, "--since": since, "--until": until, "--role": role,
-                        "--tools": tools, "--source": source, "--id-gt": id_gt, "--id-gte": id_gte,
+                        "--tools": tools, "-T": tool, "--source": source, "--id-gt": id_gt, "--id-gte": id_gte,
                         "-r": response, "-x": extract, "--xl": extract_last, "-u": usage, "-s": short_,
                         "--oneline": oneline})
         return
     with output.paged():
         _log_text(repo, rev, count, all_, reverse, oneline,
-                  (model, thread, since, until, role, tools, source, id_gt, id_gte),
+                  (model, thread, since, until, role, tools, source, id_gt, id_gte, tool),
                   response, extract, extract_last, usage, short_, truncate, json_, role)
 
 

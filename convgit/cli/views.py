@@ -31,9 +31,26 @@ ID_GT_OPT = typer.Option(None, "--id-gt", metavar="KEY",
 ID_GTE_OPT = typer.Option(None, "--id-gte", metavar="KEY", help="As --id-gt, but KEY itself included.")
 
 
-def make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte):
+TOOL_OPT = typer.Option([], "-T", "--tool", metavar="NAME", help="Only messages of turns that called the tool NAME; repeatable.")
+CURRENT_OPT = typer.Option(False, "-c", "--current", help="The most recent conversation (the thread updated last), as llm logs -c.")
+CID_OPT = typer.Option(None, "--cid", metavar="ID",
+                       help="The conversation ID: a thread name, or the id an imported thread's name ends with (llm/ID).")
+
+
+def conversation_thread(repo, current: bool, cid) -> str | None:
+    """The thread -c/--cid name (None when neither is given)."""
+    if current and cid:
+        from ..errors import InvalidInput
+
+        raise InvalidInput("give -c/--current or --cid, not both")
+    if not current and cid is None:
+        return None
+    return api.find_conversation(repo, cid)
+
+
+def make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte, tool=()):
     return api.make_filters(repo, model=model, thread=thread, since=since, until=until, role=role, tools=tools,
-                            source=source, id_gt=id_gt, id_gte=id_gte)
+                            source=source, id_gt=id_gt, id_gte=id_gte, tool=tool)
 
 
 # -- view options ---------------------------------------------------------------------------
