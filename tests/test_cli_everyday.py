@@ -194,6 +194,16 @@ def test_tool_calls_are_summarised_in_graph_and_oneline(cli, proj):
     assert "[tool result]" in graph and "rainy, 4C" in graph
     one = ok(cli("log", "--oneline")).out
     assert "[tool call] get_weather(" in one and "rainy, 4C" in one
+    show = ok(cli("show")).out
+    assert "→ tool call get_weather(" in show and "← tool result of get_weather for c1:" in show
+    # the index's message_tree view (for datasette) says the same
+    import sqlite3
+
+    db = sqlite3.connect(proj / ".convgit" / "index.sqlite")
+    tree = [r[0].strip() for r in db.execute("SELECT tree FROM message_tree")]
+    db.close()
+    assert tree[1].startswith("assistant: [tool call] get_weather(") and "Oslo" in tree[1]
+    assert tree[2] == "tool: [tool result] get_weather: rainy, 4C"
 
 
 # -- quiet, summaries ------------------------------------------------------------------------
