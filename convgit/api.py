@@ -750,6 +750,7 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
     from .ingest.sources import Rejected, iter_path
 
     head = None if dry_run else read_head_before_commit(repo)  # unreadable: fail before importing
+    paths = _expand_dirs(paths, fmt)
     owner: list[int] = []  # the path each reported conversation came from (one per item, in order)
 
     carry = [0]  # progress: what a file's items did not account for, given with the next item
@@ -791,6 +792,23 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
         if i not in good:
             c.warning = False
     return report
+
+
+def _expand_dirs(paths, fmt: str) -> list:
+    """A directory stands for the files in it that import reads (``ingest.sources.expand_dir``:
+    a whole ``~/.claude/projects`` or ``~/.codex/sessions``); an empty one is an error."""
+    from .ingest.sources import expand_dir
+
+    out: list = []
+    for p in paths:
+        if Path(p).is_dir():
+            files = expand_dir(p, None if fmt == "auto" else fmt)
+            if not files:
+                raise InvalidInput(f"{p}: a directory with no file to import in it")
+            out.extend(files)
+        else:
+            out.append(p)
+    return out
 
 
 def _progress_sizes(path, fmt: str) -> tuple[int, int, int]:

@@ -26,8 +26,8 @@ SUMMARY_AT = 20
 
 @app.command("import")
 def import_cmd(
-    paths: list[str] = typer.Argument(..., metavar="PATH", help="Export files: JSON, JSONL, a ZIP export, an llm logs.db; - reads one from stdin."),
-    fmt: str = typer.Option("auto", "--format", "-f", metavar="FORMAT", help="auto (default), chatgpt, claude, open-webui, librechat, llm, native, openai, openai-completion, openai-responses, anthropic, gemini, aistudio, sharegpt, messages, conversation, transcript."),
+    paths: list[str] = typer.Argument(..., metavar="PATH", help="Export files: JSON, JSONL, a ZIP export, an llm logs.db, Open WebUI's webui.db; a directory (e.g. ~/.claude/projects) for every file in it; - reads one from stdin."),
+    fmt: str = typer.Option("auto", "--format", "-f", metavar="FORMAT", help="auto (default), chatgpt, claude, open-webui, librechat, llm, grok, chatbot-ui, open-webui-db, sillytavern, claude-code, codex, native, openai, openai-completion, openai-responses, anthropic, gemini, aistudio, sharegpt, messages, conversation, transcript."),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Report what would be imported; write nothing."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Print nothing but warnings and errors."),
     verbose: bool = typer.Option(False, "-v", "--verbose",
@@ -55,21 +55,27 @@ def import_cmd(
             continue
         if not os.path.exists(p):
             raise InvalidInput(f"{p}: no such file")
-        if os.path.isdir(p):
-            raise InvalidInput(f"{p}: is a directory")
     repo = get_repo()
     with _stdin_spool(repo, "-" in paths, dry_run) as spool:
         files = [spool if p == "-" else p for p in paths]
-        with progress.Bar("importing", total_bytes(files), on=progress.enabled(json_=json_, quiet=quiet)) as advance:
+        with progress.Bar("importing", total_bytes(files, fmt), on=progress.enabled(json_=json_, quiet=quiet)) as advance:
             report = api.import_paths(repo, files, fmt=fmt, dry_run=dry_run, progress=advance)
         if spool is not None:
             _relabel(report, spool, "-")
     finish_import(report, json_=json_, quiet=quiet, verbose=verbose)
 
 
-def total_bytes(files) -> int:
-    """The input size a progress bar counts."""
-    return sum(os.path.getsize(p) for p in files if os.path.isfile(p))
+def total_bytes(files, fmt: str = "auto") -> int:
+    """The input size a progress bar counts (a directory: the files import reads in it)."""
+    total = 0
+    for p in files:
+        if os.path.isdir(p):
+            from ..ingest.sources import expand_dir
+
+            total += sum(f.stat().st_size for f in expand_dir(p, None if fmt == "auto" else fmt))
+        elif os.path.isfile(p):
+            total += os.path.getsize(p)
+    return total
 
 
 def finish_import(report, *, json_: bool, quiet: bool, verbose: bool, source: str | None = None) -> None:
