@@ -255,6 +255,53 @@ def make_filters(repo: Repository, **options) -> "Filters":
     return _make(repo, **options)
 
 
+def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None) -> list[dict]:
+    """The turn-level view (``log --turns``), as ``llm logs`` lists calls: one entry per
+    recorded call, newest first, including calls that added no new message (a re-sent
+    stateless call, a re-committed conversation with call metadata). Each entry: turn,
+    thread, kind, model, started_at (ISO), duration_ms, usage (input/output tokens, details),
+    source, error, the output message id, its ``response`` text (when it is an assistant
+    message) and the ``prompt`` (the last user message the turn covers or answers)."""
+    if count < 0:
+        raise InvalidInput("-n must be 0 (all) or more")
+    repo.index.refresh_if_changed()
+    out = []
+    for r in repo.index.turn_rows(filters, count):
+        response = prompt = None
+        try:
+            msg = repo.objects.read(r["output"])
+            if isinstance(msg, Message):
+                if msg.role == "assistant":
+                    response = message_text(repo, msg)
+                cur, steps = msg, max(1, r["span"] or 1) + 1
+                while cur is not None and steps > 0:
+                    if cur.role == "user":
+                        prompt = message_text(repo, cur)
+                        break
+                    cur = repo.objects.read(cur.parent) if cur.parent else None
+                    steps -= 1
+        except (ObjectMissing, ObjectCorrupt):
+            pass  # the output is gone (a pruned history): the call is still listed
+        details = None
+        if r["usage_json"]:
+            import json as _json
+
+            try:
+                details = _json.loads(r["usage_json"])
+            except ValueError:
+                details = None
+        out.append({
+            "turn": r["turn"], "thread": r["thread"], "kind": r["kind"],
+            "model": r["resolved_model"] or r["model"], "requested_model": r["model"],
+            "started_at": iso(r["started_at"]), "duration_ms": r["duration_ms"],
+            "usage": ({"input_tokens": r["input_tokens"], "output_tokens": r["output_tokens"], "details": details}
+                      if r["input_tokens"] is not None or r["output_tokens"] is not None or details else None),
+            "source": r["source"], "error": r["error"], "output": r["output"],
+            "prompt": prompt, "response": response,
+        })
+    return out
+
+
 def search(repo: Repository, query: str, *, count: int = 20, latest: bool = False,
            columns: tuple[str, ...] = SEARCH_DEFAULT_IN, filters: "Filters | None" = None) -> list:
     """Full-text search (FTS5 syntax) over message text; see ``convgit.index.search``."""
@@ -992,7 +1039,7 @@ __all__ = [
     # reading
     "cat_object", "conversation", "deleted_threads", "export", "find_conversation", "iso", "iter_log", "log", "make_filters", "message_text",
     "nest_tree", "object_json", "part_json", "reflog", "rev_parse", "search", "show_refs", "status", "store_path", "threads",
-    "tree",
+    "tree", "turns",
     # maintenance
     "bundle_create", "bundle_verify", "fsck", "gc", "is_llm_db", "merge", "reindex",
 ]

@@ -231,6 +231,17 @@ assistant message; `-x/--extract` the first fenced code block of each assistant 
 "usage": {"turns", "input_tokens", "output_tokens", "total_tokens"}}`, each entry with a
 `usage`); `-s/--short` prints one compact entry per turn (time, model, thread, prompt,
 response, tool calls); `-t/--truncate` cuts texts to 100 characters (in `--json` too).
+
+`--turns` is the turn-level view, as `llm logs` lists calls: one entry per recorded call,
+newest first, also for calls that added no new message (a stateless client re-sending a
+conversation it already sent, a re-committed conversation with call metadata), with the
+per-message turns of imports (each llm response, each dated ChatGPT message). Each entry:
+time, model, thread, kind, the prompt it answered and its response (first lines; `-t`
+truncates instead), `-u` its tokens and the totals. REV names the thread; `-n`, `-m`,
+`--since`, `--until`, `--source` and `--thread` apply. `--json` prints an array of `{"turn",
+"thread", "kind", "model", "requested_model", "started_at", "duration_ms", "usage",
+"source", "error", "output", "prompt", "response"}` (with `-u`: `{"turns": [...], "usage":
+{...}}`).
 """,
     ("show",): """\
 Prints the conversation up to REV (default `HEAD`) in reading order, oldest first, with the

@@ -322,3 +322,26 @@ def test_log_and_search_by_tool_name(cli, proj):
     assert len(both) == 2 * len(got)
     assert ok(cli("log", "--all", "-T", "no_such_tool", "--json")).json() == []
     assert all(h["threads"] == ["w"] for h in ok(cli("search", "use", "-T", "get_weather", "--json")).json())
+
+
+def test_log_turns_lists_every_call_also_those_that_added_nothing(cli, proj):
+    call = {"messages": conv("hi", "hello"), "model": "gpt-4o", "usage": {"input_tokens": 5, "output_tokens": 2}}
+    ok(cli("commit", "-", "--thread", "t", input=dumps(call)))
+    again = ok(cli("commit", "-", "--json", input=dumps({**call, "started_at": "2030-01-01T00:00:00Z"}))).json()
+    assert again["new_objects"] <= 1 and again["appended_messages"] == 0  # a re-sent call: no new message
+    commit(cli, ["other", "answer"], "--thread", "u", model="claude-3")
+    rows = ok(cli("log", "--turns", "--json")).json()
+    assert [r["model"] for r in rows] == ["gpt-4o", "claude-3", "gpt-4o"]  # newest first
+    assert rows[0]["started_at"] == "2030-01-01T00:00:00.000Z" and rows[0]["prompt"] == "hi"
+    assert rows[0]["response"] == "hello" and rows[0]["usage"]["input_tokens"] == 5
+    # the log of messages shows the message once; the turns show both calls
+    assert len(ok(cli("log", "t", "--json")).json()) == 2
+    assert len(ok(cli("log", "--turns", "-m", "gpt-4o", "--json")).json()) == 2
+    assert len(ok(cli("log", "--turns", "-n", "1", "--json")).json()) == 1
+    assert [r["thread"] for r in ok(cli("log", "--turns", "u", "--json")).json()] == ["u"]
+    assert ok(cli("log", "--turns", "--since", "2029-01-01", "--json")).json()[0]["turn"] == rows[0]["turn"]
+    doc = ok(cli("log", "--turns", "-u", "--json")).json()
+    assert doc["usage"]["input_tokens"] == 10 and doc["usage"]["turns"] == 3
+    text = ok(cli("log", "--turns")).out
+    assert text.count("  > hi") == 2 and "claude-3" in text
+    assert_error(cli("log", "--turns", "--graph"), "invalid_input")

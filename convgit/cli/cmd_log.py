@@ -50,6 +50,8 @@ def log_cmd(
     reverse: bool = typer.Option(False, "--reverse", help="Oldest first."),
     all_: bool = typer.Option(False, "--all", help="Every message reachable from any thread, once."),
     graph: bool = typer.Option(False, "--graph", help="Draw the fork tree (of every thread with --all)."),
+    turns: bool = typer.Option(False, "--turns", help="One entry per recorded call, newest first, as llm logs lists them "
+                                                      "(also calls that added no new message)."),
     model: List[str] = V.MODEL_OPT,
     thread: List[str] = V.THREAD_OPT,
     since: Optional[str] = V.SINCE_OPT,
@@ -78,6 +80,13 @@ def log_cmd(
         if rev is not None or all_:
             raise InvalidInput("-c/--cid name the conversation to show: not with REV or --all")
         rev = conv
+    if turns:
+        _turns(repo, rev, count=count, json_=json_, usage=usage, truncate=truncate,
+               filters_args=(model, thread, since, until, role, tools, source, id_gt, id_gte, tool),
+               refused={"--graph": graph, "--all": all_, "--reverse": reverse, "--oneline": oneline, "--role": role,
+                        "--tools": tools, "-T": tool, "--id-gt": id_gt, "--id-gte": id_gte, "-r": response,
+                        "-x": extract, "--xl": extract_last, "-s": short_})
+        return
     if graph:
         _graph(repo, rev, all_=all_, count=count, reverse=reverse, json_=json_,
                refused={"-m": model, "--thread": thread, "--since": since, "--until": until, "--role": role,
@@ -143,6 +152,49 @@ def _log_text(repo, rev, count, all_, reverse, oneline, filters_args, response, 
     if usage:
         output.line()
         output.line(V.totals_line(seen), "bold")
+
+
+def _turns(repo, rev, *, count: int, json_: bool, usage: bool, truncate: bool, filters_args, refused: dict) -> None:
+    """``log --turns``: the turn-level view (api.turns); REV, when given, is the thread."""
+    bad = [k for k, v in refused.items() if v]
+    if bad:
+        raise InvalidInput(f"--turns lists recorded calls: {', '.join(bad)} cannot be combined with it")
+    model, thread, since, until, *_ = filters_args
+    if rev is not None:
+        from ..ids import check_thread_name
+
+        name = repo.refs.read_head() if rev in ("HEAD", "@") else rev
+        check_thread_name(name)
+        thread = [*thread, name]
+    filters = V.make_filters(repo, model, thread, since, until, [], False, filters_args[6], None, None)
+    rows = api.turns(repo, count=count, filters=filters)
+    if json_:
+        if truncate:
+            rows = [{**r, "prompt": views.truncate(r["prompt"]) if r["prompt"] else r["prompt"],
+                     "response": views.truncate(r["response"]) if r["response"] else r["response"]} for r in rows]
+        output.emit_json(rows if not usage else {"turns": rows, "usage": _turn_totals(rows)})
+        return
+    with output.paged():
+        for r in rows:
+            head = [V.when(r["started_at"]) or "(no time)", r["model"] or "", r["thread"] or "", r["kind"]]
+            output.styled([(short(r["turn"]), "yellow"), ("  " + "  ".join(h for h in head if h), "dim")])
+            for mark, text in (("> ", r["prompt"]), ("< ", r["response"])):
+                if text is not None:
+                    body = views.truncate(text) if truncate else _first_line(text, 100)
+                    output.line("  " + mark + body)
+            if usage and r["usage"]:
+                output.line(f"  usage: {r['usage']['input_tokens']} input, {r['usage']['output_tokens']} output", "dim")
+        if usage:
+            t = _turn_totals(rows)
+            output.line(f"Total:  {t['input_tokens']} input, {t['output_tokens']} output tokens over {t['turns']} turn(s)",
+                        "bold")
+
+
+def _turn_totals(rows: list[dict]) -> dict:
+    u = [r["usage"] for r in rows if r["usage"]]
+    i = sum(x["input_tokens"] or 0 for x in u)
+    o = sum(x["output_tokens"] or 0 for x in u)
+    return {"turns": len(rows), "input_tokens": i, "output_tokens": o, "total_tokens": i + o}
 
 
 def _graph(repo, rev, *, all_: bool, count: int, reverse: bool, json_: bool, refused: dict) -> None:
