@@ -1008,10 +1008,12 @@ def store_path(start: str | Path | None = None) -> dict:
         p = expand_home(env)
         if not p.is_absolute():
             p = here / p
-        if p.exists() and not p.is_dir():
-            from .errors import NotAStore
+        from .errors import NotAStore
 
+        if p.exists() and not p.is_dir():
             raise NotAStore(f"CONVGIT_DIR={env} is not a directory", path=str(p))
+        if p.is_dir() and not (p / "format").exists() and any(p.iterdir()):
+            raise NotAStore(f"CONVGIT_DIR={env} is a directory that is neither empty nor a convgit store", path=str(p))
     else:
         p = next((d / STORE_DIRNAME for d in (here, *here.parents) if (d / STORE_DIRNAME).is_dir()), None)
         if p is None:

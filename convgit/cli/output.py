@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from ..config import child_env, terminal_var
 from ..errors import ConvgitError
 
 # The --json flag of the command being run (the error handler renders errors to match), the
@@ -54,7 +55,7 @@ def color() -> bool:
         return True
     if state["color"] == "never":
         return False
-    return is_tty() and not os.environ.get("NO_COLOR")
+    return is_tty() and not terminal_var("NO_COLOR")
 
 
 def stderr_tty() -> bool:
@@ -87,13 +88,13 @@ def _broken_pipe() -> None:
 
 
 def _term_ok() -> bool:
-    return sys.stdout.isatty() and os.environ.get("TERM", "") not in ("", "dumb")
+    return sys.stdout.isatty() and (terminal_var("TERM") or "") not in ("", "dumb")
 
 
 def completion_requested(prog_name: str, complete_var: str | None) -> bool:
     """Is this run a shell asking for completions (typer's ``_CONVGIT_COMPLETE``)?"""
     var = complete_var or f"_{prog_name}_COMPLETE".replace("-", "_").upper()
-    return bool(os.environ.get(var))
+    return bool(terminal_var(var))
 
 
 # -- the pager ------------------------------------------------------------------------------
@@ -106,7 +107,7 @@ def pager_command() -> str | None:
     ``less`` (run with LESS=FRX unless LESS is set: quit if one screen, keep colours, leave
     the text on screen). An empty value or ``cat`` means no pager."""
     for var in ("CONVGIT_PAGER", "PAGER"):
-        v = os.environ.get(var)
+        v = terminal_var(var)
         if v is not None:
             return None if v.strip() in ("", "cat") else v
     return DEFAULT_PAGER
@@ -130,9 +131,7 @@ class paged:
             return self
         import subprocess
 
-        env = dict(os.environ)
-        env.setdefault("LESS", "FRX")
-        env.setdefault("LV", "-c")
+        env = child_env(LESS="FRX", LV="-c")
         try:
             self.proc = subprocess.Popen(cmd, shell=True, stdin=subprocess.PIPE, env=env)
         except OSError:
