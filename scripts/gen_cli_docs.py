@@ -404,6 +404,14 @@ read-only by a `file:` URI with the path percent-encoded, so any file name works
 they reach: a way to carry history between machines (`convgit merge FILE.db` takes it in).
 """,
     ("bundle", "create"): """Writes FILE.db with the given threads (default: all) and everything they reach.
+
+`convgit bundle create backup.db` (no THREAD) is convgit's answer to `llm logs backup`: one
+SQLite file with every thread, every message and blob they reach, the turns recorded on them
+and the provenance of deleted threads that their messages still need; `bundle verify`
+checks it without a store, and `convgit merge backup.db` into an empty store (or any store)
+brings it all back, ids unchanged. It does not carry `config.toml`, HEAD, or reflog lines
+that recorded no turn (renames, deletes, `update-ref`); copy `config.toml` by hand if you
+changed it.
 """,
     ("bundle", "verify"): """Checks a bundle: every object's hash and encoding, that every reference inside it resolves,
 that thread names are valid and point at messages. Exits 35 when it is corrupt.

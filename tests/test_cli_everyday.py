@@ -345,3 +345,19 @@ def test_log_turns_lists_every_call_also_those_that_added_nothing(cli, proj):
     text = ok(cli("log", "--turns")).out
     assert text.count("  > hi") == 2 and "claude-3" in text
     assert_error(cli("log", "--turns", "--graph"), "invalid_input")
+
+
+def test_bundle_create_is_the_backup(cli, proj, tmp_path):
+    """docs/cli.md: `bundle create backup.db` then `merge backup.db` into an empty store gives
+    back every thread and message with the same ids, and the same log."""
+    commit(cli, ["q1", "a1"], "--thread", "main", model="gpt-4o")
+    ok(cli("fork", "main~1", "side"))
+    commit(cli, ["q1", "other"], "--thread", "side")
+    b = tmp_path / "backup.db"
+    ok(cli("bundle", "create", b))
+    assert ok(cli("bundle", "verify", b, "--json")).json()["status"] == "ok"
+    fresh = tmp_path / "fresh"
+    ok(cli("init", cwd=fresh))
+    ok(cli("merge", b, cwd=fresh))
+    assert ok(cli("show-ref", "--json", cwd=fresh)).json() == ok(cli("show-ref", "--json")).json()
+    assert ok(cli("log", "--all", "--json", cwd=fresh)).json() == ok(cli("log", "--all", "--json")).json()
