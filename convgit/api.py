@@ -940,11 +940,12 @@ def gc(repo: Repository, *, prune: str | None = None, dry_run: bool = False, aut
     return _gc(repo, prune=prune, dry_run=dry_run, auto=auto)
 
 
-def fsck(repo: Repository, *, repair: bool = False):
-    """Check every object, ref, reflog, pack and the index. Returns FsckReport."""
+def fsck(repo: Repository, *, repair: bool = False, progress=None):
+    """Check every object, ref, reflog, pack and the index. Returns FsckReport.
+    ``progress(done, total)``: objects checked so far, of how many."""
     from .fsck import fsck as _fsck
 
-    return _fsck(repo, repair=repair)
+    return _fsck(repo, repair=repair, progress=progress)
 
 
 def merge(repo: Repository, src: str | Path, *, dry_run: bool = False, progress=None):

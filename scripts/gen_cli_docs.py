@@ -70,8 +70,8 @@ Conventions every command follows:
   turns it off). Never when piped or with `--json`.
 - Long operations (import, merge, gc, fsck, reindex, bundle create/verify, export) show
   progress on stderr when it is a terminal: a bar with the time left (at the average rate
-  since the start) where the size of the work is known (import, merging an llm logs.db), a
-  spinner with the time spent otherwise. Never when stderr is piped, with `--json` or `-q`.
+  since the start) where the size of the work is known (import, merging an llm logs.db,
+  fsck's object checks), a spinner with the time spent otherwise. Never when stderr is piped, with `--json` or `-q`.
 - Shell completion: `convgit --install-completion` installs it for the shell you run it
   from (bash, zsh, fish, PowerShell; typer's scripts), `--show-completion` prints the script.
   It completes commands, options, thread names and revisions (`HEAD`, `NAME~1`) from the

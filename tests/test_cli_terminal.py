@@ -205,3 +205,19 @@ def test_show_and_install_completion(env, tmp_path):
     assert "convgit" in (home / ".bashrc").read_text()
     script = next((home / ".bash_completions").glob("convgit*"))
     assert "_CONVGIT_COMPLETE" in script.read_text()
+
+
+def test_fsck_progress_counts_every_object(cli, proj, env, tmp_path):
+    import convgit
+
+    f = _big_jsonl(tmp_path / "many.jsonl", 800)
+    ok(cli("import", "-q", f))
+    repo = convgit.open_repo(proj)
+    seen = []
+    rep = convgit.fsck(repo, progress=lambda done, total: seen.append((done, total)))
+    repo.close()
+    total = rep.loose + rep.packed
+    assert rep.ok and seen[-1] == (total, total) and total > 2000
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    rc, out = run_pty(["fsck"], cwd=proj, env=env)
+    assert rc == 0 and "checking objects" in out and f"checked {rep.loose} loose" in out

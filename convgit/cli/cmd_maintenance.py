@@ -76,8 +76,8 @@ def fsck_cmd(
     index. Exits 35 (fsck_failed) when anything is corrupt."""
     output.set_json(json_)
     repo = get_repo()
-    with progress.Spinner("fsck", on=progress.enabled(json_=json_)):
-        rep = api.fsck(repo, repair=repair)
+    with progress.Counter("checking objects", on=progress.enabled(json_=json_)) as tick:
+        rep = api.fsck(repo, repair=repair, progress=tick)
     err = None if rep.ok else FsckFailed(f"{len(rep.errors)} problem(s) found")
     if json_:
         doc = rep.to_json()

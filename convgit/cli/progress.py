@@ -101,3 +101,39 @@ class Spinner:
     def __exit__(self, *exc) -> None:
         if self.status is not None:
             self.status.stop()
+
+
+# A count of items (objects) smaller than this is not worth a bar either.
+MIN_ITEMS = 2000
+
+
+class Counter:
+    """A bar over items whose total the work finds out itself: the function it gives takes
+    ``(done, total)``; the bar appears on the first call with a total worth one."""
+
+    def __init__(self, label: str, *, on: bool = True) -> None:
+        self.label = label
+        self.on = on
+        self.bar = None
+        self.advance = None
+        self.done = 0
+
+    def __enter__(self):
+        if not self.on:
+            return None
+
+        def update(done: int, total: int) -> None:
+            if self.bar is None:
+                if total < MIN_ITEMS:
+                    return
+                self.bar = Bar(self.label, total, unit="items")
+                self.advance = self.bar.__enter__()
+            if self.advance is not None and done > self.done:
+                self.advance(done - self.done)
+                self.done = done
+
+        return update
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
