@@ -5,7 +5,6 @@ progress bars, summarised reports; and shell completion through typer's protocol
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import select
 import struct

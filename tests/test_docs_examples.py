@@ -85,6 +85,7 @@ def test_every_command_of_the_readme_runs(shell, tmp_path):
     llm_dir = Path(shell.env["HOME"]) / ".config" / "io.datasette.llm"
     llm_dir.mkdir(parents=True)
     shutil.copy(LLM_DB, llm_dir / "logs.db")
+    shutil.copytree(ROOT / "tests" / "data" / "formats" / "claude-projects", Path(shell.env["HOME"]) / ".claude" / "projects")
     shell("convgit init")
     out = {}
     for cmd in _block(ROOT / "README.md", "## Using it"):
@@ -101,6 +102,8 @@ def test_every_command_of_the_readme_runs(shell, tmp_path):
     llm = next(k for k in o if k.startswith("convgit merge ~/"))
     assert o[llm].count("imported") == 13
     assert "idea@{0}" in o["convgit reflog idea"]
+    assert "Total:" in o["convgit log --turns -u"] and "gpt-4o" in o["convgit log --turns -u"]
+    assert "imported      claude-code/" in o["convgit import --format claude-code ~/.claude/projects"]
     assert o["convgit threads restore idea"].startswith("Restored thread idea at ")
     assert o["convgit help log"].startswith("Usage: convgit log")
     # the llm merge again: nothing new, said once

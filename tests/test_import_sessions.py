@@ -11,7 +11,6 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-import pytest
 
 from cli_helpers import assert_error, cli, cli_env, env, ok, proj  # noqa: F401
 

@@ -100,7 +100,9 @@ def log_cmd(
                   response, extract, extract_last, usage, short_, truncate, json_, role)
 
 
-def _log_text(repo, rev, count, all_, reverse, oneline, filters_args, response, extract, extract_last, usage, short_, truncate, json_, role) -> None:
+def _log_text(repo, rev, count, all_, reverse, oneline, filters_args, response, extract, extract_last, usage,
+              short_, truncate, json_, role) -> None:
+    """The message log (every form but --graph and --turns), inside the pager."""
     filters = V.make_filters(repo, *filters_args)
     entries = api.iter_log(repo, rev, count=count, all_threads=all_, reverse=reverse, filters=filters)
     if response or extract or extract_last:

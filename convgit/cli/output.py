@@ -4,7 +4,6 @@ text when piped. Conversation text is data: never interpreted as rich markup."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any
 
