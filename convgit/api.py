@@ -255,18 +255,19 @@ def make_filters(repo: Repository, **options) -> "Filters":
     return _make(repo, **options)
 
 
-def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None) -> list[dict]:
+def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None, schema: bool = False) -> list[dict]:
     """The turn-level view (``log --turns``), as ``llm logs`` lists calls: one entry per
     recorded call, newest first, including calls that added no new message (a re-sent
     stateless call, a re-committed conversation with call metadata). Each entry: turn,
     thread, kind, model, started_at (ISO), duration_ms, usage (input/output tokens, details),
     source, error, the output message id, its ``response`` text (when it is an assistant
-    message) and the ``prompt`` (the last user message the turn covers or answers)."""
+    message) and the ``prompt`` (the last user message the turn covers or answers).
+    ``schema``: only calls that asked for structured output (a JSON schema)."""
     if count < 0:
         raise InvalidInput("-n must be 0 (all) or more")
     repo.index.refresh_if_changed()
     out = []
-    for r in repo.index.turn_rows(filters, count):
+    for r in repo.index.turn_rows(filters, count, schema=schema):
         response = prompt = None
         try:
             msg = repo.objects.read(r["output"])

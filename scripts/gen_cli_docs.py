@@ -241,7 +241,10 @@ truncates instead), `-u` its tokens and the totals. REV names the thread; `-n`, 
 `--since`, `--until`, `--source` and `--thread` apply. `--json` prints an array of `{"turn",
 "thread", "kind", "model", "requested_model", "started_at", "duration_ms", "usage",
 "source", "error", "output", "prompt", "response"}` (with `-u`: `{"turns": [...], "usage":
-{...}}`).
+{...}}`). `--turns --schema` keeps the calls that asked for structured output (an OpenAI
+`response_format` of type `json_schema` or `json_object`, or an llm call with a schema);
+`--turns --data` prints the JSON object each such call returned, one per line (`--json`: an
+array of them), as `llm logs --data` does.
 """,
     ("show",): """\
 Prints the conversation up to REV (default `HEAD`) in reading order, oldest first, with the

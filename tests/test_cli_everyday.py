@@ -361,3 +361,16 @@ def test_bundle_create_is_the_backup(cli, proj, tmp_path):
     ok(cli("merge", b, cwd=fresh))
     assert ok(cli("show-ref", "--json", cwd=fresh)).json() == ok(cli("show-ref", "--json")).json()
     assert ok(cli("log", "--all", "--json", cwd=fresh)).json() == ok(cli("log", "--all", "--json")).json()
+
+
+def test_log_turns_schema_and_data(cli, proj):
+    schema = {"type": "json_schema", "json_schema": {"name": "dog", "schema": {"type": "object"}}}
+    for i, name in enumerate(["Rex", "Fido"]):
+        ok(cli("commit", "-", input=dumps({"messages": conv(f"invent dog {i}", json.dumps({"name": name, "age": i})),
+                                            "model": "gpt-4o", "response_format": schema})))
+    commit(cli, ["plain question", "plain answer"], "--thread", "p", model="gpt-4o")
+    only = ok(cli("log", "--turns", "--schema", "--json")).json()
+    assert len(only) == 2 and all(r["prompt"].startswith("invent dog") for r in only)
+    assert ok(cli("log", "--turns", "--data")).out.splitlines() == ['{"name": "Fido", "age": 1}', '{"name": "Rex", "age": 0}']
+    assert ok(cli("log", "--turns", "--data", "--json")).json() == [{"name": "Fido", "age": 1}, {"name": "Rex", "age": 0}]
+    assert_error(cli("log", "--data"), "invalid_input")

@@ -52,6 +52,10 @@ def log_cmd(
     graph: bool = typer.Option(False, "--graph", help="Draw the fork tree (of every thread with --all)."),
     turns: bool = typer.Option(False, "--turns", help="One entry per recorded call, newest first, as llm logs lists them "
                                                       "(also calls that added no new message)."),
+    schema: bool = typer.Option(False, "--schema", help="With --turns: only calls that asked for structured output "
+                                                        "(a JSON schema)."),
+    data: bool = typer.Option(False, "--data", help="With --turns: the JSON each call returned, one object per line "
+                                                    "(implies --schema), as llm logs --data."),
     model: List[str] = V.MODEL_OPT,
     thread: List[str] = V.THREAD_OPT,
     since: Optional[str] = V.SINCE_OPT,
@@ -80,8 +84,10 @@ def log_cmd(
         if rev is not None or all_:
             raise InvalidInput("-c/--cid name the conversation to show: not with REV or --all")
         rev = conv
+    if (schema or data) and not turns:
+        raise InvalidInput("--schema and --data apply to --turns (the calls)")
     if turns:
-        _turns(repo, rev, count=count, json_=json_, usage=usage, truncate=truncate,
+        _turns(repo, rev, count=count, json_=json_, usage=usage, truncate=truncate, schema=schema or data, data=data,
                filters_args=(model, thread, since, until, role, tools, source, id_gt, id_gte, tool),
                refused={"--graph": graph, "--all": all_, "--reverse": reverse, "--oneline": oneline, "--role": role,
                         "--tools": tools, "-T": tool, "--id-gt": id_gt, "--id-gte": id_gte, "-r": response,
@@ -156,7 +162,8 @@ def _log_text(repo, rev, count, all_, reverse, oneline, filters_args, response, 
         output.line(V.totals_line(seen), "bold")
 
 
-def _turns(repo, rev, *, count: int, json_: bool, usage: bool, truncate: bool, filters_args, refused: dict) -> None:
+def _turns(repo, rev, *, count: int, json_: bool, usage: bool, truncate: bool, filters_args, refused: dict,
+           schema: bool = False, data: bool = False) -> None:
     """``log --turns``: the turn-level view (api.turns); REV, when given, is the thread."""
     bad = [k for k, v in refused.items() if v]
     if bad:
@@ -169,7 +176,20 @@ def _turns(repo, rev, *, count: int, json_: bool, usage: bool, truncate: bool, f
         check_thread_name(name)
         thread = [*thread, name]
     filters = V.make_filters(repo, model, thread, since, until, [], False, filters_args[6], None, None)
-    rows = api.turns(repo, count=count, filters=filters)
+    rows = api.turns(repo, count=count, filters=filters, schema=schema)
+    if data:
+        docs = []
+        for r in rows:
+            try:
+                docs.append(output.json.loads(r["response"] or ""))
+            except ValueError:
+                continue  # an answer that is not JSON (a refusal, an error): not data
+        if json_:
+            output.emit_json(docs)
+        else:
+            for d in docs:
+                output.line(output.json.dumps(d, ensure_ascii=False))
+        return
     if json_:
         if truncate:
             rows = [{**r, "prompt": views.truncate(r["prompt"]) if r["prompt"] else r["prompt"],

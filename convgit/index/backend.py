@@ -102,5 +102,5 @@ class IndexBackend(Protocol):
     def search(self, text: str, **options) -> list:
         """Full-text matches (``count``, ``latest``, ``columns``, ``filters``), best first."""
 
-    def turn_rows(self, filters=None, count: int = 0) -> list[dict]:
+    def turn_rows(self, filters=None, count: int = 0, *, schema: bool = False) -> list[dict]:
         """Recorded calls (and imported per-message turns), newest first, filtered."""

@@ -159,15 +159,20 @@ class IndexLookups:
         return out
 
     @healing
-    def turn_rows(self, filters=None, count: int = 0) -> list[dict]:
+    def turn_rows(self, filters=None, count: int = 0, *, schema: bool = False) -> list[dict]:
         """Recorded calls, newest first, one per turn as ``llm logs`` lists responses: turns of
         kind ``call`` and the per-message turns of imports (each source message's own time,
         model and tokens), also those that added no message (a re-sent call). ``filters``
         (index.filters.Filters): its models, since/until, sources and threads apply. Each dict:
         turn, thread, kind, model, resolved_model, started_at, duration_ms, input_tokens,
-        output_tokens, usage_json, source, output, span, error."""
+        output_tokens, usage_json, source, output, span, error. ``schema``: only calls that
+        asked for structured output (an OpenAI ``response_format`` of type ``json_schema`` or
+        ``json_object`` in their options, or an llm ``schema_id``)."""
         conds = ["(t.kind = 'call' OR t.record IS NOT NULL)"]
         params: list = []
+        if schema:
+            conds.append("(json_extract(t.options_json, '$.response_format.type') IN ('json_schema', 'json_object') "
+                         "OR json_extract(t.meta_json, '$.schema_id') IS NOT NULL)")
         f = filters
         if f is not None:
             if f.models:
