@@ -31,6 +31,8 @@ _API = (
     # reading
     "cat_object", "conversation", "export", "iso", "iter_log", "log", "make_filters", "message_text", "object_json",
     "part_json", "rev_parse", "search", "show_refs", "status", "threads", "tree",
+    # embeddings
+    "embed", "embed_status",
     # maintenance
     "bundle_create", "bundle_verify", "fsck", "gc", "merge", "reindex",
     # the everyday CLI (issue 11): reflog, restoring deleted threads, merging llm logs.db, the tree as JSON

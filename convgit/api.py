@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import msgspec
 
 from . import codec, graph, revparse
-from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed, StorageFailed
+from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed
 from .ids import check_thread_name, is_oid, short
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
 from .repository import Repository
@@ -106,14 +106,34 @@ def commit(
     on_conflict: str = "reject",
     model: str | None = None,
     now_ms: int | None = None,
+    continue_: bool = False,
+    after: str | None = None,
 ) -> CommitResult:
     """Store one conversation (see DESIGN §5 for which thread moves). HEAD then names the
-    thread committed to (``convgit.commit.follow_head``, the rule the CLI follows too)."""
+    thread committed to (the HEAD rule of the repository transaction, which the CLI follows too).
+
+    ``continue_`` (``commit --continue``, like ``llm -c``): ``data`` holds only the new
+    messages, appended after the tip of ``thread`` (default: the thread HEAD names).
+    ``after``: a revision (a message id or prefix, ``THREAD~N``) whose message the new messages
+    follow; the thread decision then runs on the whole history (``--thread`` still trusted)."""
     from .commit import check_on_conflict, commit_payload
 
     check_on_conflict(on_conflict)
-    return commit_payload(repo, to_payload(repo, data, model=model), thread=thread, on_conflict=on_conflict,
-                          now_ms=now_ms, move_head=True)
+    payload = to_payload(repo, data, model=model)
+    base = None
+    if continue_:
+        if after is not None:
+            raise InvalidInput("give --continue or a revision to continue after, not both")
+        thread = thread if thread is not None else repo.refs.read_head()
+        check_thread_name(thread)
+        base = repo.refs.read(thread)
+        if base is None:
+            raise NotFound(f"thread {thread!r} does not exist: nothing to continue", thread=thread)
+    elif after is not None:
+        base = revparse.resolve(repo, after)
+        _require_message(repo, base, after)
+    return commit_payload(repo, payload, thread=thread, on_conflict=on_conflict, now_ms=now_ms, move_head=True,
+                          after=base)
 
 
 def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None) -> list[CommitResult]:
@@ -303,10 +323,33 @@ def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None,
     return out
 
 
-def search(repo: Repository, query: str, *, count: int = 20, latest: bool = False,
+def search(repo: Repository, query: str, *, mode: str = "auto", count: int = 20, latest: bool = False,
            columns: tuple[str, ...] = SEARCH_DEFAULT_IN, filters: "Filters | None" = None) -> list:
-    """Full-text search (FTS5 syntax) over message text; see ``convgit.index.search``."""
-    return repo.index.search(query, count=count, latest=latest, columns=columns, filters=filters)
+    """Search message text (docs/search.md). ``mode``: ``fts`` (FTS5 syntax, every word
+    required), ``semantic`` (nearest chunks by meaning), ``hybrid`` (reciprocal-rank fusion of
+    both) or ``auto`` (default: plain words are hybrid when the store has vectors, else
+    full-text that falls back to any of the words; FTS5 syntax is ``fts``)."""
+    if mode == "fts":
+        return repo.index.search(query, count=count, latest=latest, columns=columns, filters=filters)
+    from .semantic import search as _search
+
+    return _search(repo, query, mode=mode, count=count, latest=latest, columns=columns, filters=filters)
+
+
+def embed(repo: Repository, *, retry: bool = True, batch_size: int | None = None, progress=None, **overrides):
+    """Embed every pending chunk (and retry failed ones) into the active namespace
+    (config.toml ``[embed]``; ``overrides`` such as ``provider="hash"`` replace its values).
+    Returns EmbedResult; see docs/search.md."""
+    from .semantic import embed as _embed
+
+    return _embed(repo, retry=retry, batch_size=batch_size, progress=progress, **overrides)
+
+
+def embed_status(repo: Repository, **overrides) -> dict:
+    """Chunks per state (indexed, pending, failed) in the active namespace, and every namespace."""
+    from .semantic import embed_status as _status
+
+    return _status(repo, **overrides)
 
 
 def status(repo: Repository) -> dict:
@@ -484,16 +527,6 @@ def threads(repo: Repository) -> list[dict]:
     return out
 
 
-def _index_after_move(repo: Repository) -> None:
-    """After a ref moved: the index follows (the journal names what moved, so this reads only
-    that). The move stands even when the index cannot follow (a full disk); the next command
-    catches up, so this is a warning, never a failure."""
-    try:
-        repo.index.refresh_if_changed()
-    except StorageFailed as e:
-        repo.warnings.append(f"index not updated ({e.message}); it will catch up on the next command")
-
-
 @dataclass
 class ForkResult:
     """What ``fork`` made: the new thread, its tip, where it forked from, and the fork's turn."""
@@ -531,13 +564,11 @@ def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | N
     repo.refs.check_free(name)
     turn = Turn(kind="fork", thread=name, input=oid, output=oid, started_at=now, forked_from=src_thread)
     tid, data = codec.encode_and_hash(turn)
-    with repo.write_lock():
-        repo.objects.write_raw(tid, data)
-        repo.refs.update(
-            name, oid, expected=None, turn=tid, exists=repo.objects.contains, time_ms=now,
-            message=f"fork: from {src_thread or short(oid)} at {short(oid)}",
-        )
-    _index_after_move(repo)
+    with repo.transaction(fast_forward=True) as tx:
+        tx.write_objects([(tid, data)], decoded={tid: turn})
+        tx.move(name, oid, expected=None, turn=tid, time_ms=now,
+                message=f"fork: from {src_thread or short(oid)} at {short(oid)}")
+    repo.warnings.extend(tx.warnings)
     return ForkResult(name, oid, {"thread": src_thread, "message": oid}, tid)
 
 
@@ -568,16 +599,12 @@ def rename_thread(repo: Repository, old: str, new: str) -> dict:
     """Rename a thread; HEAD follows it, and threads forked from it show the new name.
     HEAD is read before the rename; a failure to write it afterwards is a warning (the
     rename stands), in ``warnings``."""
-    from .commit import move_head
-
-    head = repo.refs.read_head()
-    with repo.write_lock():
-        tip = repo.refs.rename(old, new)
-        warning = move_head(repo, new, head) if head == old else None
-    _index_after_move(repo)
+    with repo.transaction() as tx:
+        tx.read_head()
+        tip = tx.rename(old, new)
     doc = {"status": "renamed", "old": old, "new": new, "tip": tip}
-    if warning:
-        doc["warnings"] = [warning]
+    if tx.warnings:
+        doc["warnings"] = list(tx.warnings)
     return doc
 
 
@@ -589,34 +616,21 @@ def delete_thread(repo: Repository, name: str) -> dict:
     (``head``, ``head_moved``), so HEAD never silently names a deleted thread while others
     exist; with none left it keeps naming the deleted one. ``warnings``: what went wrong
     after the delete (it stands)."""
-    from .commit import move_head
-
     check_thread_name(name)
-    head = repo.refs.read_head()  # unreadable: refuse before deleting anything
     broken = None
-    with repo.write_lock():
+    with repo.transaction() as tx:
+        head = tx.read_head()  # unreadable: refuse before deleting anything
         try:
             exists = repo.refs.read(name) is not None
         except ObjectCorrupt as e:  # an unreadable ref file, which delete removes
             exists, broken = True, e.message
         if not exists:
             raise NotFound(f"thread {name!r} does not exist", thread=name)
-        tip = repo.refs.update(name, None, message="delete")
-        _index_after_move(repo)
-        warnings: list[str] = []
-        new_head = head
-        if name == head:
-            left = [r for r in repo.index.thread_rows() if r["name"] != name]
-            if left:
-                new_head = max(left, key=lambda r: (r["updated_ms"] or 0, r["name"]))["name"]
-                warning = move_head(repo, new_head, head)
-                if warning:
-                    warnings.append(warning)
-                    new_head = head
-    doc = {"status": "deleted", "thread": name, "tip": tip, "broken": broken, "head": new_head,
-           "head_moved": new_head != head}
-    if warnings:
-        doc["warnings"] = warnings
+        tip = tx.delete(name)
+    doc = {"status": "deleted", "thread": name, "tip": tip, "broken": broken, "head": tx.head,
+           "head_moved": tx.head != head}
+    if tx.warnings:
+        doc["warnings"] = list(tx.warnings)
     return doc
 
 
@@ -625,7 +639,8 @@ def switch(repo: Repository, name: str) -> dict:
     check_thread_name(name)
     if repo.refs.read(name) is None:
         raise NotFound(f"thread {name!r} does not exist", thread=name)
-    repo.refs.write_head(name)
+    with repo.transaction(index="none") as tx:
+        tx.write_head(name)
     return {"status": "switched", "thread": name, "tip": repo.refs.read(name)}
 
 
@@ -642,9 +657,9 @@ def update_ref(repo: Repository, name: str, new: str | None, old: str | None = N
         expected = None
     elif old is not None:
         expected = revparse.resolve(repo, old) if not is_oid(old) else old
-    with repo.write_lock():
-        prev = repo.refs.update(name, new, expected=expected, exists=repo.objects.contains, message="update-ref")
-    _index_after_move(repo)
+    with repo.transaction() as tx:
+        prev = tx.move(name, new, expected=expected, message="update-ref")
+    repo.warnings.extend(tx.warnings)
     return {"status": "updated", "thread": name, "old": prev, "new": new}
 
 
@@ -765,7 +780,7 @@ def restore_thread(repo: Repository, name: str, *, now_ms: int | None = None) ->
     rel = archive.relative_to(repo.refs.root).as_posix()
     saved = archive.read_bytes()
     now = now_ms if now_ms is not None else int(time.time() * 1000)
-    with repo.write_lock():
+    with repo.transaction() as tx:
         repo.refs.check_free(name)
         log = repo.refs.log_path(name)
         wrote_log = False
@@ -774,15 +789,14 @@ def restore_thread(repo: Repository, name: str, *, now_ms: int | None = None) ->
             fsio.replace_file(log, saved, fsync=repo.refs.fsync)
             wrote_log = True
         try:
-            repo.refs.update(name, tip, expected=None, exists=repo.objects.contains, time_ms=now,
-                             message=f"restore: from {rel}")
+            tx.move(name, tip, expected=None, time_ms=now, message=f"restore: from {rel}")
         except BaseException:
             if wrote_log:
                 fsio.unlink_quiet(log)
             raise
         if wrote_log:
             fsio.unlink_quiet(archive)
-    _index_after_move(repo)
+    repo.warnings.extend(tx.warnings)
     return {"status": "restored", "thread": name, "tip": tip, "from": rel}
 
 
@@ -793,11 +807,11 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
                  progress=None, now_ms: int | None = None):
     """Import every conversation in ``paths`` (see convgit/importer.py). Returns an
     ImportReport; one bad conversation is reported, never raised."""
-    from .commit import move_head, read_head_before_commit, thread_exists
     from .importer import import_conversations
     from .ingest.sources import Rejected, iter_path
 
-    head = None if dry_run else read_head_before_commit(repo)  # unreadable: fail before importing
+    if not dry_run:
+        repo.refs.read_head()  # unreadable: fail before reading any file
     paths = _expand_dirs(paths, fmt)
     owner: list[int] = []  # the path each reported conversation came from (one per item, in order)
 
@@ -823,16 +837,10 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
                 yield Rejected(str(p), SchemaValidationFailed("no conversations in this file"))
             carry[0] += max(0, fsize - done)
 
-    report = import_conversations(repo, items(), dry_run=dry_run, progress=progress, now_ms=now_ms)
+    # HEAD naming no thread (a new store): the first conversation imported becomes current.
+    report = import_conversations(repo, items(), dry_run=dry_run, progress=progress, now_ms=now_ms, move_head=True)
     if progress is not None and carry[0]:
         progress(carry[0])
-    if head is not None and not thread_exists(repo, head):
-        # HEAD names no thread (a new store): the first conversation imported becomes current.
-        first = next((t["thread"] for c in report.conversations for t in c.threads
-                      if c.status == "imported" and t["branch"] == "main"), None)
-        warning = move_head(repo, first, head) if first else None
-        if warning:
-            report.warnings.append(warning)
     # A file of which nothing was imported (every entry skipped, even those that were only
     # warnings, such as ChatGPT entries without "mapping") is a failure, never a silent exit 0.
     good = {i for i, c in zip(owner, report.conversations) if c.error_code is None}
@@ -1044,6 +1052,8 @@ __all__ = [
     "cat_object", "conversation", "deleted_threads", "export", "find_conversation", "iso", "iter_log", "log", "make_filters", "message_text",
     "nest_tree", "object_json", "part_json", "reflog", "rev_parse", "search", "show_refs", "status", "store_path", "threads",
     "tree", "turns",
+    # embeddings
+    "embed", "embed_status",
     # maintenance
     "bundle_create", "bundle_verify", "fsck", "gc", "is_llm_db", "merge", "reindex",
 ]

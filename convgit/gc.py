@@ -28,10 +28,9 @@ from dataclasses import asdict, dataclass, field
 
 from . import fsio
 from .config import crash_point, parse_age
-from .errors import GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing, StorageFailed
+from .errors import ConvgitError, GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing
 from .graph import keep_recording_turns, mark_reachable
 from .ids import check_thread_name, is_oid
-from .merge_journal import recover
 from .objects import Message, Turn
 from .pack import PackWriter
 from .repository import require_format
@@ -64,6 +63,7 @@ class GcStats:
     reflog_expired: int = 0
     temp_removed: int = 0
     refs_packed: int = 0  # loose refs moved into packed-refs
+    vectors_dropped: int = 0  # vectors (.convgit/vectors/) of pruned messages, dropped
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step (scan, mark, pack, sweep, index)
     pruned_ids: list[str] = field(default_factory=list)
@@ -132,15 +132,22 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
         stats.status, stats.reason = "skipped", "another gc is running"
         return stats
     try:
-        with repo.exclusive_lock():
-            if not dry_run:
-                recover(repo)
+        # One transaction, the store lock held exclusively (an interrupted merge rolled forward
+        # first). The index is rebuilt from what is left after the lock is released: writers
+        # need not wait for it (it is a cache; a commit racing the rebuild is caught up on the
+        # next refresh, which compares every ref with the tip the index recorded).
+        with repo.transaction(exclusive=True, index="none", index_after_unlock=True, recover=not dry_run) as tx:
             _run(repo, stats, grace, now, dry_run)
+            if not dry_run:
+                clock = [time.perf_counter()]
+                repo.objects.packs(reload=True)
+                # Rebuilt when objects were pruned (their rows go); caught up when reflogs were
+                # rewritten; otherwise left alone (packing changes no content), which leaves
+                # other processes' open index connections valid.
+                tx.index_mode = "rebuild" if stats.pruned else "refresh" if stats.reflog_expired else "none"
         if not dry_run:
-            # The index is rebuilt from what is left after the store lock is released: writers
-            # need not wait for it (it is a cache; a commit racing the rebuild is caught up on
-            # the next refresh, which compares every ref with the tip the index recorded).
-            _finish_index_and_stats(repo, stats)
+            stats.warnings.extend(tx.warnings)
+            _finish_stats(repo, stats, clock)
     finally:
         os.close(gc_fd)
     stats.seconds = round(time.perf_counter() - t0, 3)
@@ -231,6 +238,15 @@ def keep_provenance(objects, all_ids: set[str], reachable: set[str], *, on_missi
 def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -> None:
     clock = [time.perf_counter()]
     objects = repo.objects
+    if not dry_run:
+        if repo.config.fsync:
+            # What writers did before this gc is durable before gc acts on it: a delete's
+            # reflog archiving, say, which a power loss could otherwise undo after gc pruned
+            # what that reflog names (the reflog would then name missing turns).
+            fsio.sync_filesystem(repo.path)  # writers' earlier work, before gc acts on it
+        for d in os.listdir(repo.path):  # a gc cut short left its trash: objects it was deleting
+            if d.startswith(TRASH_PREFIX):
+                fsio.rmtree(repo.path / d)
     objects.packs(reload=True)
     loose = list(objects.iter_loose())
     loose_set = set(loose)
@@ -350,7 +366,12 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
 
     # 3. Delete loose copies now packed (those of finished intermediate packs are already
     #    being deleted), unreachable old objects, then replaced packs.
-    sweep = [oid for oid in loose if (oid in reachable or oid in doomed) and oid not in packer.swept]
+    #    Loose copies now packed go in any order (the pack holds them). Unreachable loose
+    #    objects first move, referrers before what they refer to, into one trash directory,
+    #    whose entries a power loss keeps only as a prefix: a message never loses its parent
+    #    or blobs while it stays (stored messages stay closed under "parent of").
+    _trash(repo, [oid for oid in loose if oid in doomed and oid not in packer.swept])
+    sweep = [oid for oid in loose if oid in reachable and oid not in packer.swept]
     if sweep:
         fsio.unlink(objects._file(sweep[0]))
         crash_point("gc_mid_sweep")
@@ -466,23 +487,17 @@ class _Packer:
         self.wait()
 
 
-def _finish_index_and_stats(repo, stats: GcStats) -> None:
-    # 4. The index: rebuilt from what is left when objects were pruned (their rows go); caught
-    # up when reflogs were rewritten; otherwise left alone (packing changes no content), which
-    # leaves other processes' open index connections valid.
-    clock = [time.perf_counter()]
+def _finish_stats(repo, stats: GcStats, clock: list[float]) -> None:
+    # 4. After the index (the transaction's end): what the store holds now.
     objects = repo.objects
-    objects.packs(reload=True)
-    try:
-        if stats.pruned:
-            repo.index.rebuild()
-        elif stats.reflog_expired:
-            repo.index.refresh()
-    except StorageFailed as e:  # gc is done; the next command rebuilds the index
-        from .index import invalidate
+    if stats.pruned and (repo.path / "vectors").is_dir():
+        # Vectors are derived from messages: those of pruned messages go too (semantic.py).
+        from .semantic import drop_orphan_vectors
 
-        invalidate(repo)
-        stats.warnings.append(f"index not updated ({e.message}); the next command rebuilds it")
+        try:
+            stats.vectors_dropped = drop_orphan_vectors(repo, objects.contains)
+        except (ConvgitError, OSError) as e:
+            stats.warnings.append(f"vectors not compacted ({e}); the next gc tries again")
     stats.loose_after = sum(1 for _ in objects.iter_loose())
     stats.packs_after = len(objects.packs())
     stats.objects_after = stats.objects_before - stats.pruned  # each kept object is still stored
@@ -494,6 +509,53 @@ def _remove_empty_fanout(objects) -> None:
     for d in os.listdir(objects.path):
         if len(d) == 2:
             fsio.rmdir(objects.path / d)  # only succeeds when empty; writers recreate it
+
+
+TRASH_PREFIX = f"{fsio.TMP_PREFIX}trash-"
+
+
+def _trash(repo, oids: list[str]) -> None:
+    """Delete unreachable loose objects so that a power loss at any point keeps a set closed
+    under references: each is renamed into one trash directory (``tmp_trash-*``), turns
+    first, then messages deepest first, then blobs and the rest; the directory then goes."""
+    if not oids:
+        return
+    objects = repo.objects
+    rank: dict[str, tuple] = {}
+    parent: dict[str, str | None] = {}
+    for oid in oids:
+        try:
+            obj = objects.read(oid)
+        except (ObjectCorrupt, ObjectMissing):
+            rank[oid] = (0, 0)  # unreadable: refers to nothing we can tell; first
+            continue
+        if isinstance(obj, Turn):
+            rank[oid] = (1, 0)
+        elif isinstance(obj, Message):
+            parent[oid] = obj.parent
+        else:
+            rank[oid] = (3, 0)
+    depth: dict[str, int] = {}
+    for oid in parent:  # depth among the doomed messages (a chain's deepest message first)
+        chain = []
+        o: str | None = oid
+        while o in parent and o not in depth:
+            chain.append(o)
+            o = parent[o]
+        d = depth.get(o, -1) if o in parent else -1
+        for c in reversed(chain):
+            d += 1
+            depth[c] = d
+    for oid, d in depth.items():
+        rank[oid] = (2, -d)
+    trash = repo.path / f"{TRASH_PREFIX}{os.getpid()}-{time.monotonic_ns()}"
+    fsio.makedirs(trash)
+    for i, oid in enumerate(sorted(oids, key=lambda o: (rank[o], o))):
+        fsio.rename(objects._file(oid), trash / f"{i:09d}-{oid}")
+    crash_point("gc_mid_sweep")
+    if repo.config.fsync:
+        fsio.sync_filesystem(repo.path)  # the renames out, before the files go
+    fsio.rmtree(trash)
 
 
 def _remove_stale_temp(repo, grace: float, now: float) -> int:

@@ -36,16 +36,16 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from . import codec, graph, object_store
-from .commit import _decide, _View
+from .decide import View, decide
 from .config import crash_point
 from .errors import ConvgitError, InvalidRefName, Locked, NotFound, RefExists, RefStale, StorageFailed
 from .ids import check_thread_name
-from .ingest.build import Chain
 from .ingest.sources import Rejected
 from .ingest.model import Conversation, NativeThread, Payload
 from .ingest.tree import Built, build_tree
 from .objects import Turn
 from .refs import RefMove
+from .transaction import thread_exists
 
 BATCH_MESSAGES = 10_000  # bounds memory: a batch is planned whole before it is written
 BATCH_CONVERSATIONS = 2_000
@@ -155,7 +155,7 @@ class _State:
 
     def __init__(self, repo) -> None:
         self.repo = repo
-        self.view = _View(repo)
+        self.view = View(repo)
         self.upstream: dict[tuple[str, str], dict[str, str | None]] = {}
         self.aliases: set[tuple[str, str, str]] = set()
         self.pending_dirs: set[str] = set()  # directories that pending thread names need
@@ -282,7 +282,7 @@ def _plan_linear(st: _State, b: Built, now: int) -> list[_Move]:
         thread = next((t for t, br in known.items() if br in (None, "main")), None)
         if thread is None:
             thread = st.free_name(base_name(conv, chain.tip))
-    p = _decide(st.view, payload, chain, thread, "reject", now)  # raises duplicate_conflict
+    p = decide(st.view, payload, chain, thread, "reject", now)  # raises duplicate_conflict
     name = p.thread
     if p.status == "created" and thread is None:
         name = st.free_name(base_name(conv, chain.tip))
@@ -564,11 +564,17 @@ def import_conversations(
     now_ms: int | None = None,
     progress: Callable[[int], None] | None = None,
     batch_messages: int = BATCH_MESSAGES,
+    move_head: bool = False,
 ) -> ImportReport:
-    """Import every conversation ``items`` yields; one ConvReport each, in input order."""
+    """Import every conversation ``items`` yields; one ConvReport each, in input order.
+    ``move_head``: when HEAD names no thread (a new store), the first conversation imported
+    becomes current (HEAD is read, and so validated, before anything is written)."""
     t0 = time.perf_counter()
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     report = ImportReport(dry_run=dry_run)
+    head_rule = move_head and not dry_run
+    if head_rule:
+        repo.refs.read_head()  # unreadable: fail before importing anything
     batch: list[tuple[int, Conversation]] = []
     size = 0
     pending = 0  # input bytes read but not yet imported: reported once their batch has run
@@ -582,13 +588,13 @@ def import_conversations(
             size += len(item.nodes)
         pending += item.size
         if size >= batch_messages or len(batch) >= BATCH_CONVERSATIONS:
-            _run_batch(repo, batch, report, dry_run, now)
+            _run_batch(repo, batch, report, dry_run, now, head_rule=head_rule)
             batch, size = [], 0
         if progress is not None and not batch and pending:
             progress(pending)  # (a progress bar's rate is then the import's real rate)
             pending = 0
     if batch:
-        _run_batch(repo, batch, report, dry_run, now)
+        _run_batch(repo, batch, report, dry_run, now, head_rule=head_rule)
     if progress is not None and pending:
         progress(pending)
     report.seconds = time.perf_counter() - t0
@@ -604,11 +610,13 @@ def _rejected(r: Rejected) -> ConvReport:
 
 
 def _run_batch(repo, batch: list[tuple[int, Conversation]], report: ImportReport, dry_run: bool, now: int,
-               attempt: int = 0) -> None:
-    repo.index  # open (and if needed rebuild) the index before anything is written
+               attempt: int = 0, head_rule: bool = False) -> None:
+    """One batch of conversations in one repository transaction: plan each, write every
+    object at once, move every ref in durable batches; the transaction then indexes what moved.
+    ``head_rule``: when HEAD names no thread (a new store), the first conversation imported
+    becomes current."""
     retry: list[tuple[int, Conversation]] = []
-    with repo.write_lock():
-        repo.index.refresh_if_changed()
+    with repo.transaction(fast_forward=True, index="none" if dry_run else "moves") as tx:
         st = _State(repo)
         plans: list[tuple[int, Conversation, _Plan]] = []
         for slot, conv in batch:
@@ -628,17 +636,20 @@ def _run_batch(repo, batch: list[tuple[int, Conversation]], report: ImportReport
             plans.append((slot, conv, plan))
         if dry_run or not plans:
             return
-        report.new_objects += _write_objects(repo, [p for _, _, p in plans])
+        report.new_objects += _write_objects(tx, [p for _, _, p in plans])
         crash_point("import_after_objects")
-        failed = _move_refs(repo, plans, now)
+        failed = _move_refs(tx, plans, now)
         crash_point("import_after_refs")
         ok = [p for slot, _, p in plans if slot not in failed]
-        try:
-            repo.index.record_commits(_index_shims(ok))
-        except Exception as e:  # the import stands; the next command catches the index up
-            for p in ok:
-                p.report.warnings.append(f"index not updated ({e}); it will catch up on the next command")
+        if head_rule and not thread_exists(repo, tx.read_head()):
+            tx.follow(next((t["thread"] for p in ok for t in p.report.threads
+                            if p.report.status == "imported" and t["branch"] == "main"), None))
         retry = [(slot, conv) for slot, conv, _ in plans if slot in failed]
+    if tx.index_warning:
+        for p in ok:
+            p.report.warnings.append(tx.index_warning)
+    if tx.head_warning:
+        report.warnings.append(tx.head_warning)
     if retry:
         if attempt >= 3:
             for slot, conv in retry:
@@ -646,32 +657,31 @@ def _run_batch(repo, batch: list[tuple[int, Conversation]], report: ImportReport
                     conv.label, RefStale("its threads kept moving under concurrent writers; import it again"),
                     0, conv.source, conv.upstream_id))
             return
-        repo.index.refresh_if_changed()
-        _run_batch(repo, retry, report, dry_run, now, attempt + 1)
+        _run_batch(repo, retry, report, dry_run, now, attempt + 1, head_rule)
 
 
-def _write_objects(repo, plans: list[_Plan]) -> int:
+def _write_objects(tx, plans: list[_Plan]) -> int:
     objs: list[tuple[str, bytes]] = []
     missing: set[str] = set()
+    decoded: dict[str, object] = {}
     for p in plans:
         b = p.built
         for oid in p.new_ids:
             objs.extend(b.blobs[oid])
             objs.append((oid, b.data[oid]))
+            decoded[oid] = b.messages[oid]
         missing.update(p.new_ids)
         objs.extend(p.subturns)
         objs.extend(m.turn for m in p.moves if m.turn)
     if not objs:
         return 0
     if len(objs) > object_store.PACK_THRESHOLD:
-        return len(repo.objects.write_packed(objs, missing=missing))
-    # A few objects: each file fsynced before its rename, in dependency order (§6.1). (Loose
-    # files renamed unsynced and flushed by one syncfs could be found empty after a power
-    # loss, and then never rewritten: the power-loss sweep of an import showed it.)
-    return repo.objects.write_many(objs, missing=missing)
+        return len(tx.write_pack(objs, missing=missing, decoded=decoded))
+    # A few objects: staged loose files made durable together, in dependency order (§6.1).
+    return tx.write_objects(objs, missing=missing, decoded=decoded)
 
 
-def _move_refs(repo, plans, now: int) -> set[int]:
+def _move_refs(tx, plans, now: int) -> set[int]:
     """Move every planned ref, compare-and-swap each, in durable batches (RefStore.update_many,
     docs/format.md §6.3). Returns the slots whose refs moved under us (they are planned
     again)."""
@@ -694,33 +704,9 @@ def _move_refs(repo, plans, now: int) -> set[int]:
                                  turn=m.turn[0] if m.turn else None, time_ms=now))
             slots.append(slot)
     failed: set[int] = set()
-    for slot, out in zip(slots, repo.refs.update_many(moves, exists=repo.objects.contains)):
+    for slot, out in zip(slots, tx.move_many(moves)):
         if isinstance(out, (RefStale, RefExists, NotFound)):
             failed.add(slot)
         elif isinstance(out, Exception):
             raise out
     return failed
-
-
-class _Shim:
-    """What ``Index.record_commits`` reads from a plan: new objects (as a chain), a turn, a thread."""
-
-    def __init__(self, chain: Chain, turn, thread) -> None:
-        self.chain, self.turn, self.thread = chain, turn, thread
-
-
-def _index_shims(plans: list[_Plan]) -> list[_Shim]:
-    out = []
-    for p in plans:
-        b = p.built
-        c = Chain()
-        for oid in p.new_ids:
-            c.ids.append(oid)
-            c.messages.append(b.messages[oid])
-            c.blobs.append(b.blobs[oid])
-        out.append(_Shim(c, None, None))
-        for t in p.subturns:
-            out.append(_Shim(Chain(), t, None))
-        for m in p.moves:
-            out.append(_Shim(Chain(), m.turn, m.thread if (m.move or m.turn or m.replay) else None))
-    return out

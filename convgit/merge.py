@@ -24,7 +24,7 @@ from pathlib import Path
 from . import codec, fsio
 from .bundle import BundleSource
 from .config import crash_point
-from .errors import ConvgitError, InvalidInput, NotAStore, ObjectCorrupt, ObjectMissing, SourceCorrupt, StorageFailed, UnsafeSymlink
+from .errors import ConvgitError, InvalidInput, NotAStore, ObjectCorrupt, ObjectMissing, SourceCorrupt, UnsafeSymlink
 from .graph import deleted_provenance, typed_references
 from .ids import check_thread_name, is_oid
 from .merge_journal import JOURNAL, recover, write_journal
@@ -190,21 +190,15 @@ def merge(repo, src: str | Path, *, dry_run: bool = False) -> MergeReport:
     try:
         if source.same_store(repo):
             raise InvalidInput("cannot merge a store into itself")
-        with repo.exclusive_lock():
-            recover(repo)
-            _merge(repo, _Guarded(source), report, dry_run)
+        # One transaction, the store lock held exclusively (an interrupted merge is rolled
+        # forward first); the index follows the threads it moved once the lock is released.
+        with repo.transaction(exclusive=True, index="none" if dry_run else "moves", index_after_unlock=True) as tx:
+            _merge(tx, _Guarded(source), report, dry_run)
+            if report.archived and not dry_run:
+                tx.index_mode = "rebuild"  # archived reflogs are read by a rebuild (rare: a merge that carried some)
     finally:
         source.close()
-    if not dry_run:
-        try:
-            repo.index.refresh_if_changed()  # its ref moves are in the journal: O(threads merged)
-        except StorageFailed as e:  # the merge stands; its refs moved, so the next command catches up
-            report.warnings.append(f"index not updated ({e.message}); it will catch up on the next command")
-        if report.archived:
-            try:
-                repo.index.rebuild()  # archived reflogs are read by a rebuild (rare: a merge that carried some)
-            except StorageFailed as e:
-                report.warnings.append(f"index not rebuilt ({e.message}); convgit reindex rebuilds it")
+    report.warnings.extend(tx.warnings)
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
 
@@ -236,7 +230,8 @@ def _limit(repo) -> int:
     return max(repo.config.max_payload_bytes, repo.config.max_message_bytes)
 
 
-def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
+def _merge(tx, source, report: MergeReport, dry_run: bool) -> None:
+    repo = tx.repo
     # 1. Refs first, validated.
     incoming = source.refs()
     for name, tip in incoming.items():
@@ -352,7 +347,7 @@ def _merge(repo, source, report: MergeReport, dry_run: bool) -> None:
     # failed (finishing it is then the only all-or-nothing outcome).
     try:
         write_journal(repo, plan)
-        _apply(repo, plan)
+        _apply(tx, plan)
     except _RollbackFailed as e:
         raise e.original from None
     except BaseException:
@@ -473,16 +468,16 @@ class _RollbackFailed(Exception):
         self.original = original
 
 
-def _apply(repo, plan) -> None:
+def _apply(tx, plan) -> None:
     """Move every ref of the plan, in batches (RefStore.update_many: two syncfs per 256
     threads, not four fsyncs per move); on failure, put back the ones already moved."""
-    moves = [m for m in (_move_for(repo, e) for e in plan) if m is not None]
+    moves = [m for m in (_move_for(tx.repo, e) for e in plan) if m is not None]
     first, rest = [NOT_APPLIED] * len(moves[:1]), [NOT_APPLIED] * len(moves[1:])
     try:
         for part, results in ((moves[:1], first), (moves[1:], rest)):  # the first thread alone, then the rest
             if results is rest:
                 crash_point("merge_mid_refs")
-            repo.refs.update_many(part, exists=repo.objects.contains, results=results)
+            tx.move_many(part, results=results)
             for r in results:
                 if isinstance(r, Exception):
                     raise r
@@ -492,7 +487,7 @@ def _apply(repo, plan) -> None:
             if r is NOT_APPLIED or isinstance(r, Exception) or r == m.new:
                 continue
             try:  # (r None: the created thread is deleted again)
-                repo.refs.update(m.name, r, expected=m.new, message="merge: rolled back")
+                tx.move(m.name, r, expected=m.new, message="merge: rolled back")
             except ConvgitError:
                 ok = False
         if not ok:

@@ -16,6 +16,7 @@ always writes a loose ref; a delete takes the thread out of ``packed-refs`` firs
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import time
@@ -35,6 +36,7 @@ from .refformat import (  # noqa: F401 (re-exported: the formats live in refform
 
 ANY = object()  # "do not check the old value"
 JOURNAL = "journal"  # logs/journal: the names of threads about to change, one per line
+RENAME_INTENT = "rename-intent.json"  # a rename in progress: rolled forward by the next writer
 BATCH_REFS = 256  # threads locked and moved together by update_many
 NOT_APPLIED = object()  # update_many: a move not made
 
@@ -460,7 +462,58 @@ class RefStore:
 
     def rename(self, old_name: str, new_name: str) -> str:
         """Rename a thread (ref and reflog). Fails if the new name exists. The reflog records
-        the rename (``rename_message``): that is how forks of the thread follow the new name."""
+        the rename (``rename_message``): that is how forks of the thread follow the new name.
+
+        Two names change, so the rename is made whole by an intent file (``rename-intent.json``,
+        docs/format.md §6.2): written durably once the rename is checked, before anything
+        moves, and removed when it is done. A rename cut short (a power loss, a kill, a full
+        disk) is rolled forward by the next writer (``recover_rename``): never both names, and
+        never neither."""
+        check_thread_name(old_name)
+        check_thread_name(new_name)
+        if self.ref_path(new_name) not in self.ref_path(old_name).parents:
+            self._check_df_conflict(self.ref_path(new_name), new_name)  # (a symlink in the way first)
+        tip = self.read(old_name)
+        if tip is None:
+            raise NotFound(f"thread {old_name!r} does not exist", thread=old_name)
+        if self.read(new_name) is not None or self.ref_path(new_name) == self.ref_path(old_name):
+            raise RefExists(f"thread {new_name!r} already exists", thread=new_name)
+        intent = self.root / RENAME_INTENT
+        fsio.replace_file(intent, json.dumps({"old": old_name, "new": new_name, "tip": tip}).encode(), fsync=self.fsync)
+        crash_point("rename_after_intent")
+        tip = self._rename(old_name, new_name)
+        fsio.unlink(intent)  # (need not be durable: rolling a finished rename forward changes nothing)
+        return tip
+
+    def recover_rename(self) -> bool:
+        """Finish a rename cut short (its intent file exists): the thread ends under its new
+        name at the tip it had, whichever step the rename reached. True when there was one."""
+        intent = self.root / RENAME_INTENT
+        try:
+            doc = json.loads(intent.read_text("utf-8"))
+            old, new, tip = doc["old"], doc["new"], doc["tip"]
+            check_thread_name(old), check_thread_name(new)
+            if not is_oid(tip):
+                raise ValueError(tip)
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError, KeyError, TypeError, InvalidRefName):
+            fsio.unlink(intent)  # torn before it was durable: the rename never began
+            return False
+        cur_old, cur_new = self.read(old), self.read(new)
+        if cur_new is None and cur_old == tip:
+            self._rename(old, new)  # it never got past the checks: do it all
+        elif cur_new is None and cur_old is None:  # ``a/b`` -> ``a`` stopped between its two steps
+            if self.log_path(old).exists():  # its delete's archiving was cut short: finish it
+                self._archive_log(old)
+            self._prune_empty_dirs(self.ref_path(old).parent)  # what ``a/b`` left in the way of ``a``
+            self.update(new, tip, expected=None, message=rename_message(old, new) + " (completed)")
+        elif cur_new == tip and cur_old == tip:  # the new ref was in, the old one not yet gone
+            self.update(old, None, expected=tip, message=rename_message(old, new) + " (completed)")
+        fsio.unlink(intent)
+        return True
+
+    def _rename(self, old_name: str, new_name: str) -> str:
         src, dst = self.ref_path(old_name), self.ref_path(new_name)
         if src == dst:
             tip = self._read_ref(src, old_name)

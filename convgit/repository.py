@@ -12,7 +12,7 @@ from .config import DEFAULT_CONFIG_TOML, Config, env_overrides, env_store_dir, e
 from .errors import NotAStore, UnsafeSymlink
 from .merge_journal import JOURNAL, recover
 from .object_store import ObjectStore
-from .refs import RefStore
+from .refs import RENAME_INTENT, RefStore
 
 STORE_DIRNAME = ".convgit"
 FORMAT_MAGIC = "convgit-store"
@@ -107,9 +107,16 @@ class Repository:
         with ExitStack() as held:
             with fsio.flock(self.path / "queue.lock", shared=True, timeout=t):
                 held.enter_context(fsio.flock(self.path / "lock", shared=True, timeout=t))
-            if (self.path / JOURNAL).exists():  # a merge died mid-way: finish it
-                recover(self)
+            self.recover_interrupted()
             yield
+
+    def recover_interrupted(self) -> None:
+        """Roll forward what a writer cut short left half done (a merge, a rename): run by every
+        writer once it holds the store lock, and by gc and merge before they start."""
+        if (self.path / JOURNAL).exists():  # a merge died mid-way: finish it
+            recover(self)
+        if (self.path / RENAME_INTENT).exists():
+            self.refs.recover_rename()
 
     @contextmanager
     def exclusive_lock(self, timeout: float | None = None) -> Iterator[None]:
@@ -118,6 +125,14 @@ class Repository:
         with fsio.flock(self.path / "queue.lock", shared=False, timeout=t), \
                 fsio.flock(self.path / "lock", shared=False, timeout=t):
             yield
+
+    def transaction(self, **options):
+        """``with repo.transaction() as tx:``: the one path of every write after its objects
+        are hashed (the lock, objects, ref moves, then the index and HEAD); see
+        convgit/transaction.py for ``options``."""
+        from .transaction import Transaction
+
+        return Transaction(self, **options)
 
     # -- the index --------------------------------------------------------------------------
 

@@ -185,6 +185,17 @@ error lists their results in `details.committed`. The result fields
 (`status`: `created`, `appended`, `deduplicated` or `forked`; `thread`, `tip`,
 `deduplicated`, `appended_messages`, `new_objects`, `new_messages`, `turn`, `forked_from`) are
 described in [json.md](json.md). The thread committed to becomes `HEAD`.
+
+`-c`/`--continue [THREAD]` (like `llm -c`): the input holds only the new messages, appended
+after the tip of THREAD (default: the thread `HEAD` names) as a trusted thread. THREAD is the
+first argument when two are given, or when the one given is neither `-` nor an existing file
+(the input is then standard input); `--thread NAME` works too. A missing thread is
+`not_found`, with nothing written. Each `-c` appends, as each `llm -c` call logs: running the
+same one twice appends twice. Without `-c`, a first message carrying `"parent": "<id>"` (an
+id convgit printed) is appended after that stored message, and the thread decision above runs
+on the whole history from the root (so `"parent"` set to a thread's tip continues that
+thread); an id not in the store is `hash_mismatch`, with nothing written. The library's
+`convgit.commit(repo, data, continue_=True)` and `after=REV` do the same.
 """,
     ("log",): """\
 Lists messages from REV (default `HEAD`) back to the first message, newest first, like
@@ -273,9 +284,38 @@ Each result is a message, once, even when many threads share it: its short id, r
 model, the threads whose history holds it (`(+N more)` past 20), and a snippet with the
 matches between `«` `»` (highlighted on a terminal). `--json` prints an array of `{"id",
 "role", "threads", "thread_count", "threads_more", "started_at", "model", "source", "turn",
-"key", "score", "in", "snippet", "highlights"}`: `in` is the kind of text the snippet comes
-from, `highlights` the `[start, end)` character offsets of the matches in `snippet`, `score`
-the bm25 rank (lower is better).
+"key", "score", "in", "snippet", "highlights", "match", "chunk"}`: `in` is the kind of text
+the snippet comes from, `highlights` the `[start, end)` character offsets of the matches in
+`snippet`, `score` the bm25 rank (lower is better) in full-text mode, `match` how it was found
+(`fts`, `fts-any`, `semantic`, `hybrid`) and `chunk` the chunk id that matched by meaning.
+
+Modes (`--mode`, or `--fts`, `--semantic`, `--hybrid`; docs/search.md): `fts` is the FTS5
+search above, every word required. `semantic` finds the nearest chunks by meaning (cosine
+similarity of embeddings: `score` is the cosine, higher is better), each message once.
+`hybrid` fuses the full-text and semantic rankings by reciprocal rank (`score` is the fused
+score, higher is better). `auto` (the default): a query of plain words (no quotes, operators,
+`*` or `kind:`) is `hybrid` once the store has vectors (`convgit embed`); without vectors it is
+`fts`, and when fewer than N messages hold every word it is topped up with messages holding
+any of them (`match: fts-any`); any other query is `fts`. Semantic and hybrid embed the
+chunks still pending first; `--in` applies to the full-text side only.
+""",
+    ("embed",): """Compute the embeddings of the chunks that have none yet in the active namespace (the provider,
+model and dimension of `[embed]` in config.toml; docs/search.md), in batches of
+`embed.batch_size`, with a progress bar on a terminal. A chunk is a window of one message's
+text, with the id `<message id>:<window>`: the same message reached by many threads, re-sent,
+forked, merged or re-imported is one chunk, embedded once. Each batch is committed on its
+own, so an interrupted `embed` (Ctrl-C, kill) loses only the batch in flight and the next run
+embeds only what is still pending. A batch the provider fails leaves its chunks `failed`
+(retried by the next run unless `--no-retry`); after three failed batches in a row the run
+stops, and the exit code is 50 (`embedding_failed`) when any chunk failed. A missing local
+model is `embedding_unavailable` (51): `pip install 'convgit[semantic]'`.
+
+`--provider` (with `--model`, `--dimension`, `--url`) builds another namespace instead of the
+configured one, for example before switching models: searches keep using the namespace of
+config.toml until `[embed]` names the new one, whose vectors are then ready. `--status`
+only counts: chunks `indexed`, `pending` and `failed`, vectors stored (also those of
+messages no thread reaches), bytes, and every namespace under `.convgit/vectors/`.
+`--json` prints the result as one document (docs/json.md §13).
 """,
     ("status",): """\
 What the store holds and what it costs: its path and format version, the number of
@@ -466,8 +506,8 @@ EXITS_INTRO = """\
 
 Every error convgit reports on purpose has a stable `error_code` (the slug in `[...]` on
 stderr, and `error_code` under `--json`) and its own exit code. Ranges: 10–19 the input or the
-names given, 20–29 threads and refs, 30–39 the integrity of the store, 40–41 the file system,
-so a script may test ranges as well as exact codes.
+names given, 20–29 threads and refs, 30–39 the integrity of the store, 40–41 the file system, 50–51
+embeddings (semantic search), so a script may test ranges as well as exact codes.
 
 | Exit | `error_code` | Meaning |
 |---|---|---|
@@ -502,6 +542,8 @@ MEANING: dict[str, str] = {
     "not_a_store": "Not a convgit store, or a store format version this convgit cannot read.",
     "storage_failed": "The file system failed (I/O error, disk full, a failed fsync): the operation did not happen. (A write that did happen but could not update the index succeeds with a warning; see format.md §8.)",
     "unsafe_symlink": "A symlink inside the store where convgit writes (a reflog, a lock, `index.sqlite`, `objects/pack`, …): refused, nothing was written through it (see docs/format.md, Symlinks).",
+    "embedding_failed": "An embedding provider failed or answered wrongly (HTTP error, wrong dimension, not finite), or the vectors asked for are of another namespace: nothing was mixed, the chunks stay pending or failed (see docs/search.md).",
+    "embedding_unavailable": "No embedding provider is usable: the local model is not installed (`pip install 'convgit[semantic]'`), or `[embed]` in config.toml is incomplete (an openai-compatible provider without `url`, `model` or `dimension`).",
 }
 
 # -- the generated part -----------------------------------------------------------------------

@@ -188,6 +188,7 @@ def test_every_exit_code_is_exercised():
     covered = {c[3] for c in CASES} | {"ambiguous_revision", "locked"}  # test_cli…_ambiguous_prefix, test_locked
     covered |= {"gc_refused", "source_corrupt", "fsck_failed"}  # tests/test_maintenance_cli.py
     covered |= {"unsafe_symlink"}  # tests/test_symlinks.py
+    covered |= {"embedding_failed", "embedding_unavailable"}  # tests/test_semantic.py (test_cli_embed…)
     missing = set(ERRORS) - covered - {"error", "storage_failed"}
     assert not missing
 

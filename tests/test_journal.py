@@ -70,7 +70,7 @@ def test_a_commit_whose_index_update_was_lost_is_caught_up_from_the_journal(tmp_
         (path / "config.toml").write_text("[core]\nfsync = true\n")
         repo.close()
         repo = convgit.open_repo(path)
-    monkeypatch.setattr(index_mod.Index, "record_commits", lambda self, plans: None)  # as if it crashed there
+    monkeypatch.setattr(index_mod.Index, "record_moves", lambda self, *a, **k: None)  # as if it crashed there
     out = convgit.commit(repo, {"messages": conv("brand", "new")}, thread="fresh")
     repo.close()
     monkeypatch.undo()

@@ -268,7 +268,8 @@ def test_search_cli_human_and_json(cli, proj):
     doc = ok(cli("search", "aardvark", "--json", "-n", "1")).json()
     assert len(doc) == 1 and doc[0]["threads"] == ["main", "side"] and doc[0]["role"] == "user"
     assert set(doc[0]) == {"id", "role", "threads", "thread_count", "threads_more", "started_at", "model", "source",
-                           "turn", "key", "score", "in", "snippet", "highlights"}
+                           "turn", "key", "score", "in", "snippet", "highlights", "match", "chunk"}
+    assert doc[0]["match"] == "fts" and doc[0]["chunk"] is None
     r = ok(cli("search", "nothinglikethis"))
     assert r.out == "" and "no messages match" in r.err
     assert ok(cli("search", "aardvark", "--in", "all", "--json", "-m", "gpt-4o")).json()[0]["model"] == "gpt-4o"

@@ -28,6 +28,7 @@ from . import output, params
 COMMANDS = {
     "help": "app",
     "init": "cmd_commit", "commit": "cmd_commit",
+    "embed": "cmd_embed",
     "import": "cmd_import", "export": "cmd_import",
     "log": "cmd_log", "show": "cmd_log",
     "gc": "cmd_maintenance", "fsck": "cmd_maintenance", "merge": "cmd_maintenance",

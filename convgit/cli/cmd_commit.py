@@ -57,6 +57,7 @@ def commit_cmd(
     thread: Optional[str] = typer.Option(None, "--thread", "-t", metavar="NAME", help="Trusted thread: create or extend exactly this thread."),
     on_conflict: str = typer.Option("reject", "--on-conflict", metavar="reject|fork", help="When --thread holds a different history: reject or fork."),
     model: Optional[str] = typer.Option(None, "--model", "-m", metavar="MODEL", help="Record the call as made with this model."),
+    continue_: bool = typer.Option(False, "--continue", "-c", help="The input holds only new messages: append them to THREAD (the first argument, when it is not a file) or HEAD's thread, like llm -c."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Store a conversation; only messages not already stored are written.
@@ -66,9 +67,17 @@ def commit_cmd(
     --thread, an exact duplicate is a no-op, a re-sent history plus new messages continues
     the thread whose tip it extends, anything else starts a new thread. The thread
     committed to becomes HEAD.
+
+    With -c/--continue [THREAD]: the input holds only the new messages, appended after the
+    tip of THREAD (default: HEAD's thread). A first message with "parent": "<id>" (an id
+    convgit printed) is appended after that stored message.
     """
     output.set_json(json_)
     api.check_on_conflict(on_conflict)  # the library's one check, before any input is read
+    if continue_:
+        thread, files = _continue_args(thread, list(files or []))
+        if len(files) > 1:
+            raise InvalidInput("--continue takes one FILE (or - for stdin)")
     files = files or [None]
     inputs = [read_input(f) for f in files]  # every file readable before anything is stored
     repo = get_repo()
@@ -87,7 +96,7 @@ def commit_cmd(
     for f, payload in zip(files, payloads):
         try:
             with _labelled(f, len(files)):
-                result = api.commit(repo, payload, thread=thread, on_conflict=on_conflict)
+                result = api.commit(repo, payload, thread=thread, on_conflict=on_conflict, continue_=continue_)
         except ConvgitError as e:
             if results:  # the files before this one are committed: say so in the one document
                 e.details = {**e.details, "committed": [r.to_json() for r in results]}
@@ -96,6 +105,16 @@ def commit_cmd(
         results.append(result)
     if json_:
         output.emit_json(results[0].to_json() if len(results) == 1 else [r.to_json() for r in results])
+
+
+def _continue_args(thread: Optional[str], args: list[str]) -> tuple[Optional[str], list[str]]:
+    """``commit -c [THREAD] [FILE|-]``: the first argument is THREAD when two are given, or
+    when the one given is neither ``-`` nor an existing path (the input is then stdin)."""
+    if thread is None and args:
+        first = args[0]
+        if len(args) >= 2 or (first != "-" and not Path(first).exists()):
+            return first, args[1:]
+    return thread, args
 
 
 def _report(repo, result, label, json_: bool) -> None:

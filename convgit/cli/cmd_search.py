@@ -34,10 +34,22 @@ def search_cmd(
     source: List[str] = V.SOURCE_OPT,
     id_gt: Optional[str] = V.ID_GT_OPT,
     id_gte: Optional[str] = V.ID_GTE_OPT,
+    mode: Optional[str] = typer.Option(None, "--mode", metavar="MODE",
+                                       help="auto (default), fts, semantic or hybrid (see docs/search.md)."),
+    semantic: bool = typer.Option(False, "--semantic", help="Same as --mode semantic: nearest chunks by meaning."),
+    hybrid: bool = typer.Option(False, "--hybrid", help="Same as --mode hybrid: full-text and semantic, fused by rank."),
+    fts: bool = typer.Option(False, "--fts", help="Same as --mode fts: FTS5 only, every word required."),
     json_: bool = typer.Option(False, "--json", help="Output JSON."),
 ) -> None:
-    """Full-text search over message text: what you typed ranks above what models answered."""
+    """Search message text: full-text (what you typed ranks above what models answered), by
+    meaning (--semantic), or both (--hybrid); plain words are hybrid once vectors exist."""
     output.set_json(json_)
+    flags = [m for m, on in (("semantic", semantic), ("hybrid", hybrid), ("fts", fts)) if on]
+    if len(flags) + (mode is not None) > 1:
+        from ..errors import InvalidInput
+
+        raise InvalidInput("give one of --mode, --semantic, --hybrid, --fts")
+    mode = mode or (flags[0] if flags else "auto")
     repo = get_repo()
     columns = tuple(c.strip() for v in in_ for c in v.split(",") if c.strip()) or DEFAULT_IN
     if "all" in columns:
@@ -46,7 +58,7 @@ def search_cmd(
     if conv is not None:
         thread = [*thread, conv]
     filters = V.make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte, tool)
-    hits = api.search(repo, query, count=count, latest=latest, columns=columns, filters=filters)
+    hits = api.search(repo, query, mode=mode, count=count, latest=latest, columns=columns, filters=filters)
     if json_:
         output.emit_json([h.to_json() for h in hits])
         return
@@ -60,7 +72,7 @@ def search_cmd(
             output.line()
         names = ", ".join(h.threads) + (f" (+{h.thread_count - len(h.threads)} more)" if h.thread_count > len(h.threads)
                                         else "") + ("+" if h.threads_more else "")
-        head = [V.when(d["started_at"]), d["model"] or ""]
+        head = [V.when(d["started_at"]), d["model"] or ""] + ([h.match] if h.match != "fts" else [])
         output.styled([(short(h.id), "yellow"), (f"  {h.role:<9}", "bold"), ("  " + "  ".join(x for x in head if x), "dim"),
                        (f"  {names}" if names else "  (no thread)", "cyan")])
         output.styled(_marked(h.snippet, h.highlights))

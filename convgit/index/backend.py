@@ -28,8 +28,9 @@ class IndexBackend(Protocol):
     def rebuild(self) -> dict:
         """Build afresh from objects, refs and reflogs; ``{"messages", "threads", "seconds"}``."""
 
-    def record_commits(self, plans) -> None:
-        """Index what a commit (or an import) wrote, from the objects it holds in memory."""
+    def record_moves(self, names: Iterable[str], cache: dict | None = None, *, fast_forward: bool = False) -> None:
+        """After a repository transaction: index the threads it moved (and what the refs
+        journal says others moved), using the objects it wrote (``cache``: oid → object)."""
 
     def refs_unchanged(self) -> bool:
         """Nothing moved since the index last looked (O(1))."""

@@ -122,11 +122,12 @@ def index_messages(db, messages: list, parts: list[tuple]) -> None:
 
 
 def _values_from_db(db, rowid: int) -> tuple | None:
-    row = db.execute("SELECT role FROM messages WHERE rowid=?", (rowid,)).fetchone()
+    row = db.execute("SELECT role, id FROM messages WHERE rowid=?", (rowid,)).fetchone()
     if row is None:
         return None
     parts = db.execute(
-        "SELECT message_rowid, position, type, text, name FROM parts WHERE message_rowid=? ORDER BY position", (rowid,)
+        "SELECT message_rowid, position, type, coalesce(text, convgit_text(?, position)), name FROM parts "
+        "WHERE message_rowid=? ORDER BY position", (row[1], rowid)
     ).fetchall()
     return fts_values(row[0], parts)
 

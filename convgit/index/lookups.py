@@ -107,7 +107,7 @@ class IndexLookups:
     def message_text(self, oid: str) -> str:
         """The text parts of message ``oid``, joined by newlines (empty when it has none)."""
         rows = self.db.execute(
-            "SELECT p.text FROM parts p JOIN messages m ON m.rowid = p.message_rowid "
+            "SELECT coalesce(p.text, convgit_text(m.id, p.position)) FROM parts p JOIN messages m ON m.rowid = p.message_rowid "
             "WHERE m.id=? AND p.type='text' ORDER BY p.position", (oid,),
         ).fetchall()
         return "\n".join(r[0] for r in rows if r[0] is not None)
@@ -227,7 +227,7 @@ class IndexLookups:
         # a part that differs from its message object (fsck) is a wrong answer.
         out["parts"] = [list(r) for r in self.db.execute(
             """WITH RECURSIVE r(id) AS (SELECT tip FROM threads UNION SELECT m.parent FROM messages m JOIN r ON m.id = r.id WHERE m.parent IS NOT NULL)
-               SELECT m.id, p.position, p.type, p.text, p.name, p.tool_call_id, p.blob, p.mime_type, p.data_json
+               SELECT m.id, p.position, p.type, p.text, p.name, p.tool_call_id, p.blob, p.mime_type, p.data_json, p.text_bytes
                FROM parts p JOIN messages m ON m.rowid = p.message_rowid JOIN r ON r.id = m.id ORDER BY m.id, p.position""")]
         return out
 
@@ -256,8 +256,8 @@ class IndexLookups:
         messages = q("SELECT count(*) FROM messages") - q("SELECT count(*) FROM unreachable")
         refs_total = q("SELECT coalesce(sum(m.depth + 1), 0) FROM threads h JOIN messages m ON m.id = h.tip")
         text_bytes = q(
-            "SELECT coalesce(sum(length(CAST(p.text AS BLOB))), 0) FROM parts p "
-            "WHERE p.text IS NOT NULL AND p.message_rowid NOT IN (SELECT rowid FROM unreachable)"
+            "SELECT coalesce(sum(p.text_bytes), 0) FROM parts p "
+            "WHERE p.text_bytes IS NOT NULL AND p.message_rowid NOT IN (SELECT rowid FROM unreachable)"
         )
         built = db.execute("SELECT value FROM meta WHERE key='built_at'").fetchone()
         return {

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 6  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
+SCHEMA_VERSION = 8  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
 # 5: turns record what they cover (out_depth, span) and which import listed them (record);
-# 6: message_tree names tool calls and results (the tool and a summary) where there is no text
+# 6: chunks (semantic search); 7: parts.text_bytes, and the lean mode (``[index] text = false``:
+# parts.text is NULL); 8: message_tree names tool calls and results where there is no text
 INDEX_FILE = "index.sqlite"
 
 SCHEMA = """
@@ -41,7 +42,11 @@ CREATE TABLE parts (
   tool_call_id TEXT,
   blob TEXT,
   mime_type TEXT,
-  data_json TEXT
+  data_json TEXT,
+  -- The searchable text's length in UTF-8 bytes, kept in both modes; ``text`` itself is NULL
+  -- in the lean mode (``[index] text = false``), where readers take it from the message object
+  -- through the SQL function ``convgit_text(message id, position)``.
+  text_bytes INTEGER
 );
 -- A rowid table, not WITHOUT ROWID: there a row over ~1 KB (most messages' text) spills into
 -- an overflow page of its own, which made this table 2.7 x the text it holds.
@@ -84,6 +89,16 @@ CREATE TABLE aliases (
   PRIMARY KEY (source, source_id, message_id)
 ) WITHOUT ROWID;
 CREATE INDEX aliases_message ON aliases(message_id);
+-- The windows a message's text is cut into for embeddings (chunks.py): chunk id
+-- ``<message id>:<win>``, the text is ``start_char``..``end_char`` of the message's chunk text.
+-- Filled lazily (``convgit embed``, a semantic search); the vectors are in .convgit/vectors/.
+CREATE TABLE chunks (
+  message_rowid INTEGER NOT NULL,
+  win INTEGER NOT NULL,
+  start_char INTEGER NOT NULL,
+  end_char INTEGER NOT NULL,
+  PRIMARY KEY (message_rowid, win)
+) WITHOUT ROWID;
 CREATE VIEW message_text AS
   SELECT m.id AS id, group_concat(p.text, char(10)) AS text
   FROM messages m JOIN parts p ON p.message_rowid = m.rowid

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..errors import InvalidInput
@@ -30,6 +31,8 @@ class Hit:
     column: str | None
     snippet: str
     highlights: list[tuple[int, int]]
+    match: str = "fts"  # fts, fts-any (some of the words), semantic, hybrid (both lists)
+    chunk: str | None = None  # the chunk that matched (semantic, hybrid)
 
     def to_json(self) -> dict:
         """The hit as one entry of ``search --json``."""
@@ -49,6 +52,8 @@ class Hit:
             "in": self.column,
             "snippet": self.snippet,
             "highlights": [list(h) for h in self.highlights],
+            "match": self.match,
+            "chunk": self.chunk,
         }
 
 
@@ -56,9 +61,59 @@ _USER_ERRORS = ("fts5:", "no such column", "unterminated string", "unknown speci
 
 
 def search(repo, text: str, *, count: int = 20, latest: bool = False, columns: tuple[str, ...] = DEFAULT_IN,
-           filters=None) -> list[Hit]:
+           filters=None, any_words: bool = False) -> list[Hit]:
     """The ``count`` best matches for an FTS5 query (0: all), best first, or newest first with
-    ``latest``. Ranking: bm25 with per-column weights (``WEIGHTS``); ties by newest key."""
+    ``latest``. Ranking: bm25 with per-column weights (``WEIGHTS``); ties by newest key.
+    ``any_words``: a query of plain words (``plain_words``) that finds fewer than ``count``
+    messages with every word is topped up with messages that have any of them (match kind
+    ``fts-any``), ranked by bm25 too."""
+    words = plain_words(text) if any_words else None
+    if words:
+        text = " ".join(words)  # (a comma is an FTS5 syntax error; plain words have none)
+    q = parse(text, tuple(columns))
+    ranked = [(r, s, "fts", None) for r, s in fts_ranked(repo, text, count=count, latest=latest, columns=columns,
+                                                         filters=filters)]
+    if words and len(words) > 1 and (count == 0 or len(ranked) < count):
+        seen = {r for r, *_ in ranked}
+        more = fts_ranked(repo, " OR ".join(words), count=count + len(seen) if count else 0, latest=latest,
+                          columns=columns, filters=filters)
+        ranked += [(r, s_, "fts-any", None) for r, s_ in more if r not in seen]
+        if count:
+            ranked = ranked[:count]
+        q = parse(" OR ".join(words), tuple(columns))
+        return describe(repo, ranked, columns, highlight_terms(q.terms))
+    return describe(repo, ranked, columns, q.terms)
+
+
+def highlight_terms(terms: list[Term]) -> list[Term]:
+    """The terms worth highlighting for a query matched by any of its words: short ASCII
+    words ("I", "my", "of") are left out when longer ones remain."""
+    kept = [t for t in terms if any(len(tok) > 2 or not tok.isascii() for tok in t.tokens)]
+    return kept or terms
+
+
+_PLAIN = re.compile(r"^[^\W_]+(?:['’][^\W_]+)*$")
+
+
+def plain_words(text: str) -> list[str] | None:
+    """The words of a query typed in plain words (no quotes, operators, prefixes or column
+    filters: only words and light punctuation , . ? ! ; ' ), None for any other query."""
+    words = []
+    for w in text.split():
+        w = w.strip(",.?!;")
+        if not w:
+            continue
+        if not _PLAIN.match(w) or w in ("AND", "OR", "NOT", "NEAR"):
+            return None
+        words.append(w)
+    if re.search(r'["*^{}:()]|(^|\s)[-+]', text):
+        return None
+    return words or None
+
+
+def fts_ranked(repo, text: str, *, count: int = 20, latest: bool = False, columns: tuple[str, ...] = DEFAULT_IN,
+               filters=None) -> list[tuple[int, float]]:
+    """(message rowid, bm25 score) of the ``count`` best full-text matches, in order."""
     import sqlite3
 
     if count < 0:
@@ -76,19 +131,30 @@ def search(repo, text: str, *, count: int = 20, latest: bool = False, columns: t
                 raise
             raise InvalidInput(_explain(index.db, q, text, e)) from None
 
-    ranked = healing_call(repo, ranked_rows)  # a damaged page: the index is a cache
-    db = index.db
+    return healing_call(repo, ranked_rows)  # a damaged page: the index is a cache
+
+
+def describe(repo, ranked: list[tuple[int, float, str, str | None]], columns, terms: list[Term],
+             chunk_texts: dict[str, str] | None = None) -> list[Hit]:
+    """Hits for (message rowid, score, match kind, chunk id) in that order: threads that reach
+    each message, its turn, and a snippet (from the chunk's text when there is one)."""
+    db = repo.index.db
     rows = {r[0]: r[1:] for r in _in_rowids(
-        db, "SELECT m.rowid, m.id, m.role FROM messages m WHERE m.rowid IN ({})", [r for r, _ in ranked])}
-    info = details(db, [rows[r][0] for r, _ in ranked])
+        db, "SELECT m.rowid, m.id, m.role FROM messages m WHERE m.rowid IN ({})", [r[0] for r in ranked])}
+    ranked = [r for r in ranked if r[0] in rows]
+    info = details(db, [rows[r[0]][0] for r in ranked])
     hits = []
-    for rowid, score in ranked:
+    for rowid, score, match, cid in ranked:
         oid, role = rows[rowid]
         depth, turn = info.get(oid, (0, None))
         key = sort_key((turn or {}).get("started_at"), (turn or {}).get("turn"), oid, depth)
         names, n, more = reach.threads_reaching(db, oid)
-        col, snip, hl = _snippet_for(db, rowid, role, columns, q.terms)
-        hits.append(Hit(oid, role, score, key, names, n, more, turn, col, snip, hl))
+        if cid is not None and chunk_texts and cid in chunk_texts:
+            col = _TEXT_COLUMN.get(role, "system")
+            snip, hl = snippet(chunk_texts[cid], terms)
+        else:
+            col, snip, hl = _snippet_for(db, rowid, oid, role, columns, terms)
+        hits.append(Hit(oid, role, score, key, names, n, more, turn, col, snip, hl, match, cid))
     return hits
 
 
@@ -150,11 +216,12 @@ def _explain(db, q: Query, text: str, e: Exception) -> str:
     return f"malformed search query {text!r}: {msg}{hint}"
 
 
-def _snippet_for(db, rowid: int, role: str, columns, terms: list[Term]):
+def _snippet_for(db, rowid: int, oid: str, role: str, columns, terms: list[Term]):
     by_col: dict[str, list[str]] = {}
     text_col = _TEXT_COLUMN.get(role, "system")
     for type_, text, name in db.execute(
-        "SELECT type, text, name FROM parts WHERE message_rowid=? ORDER BY position", (rowid,)
+        "SELECT type, coalesce(text, convgit_text(?, position)), name FROM parts WHERE message_rowid=? ORDER BY position",
+        (oid, rowid),
     ):
         col = {"text": text_col, "reasoning": "reasoning", "tool_call": "tool", "tool_result": "tool"}.get(type_)
         if col and text:

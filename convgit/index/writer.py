@@ -15,9 +15,10 @@ import json
 import os
 import sqlite3
 import time
+from typing import Iterable
 from pathlib import Path
 
-from .. import codec, fsio
+from .. import fsio
 from ..errors import ConvgitError, InvalidInput, ObjectCorrupt, ObjectMissing, storage_failure
 from ..objects import (
     AttachmentPart,
@@ -91,6 +92,10 @@ class IndexWriter:
         self.path = path or repo.path / INDEX_FILE
         self.lock_path = repo.path / "index.lock"
         self.rebuilt = False
+        # ``[index] text``: keep each part's text in ``parts.text`` (the default), or only its
+        # full-text postings and length, the text being read from the objects (the lean mode).
+        self.keep_text = bool(getattr(repo.config, "index_text", True))
+        self._text_cache: tuple[str, tuple] | None = None
         self.db = self._open_valid()
         if self.db is None:
             self.rebuild()
@@ -107,9 +112,32 @@ class IndexWriter:
         db.execute("PRAGMA synchronous=OFF")
         db.execute("PRAGMA busy_timeout=30000")
         db.execute("PRAGMA cache_size=-65536")
+        db.create_function("convgit_text", 2, self._object_text, deterministic=True)
         if path == self.path:
             self._ino = os.stat(path).st_ino
         return db
+
+    def _text_mode(self) -> str:
+        return "full" if self.keep_text else "lean"
+
+    def _object_text(self, oid: str, position: int) -> str | None:
+        """``convgit_text(message id, position)``, the SQL function readers use for a part's
+        text: in the lean mode, read from the message object (its blob for long text); in the
+        default mode NULL (the text is in ``parts.text``). Never raises: an unreadable object
+        reads as no text (fsck names it)."""
+        if self.keep_text or oid is None:
+            return None
+        try:
+            cached = self._text_cache
+            if cached is None or cached[0] != oid:
+                reader = _Reader(self.repo.objects, {})
+                msg = reader.message(oid)
+                cached = (oid, tuple(_part_row(0, i, p, reader)[3] for i, p in enumerate(msg.parts)))
+                self._text_cache = cached
+            texts = cached[1]
+            return texts[position] if 0 <= position < len(texts) else None
+        except Exception:  # noqa: BLE001  (inside SQLite: an exception would abort the query)
+            return None
 
     def _follow_swap(self) -> None:
         """Called under index.lock before a write: if another process swapped in a rebuilt
@@ -138,6 +166,10 @@ class IndexWriter:
                 return None
             row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None or row[0] != str(SCHEMA_VERSION):
+                db.close()
+                return None
+            row = db.execute("SELECT value FROM meta WHERE key='text'").fetchone()
+            if row is None or row[0] != self._text_mode():  # ``[index] text`` changed: rebuild
                 db.close()
                 return None
             db.execute("SELECT count(*) FROM threads").fetchone()
@@ -190,6 +222,7 @@ class IndexWriter:
             db.executescript("BEGIN;" + SCHEMA + FTS_SCHEMA + "COMMIT;")  # one transaction: one sync, not one per table
             db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             db.execute("INSERT INTO meta VALUES ('built_at', ?)", (str(int(time.time() * 1000)),))
+            db.execute("INSERT INTO meta VALUES ('text', ?)", (self._text_mode(),))
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self.db = db
             refs = self.repo.refs.read_all(broken={})  # an unreadable ref is left out (fsck names it)
@@ -364,29 +397,23 @@ class IndexWriter:
         finally:
             os.close(fd)
 
-    def record_commits(self, plans) -> None:
-        """After a commit: index what the commit wrote, using the objects already in memory,
-        and whatever else the journal says moved meanwhile (another writer)."""
-        cache: dict[str, object] = {}
-        names: set[str] = set()
-        for plan in plans:
-            for oid, msg in zip(plan.chain.ids, plan.chain.messages):
-                cache[oid] = msg
-            for blobs in plan.chain.blobs:
-                for oid, data in blobs:
-                    cache[oid] = codec.decode(data, oid)
-            if plan.turn:
-                cache[plan.turn[0]] = codec.decode(plan.turn[1], plan.turn[0])
-            if plan.thread:
-                names.add(plan.thread)
+    def record_moves(self, names: Iterable[str], cache: dict[str, object] | None = None, *,
+                     fast_forward: bool = False) -> None:
+        """After a repository transaction (convgit/transaction.py): index the threads it
+        moved (``names``), and whatever else the journal says moved meanwhile (another
+        writer), reading no other ref. ``cache``: the objects it wrote, decoded (oid →
+        object), used instead of reading them back. ``fast_forward``: its moves only created
+        threads or moved them forward, so no message can have become unreachable."""
+        names = set(names)
+        cache = dict(cache or {})
         state = self._load_state()
         ino, _ = _journal_stat(self.repo.refs.journal_path)
         if state is None or state.get("boot") != _boot_id() or state.get("ino") != ino:
-            self._catch_up(lambda: self._read_refs(names), only=names, cache=cache, commit=True)
+            self._catch_up(lambda: self._read_refs(names), only=names, cache=cache, commit=fast_forward)
             return
-        # The directories as they are after this commit's own moves: they explain the change.
+        # The directories as they are after this transaction's own moves: they explain the change.
         dirs = self._ref_dirs_signature([d for d, _ in state.get("dirs", [])])
-        self._catch_up_journal(state, dirs, extra=names, cache=cache, commit=True)
+        self._catch_up_journal(state, dirs, extra=names, cache=cache, commit=fast_forward)
 
     def _catch_up(self, refs, *, only: set[str] | None = None, archived: bool = False,
                   cache: dict | None = None, commit: bool = False, state: dict | None = None) -> None:
@@ -503,8 +530,11 @@ class IndexWriter:
             "INSERT INTO messages (rowid, id, parent, role, depth, title_id, turn_id, n_parts, meta_json) VALUES (?,?,?,?,?,?,?,?,?)",
             rows,
         )
-        self.db.executemany("INSERT INTO parts VALUES (?,?,?,?,?,?,?,?,?)", self._pending_parts)
-        fts.index_messages(self.db, rows, self._pending_parts)
+        keep = self.keep_text
+        self.db.executemany("INSERT INTO parts VALUES (?,?,?,?,?,?,?,?,?,?)", [
+            (p[0], p[1], p[2], p[3] if keep else None, *p[4:], None if p[3] is None else len(p[3].encode("utf-8", "surrogatepass")))
+            for p in self._pending_parts])
+        fts.index_messages(self.db, rows, self._pending_parts)  # (from the text in memory, in both modes)
         self._pending = {}
         self._pending_parts = []
 

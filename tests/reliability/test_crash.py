@@ -270,6 +270,8 @@ CASES = (
         # after the journal: the next writer finishes the merge
         ("ref_after_lock", "all"), ("ref_after_tmp_fsync", "all"), ("ref_after_rename", "all"),
         ("merge_mid_refs", "all")]]
+    # after its intent file: the next writer finishes the rename
+    + [("rename", "rename_after_intent", "all")]
 )
 # Points owned by other operations' tests (the importer's).
 NOT_HERE = {"import_after_objects", "import_after_refs"}
@@ -306,7 +308,7 @@ def crash_base(tmp_path_factory):
     src.close()
     env = cli_env(d)
     base = {"store": repo.path, "source": src.path, "env": env, "dir": d, "after": {}}
-    for op in ("commit", "commit_new", "fork", "gc", "merge"):
+    for op in ("commit", "commit_new", "fork", "gc", "merge", "rename"):
         store = _copy(base, d / f"ref-{op}")
         r = _run(base, op, store)
         assert r.returncode == 0, r
@@ -333,6 +335,7 @@ def _run(base, op: str, store: Path, crash: str | None = None):
         "fork": ["fork", "a", "forked", "--json"],
         "gc": ["gc", "--prune=now", "--json"],
         "merge": ["merge", str(base["source"]), "--json"],
+        "rename": ["threads", "rename", "a", "renamed/a", "--json"],
     }[op]
     return run_cli(args, store=store, env=env, input=json.dumps(payload[op]) if op in payload else None)
 
@@ -356,6 +359,7 @@ def test_crash_point_leaves_the_operation_invisible_or_complete(crash_base, tmp_
         assert refs == (after if visible == "all" else before), f"{op} at {point}: expected {visible}"
         assert repo.refs.read("next-writer") == nxt.tip
         assert not (repo.path / "merge-journal.json").exists()
+        assert not (repo.path / "rename-intent.json").exists()
         for name, tip in refs.items():
             chain(repo, tip)  # every thread reads
         # 3. gc cleans up what the crash left, and the store is still sound
