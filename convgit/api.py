@@ -270,11 +270,59 @@ def _eager_first(it: Iterator) -> Iterator:
 
 def make_filters(repo: Repository, **options) -> "Filters":
     """Filters for ``log``/``search`` from option values (see ``index.filters.make_filters``):
-    ``model``, ``thread``, ``since``, ``until``, ``role``, ``tools``, ``source``, ``id_gt``,
-    ``id_gte``."""
+    ``model``, ``thread``, ``since``, ``until``, ``role``, ``tools``, ``tool`` (tool names
+    called), ``source``, ``id_gt``, ``id_gte``."""
     from .index.filters import make_filters as _make
 
     return _make(repo, **options)
+
+
+def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None, schema: bool = False) -> list[dict]:
+    """The turn-level view (``log --turns``), as ``llm logs`` lists calls: one entry per
+    recorded call, newest first, including calls that added no new message (a re-sent
+    stateless call, a re-committed conversation with call metadata). Each entry: turn,
+    thread, kind, model, started_at (ISO), duration_ms, usage (input/output tokens, details),
+    source, error, the output message id, its ``response`` text (when it is an assistant
+    message) and the ``prompt`` (the last user message the turn covers or answers).
+    ``schema``: only calls that asked for structured output (a JSON schema)."""
+    if count < 0:
+        raise InvalidInput("-n must be 0 (all) or more")
+    repo.index.refresh_if_changed()
+    out = []
+    for r in repo.index.turn_rows(filters, count, schema=schema):
+        response = prompt = None
+        try:
+            msg = repo.objects.read(r["output"])
+            if isinstance(msg, Message):
+                if msg.role == "assistant":
+                    response = message_text(repo, msg)
+                cur, steps = msg, max(1, r["span"] or 1) + 1
+                while cur is not None and steps > 0:
+                    if cur.role == "user":
+                        prompt = message_text(repo, cur)
+                        break
+                    cur = repo.objects.read(cur.parent) if cur.parent else None
+                    steps -= 1
+        except (ObjectMissing, ObjectCorrupt):
+            pass  # the output is gone (a pruned history): the call is still listed
+        details = None
+        if r["usage_json"]:
+            import json as _json
+
+            try:
+                details = _json.loads(r["usage_json"])
+            except ValueError:
+                details = None
+        out.append({
+            "turn": r["turn"], "thread": r["thread"], "kind": r["kind"],
+            "model": r["resolved_model"] or r["model"], "requested_model": r["model"],
+            "started_at": iso(r["started_at"]), "duration_ms": r["duration_ms"],
+            "usage": ({"input_tokens": r["input_tokens"], "output_tokens": r["output_tokens"], "details": details}
+                      if r["input_tokens"] is not None or r["output_tokens"] is not None or details else None),
+            "source": r["source"], "error": r["error"], "output": r["output"],
+            "prompt": prompt, "response": response,
+        })
+    return out
 
 
 def search(repo: Repository, query: str, *, mode: str = "auto", count: int = 20, latest: bool = False,
@@ -336,8 +384,13 @@ def tree(repo: Repository, rev: str | None = None) -> list[dict]:
         for oid, msg in graph.iter_ancestry(repo.objects, tip, stop=set(msgs)):
             msgs[oid] = msg
             children.setdefault(msg.parent, []).append(oid)
+    # Siblings in the order their threads were created (the older branch first, as the
+    # conversation happened), then by name: the same drawing in every store and every second.
+    created = {r["name"]: r["created_ms"] or 0 for r in repo.index.thread_rows()}
+    far = (float("inf"), "\uffff")
     for k in children:
-        children[k].sort(key=lambda o: (min(_names_below(o, children, tips), default="\uffff"), o))
+        children[k].sort(key=lambda o: (min(((created.get(n, 0), n) for n in _names_below(o, children, tips)),
+                                            default=far), o))
     roots = [r for r in children.get(None, []) if only_root is None or r == only_root]
     rows: list[dict] = []
     stack = [(oid, 0, False, True) for oid in reversed(roots)]
@@ -345,8 +398,10 @@ def tree(repo: Repository, rev: str | None = None) -> list[dict]:
         oid, depth, branch, last = stack.pop()
         msg = msgs[oid]
         kids = children.get(oid, [])
+        text = message_text(repo, msg)
         rows.append({
-            "id": oid, "parent": msg.parent, "role": msg.role, "text": message_text(repo, msg),
+            "id": oid, "parent": msg.parent, "role": msg.role, "text": text,
+            "summary": _summary_of(msg, text, msgs.get(msg.parent) if msg.parent else None),
             "depth": depth, "branch": branch, "last": last, "tips": sorted(tips.get(oid, [])),
         })
         if len(kids) == 1:
@@ -355,6 +410,49 @@ def tree(repo: Repository, rev: str | None = None) -> list[dict]:
             for i, k in reversed(list(enumerate(kids))):
                 stack.append((k, depth + 1, True, i == len(kids) - 1))
     return rows
+
+
+def _summary_of(msg: Message, text: str, parent: Message | None = None, width: int = 72) -> str:
+    """One line saying what a message is: its first line of text, else what its tool calls
+    and results do (a result named after its call in ``parent``), else its kind of content."""
+    from .objects import AttachmentPart
+    from .views import tool_names, tool_summary
+
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if first:
+        return first if len(first) <= width else first[: width - 1] + "…"
+    tools = tool_summary(msg.parts, width, tool_names(parent.parts) if parent is not None else None)
+    if tools:
+        return tools
+    for p in msg.parts:
+        if isinstance(p, AttachmentPart):
+            return f"[attachment] {p.name or p.mime_type or p.url or ''}".rstrip()
+    if any(isinstance(p, ReasoningPart) for p in msg.parts):
+        return "[reasoning]"
+    return ""
+
+
+def nest_tree(rows: list[dict]) -> list[dict]:
+    """``tree`` rows as a JSON tree: one object per conversation (root), each a run of
+    messages up to a fork, then its ``branches`` (runs in turn). Nesting grows with forks,
+    not with messages, so a long thread stays one flat list."""
+    out: list[dict] = []
+    stack: list[tuple[int, dict]] = []  # (depth, run) of the open runs
+    for r in rows:
+        node = {k: r[k] for k in ("id", "parent", "role", "summary", "tips")}
+        if r["parent"] is None:
+            run = {"messages": [node], "branches": []}
+            out.append(run)
+            stack = [(0, run)]
+        elif r["branch"]:
+            while stack and stack[-1][0] >= r["depth"]:
+                stack.pop()
+            run = {"messages": [node], "branches": []}
+            stack[-1][1]["branches"].append(run)
+            stack.append((r["depth"], run))
+        else:
+            stack[-1][1]["messages"].append(node)
+    return out
 
 
 def _names_below(oid: str, children: dict, tips: dict) -> Iterator[str]:
@@ -366,6 +464,31 @@ def _names_below(oid: str, children: dict, tips: dict) -> Iterator[str]:
 
 
 # -- threads --------------------------------------------------------------------------------
+
+
+def find_conversation(repo: Repository, cid: str | None = None) -> str:
+    """The thread of a conversation, as ``llm logs -c``/``--cid`` pick one: without ``cid``
+    the most recently updated thread; with it, the thread named ``cid``, else the one thread
+    whose name ends in ``/<cid>`` (an imported conversation's upstream id, ``llm/<id>``).
+    NotFound when none, AmbiguousRevision when several end so."""
+    from .errors import AmbiguousRevision
+
+    repo.index.refresh_if_changed()
+    rows = repo.index.thread_rows()
+    if cid is None:
+        if not rows:
+            raise NotFound("no conversation yet: the store has no thread")
+        return max(rows, key=lambda r: (r["updated_ms"] or 0, r["name"]))["name"]
+    names = [r["name"] for r in rows]
+    if cid in names:
+        return cid
+    hits = [n for n in names if n.endswith("/" + cid)]
+    if len(hits) > 1:
+        raise AmbiguousRevision(f"--cid {cid!r} names {len(hits)} threads: {', '.join(hits[:5])}", cid=cid)
+    if not hits:
+        raise NotFound(f"no conversation {cid!r} (neither a thread name nor the id at the end of one)", cid=cid)
+    return hits[0]
+
 
 
 def threads(repo: Repository) -> list[dict]:
@@ -544,6 +667,143 @@ def update_ref(repo: Repository, name: str, new: str | None, old: str | None = N
     return {"status": "updated", "thread": name, "old": prev, "new": new}
 
 
+# -- reflog -----------------------------------------------------------------------------------
+
+
+def reflog(repo: Repository, thread: str | None = None) -> dict:
+    """The moves of ``thread`` (default: the thread HEAD names), newest first, as git's
+    reflog shows them: each with its time, old and new tip, message, and the turn it
+    recorded (kind, model, source), read from the turn object. A deleted thread's archived
+    reflog (``logs/deleted``) is shown when no live thread has that name (``deleted`` true).
+
+    Returns ``{"thread", "deleted", "entries": [...]}``; NotFound when the thread has no
+    reflog, live or archived."""
+    name = repo.refs.read_head() if thread is None else thread
+    check_thread_name(name)
+    path = repo.refs.log_path(name)
+    deleted = False
+    if not path.exists() and repo.refs.read(name) is None:
+        archives = _archived_logs(repo, name)
+        if not archives:
+            raise NotFound(f"thread {name!r} has no reflog (no such thread, live or deleted)", thread=name)
+        path, deleted = archives[-1], True
+    from .refformat import read_log_file
+
+    entries = read_log_file(path)
+    rows = []
+    for i, e in enumerate(reversed(entries)):
+        turn = _turn_or_none(repo, e.turn)
+        rows.append({
+            "thread": name, "index": i, "old": e.old, "new": e.new, "time": iso(e.time_ms),
+            "time_ms": e.time_ms, "message": e.message, "turn": e.turn,
+            "kind": turn.kind if turn else None,
+            "model": (turn.resolved_model or turn.model) if turn else None,
+            "source": turn.source if turn else None,
+        })
+    return {"thread": name, "deleted": deleted, "entries": rows}
+
+
+def _turn_or_none(repo: Repository, oid: str | None) -> Turn | None:
+    if oid is None:
+        return None
+    try:
+        obj = repo.objects.read(oid)
+    except (ObjectMissing, ObjectCorrupt):
+        return None  # the reflog names a turn this store lacks: show the move anyway
+    return obj if isinstance(obj, Turn) else None
+
+
+def _archived_logs(repo: Repository, name: str) -> list[Path]:
+    """The archived reflogs of deleted threads named ``name`` (``logs/deleted/<name>.<ms>``),
+    oldest first."""
+    base = repo.refs.deleted_logs_dir
+    found = []
+    parent = (base / name).parent
+    stem = (base / name).name
+    if parent.is_dir():
+        for p in parent.iterdir():
+            head, dot, ms = p.name.rpartition(".")
+            if dot and head == stem and ms.isdigit() and p.is_file():
+                found.append((int(ms), p))
+    return [p for _, p in sorted(found)]
+
+
+def deleted_threads(repo: Repository) -> list[dict]:
+    """Every deleted thread whose archived reflog is kept: name, the tip it had, when it was
+    deleted, and whether it can be restored (its tip still stored: gc has not pruned it)."""
+    base = repo.refs.deleted_logs_dir
+    latest: dict[str, tuple[int, Path]] = {}
+    if base.is_dir():
+        for p in base.rglob("*"):
+            head, dot, ms = p.name.rpartition(".")
+            if not (dot and ms.isdigit() and p.is_file()):
+                continue
+            name = str(p.parent.relative_to(base) / head).replace("\\", "/").removeprefix("./")
+            if name not in latest or latest[name][0] < int(ms):
+                latest[name] = (int(ms), p)
+    out = []
+    for name, (ms, p) in sorted(latest.items()):
+        tip = _deleted_tip(p)
+        out.append({"name": name, "tip": tip, "deleted_at": iso(ms), "exists": repo.refs.read(name) is not None,
+                    "restorable": tip is not None and repo.objects.contains(tip)})
+    return out
+
+
+def _deleted_tip(path: Path) -> str | None:
+    from .refformat import read_log_file
+
+    for e in reversed(read_log_file(path)):
+        if e.new is None and e.old is not None:
+            return e.old  # the delete line: the tip the thread had
+        if e.new is not None:
+            return e.new
+    return None
+
+
+def restore_thread(repo: Repository, name: str, *, now_ms: int | None = None) -> dict:
+    """Bring back thread ``name`` deleted earlier, at the tip it had, from its archived
+    reflog (the newest one if it was deleted several times); its reflog history comes back
+    with it. NotFound when no deleted thread of that name is archived, or when gc has pruned
+    its messages since; RefExists when a thread of that name exists again."""
+    check_thread_name(name)
+    if repo.refs.read(name) is not None:
+        raise RefExists(f"thread {name!r} exists: nothing to restore (rename it first to restore the deleted one)",
+                        thread=name)
+    archives = _archived_logs(repo, name)
+    if not archives:
+        raise NotFound(f"no deleted thread {name!r} to restore (its reflog is not in logs/deleted)", thread=name)
+    archive = archives[-1]
+    tip = _deleted_tip(archive)
+    if tip is None:
+        raise NotFound(f"the archived reflog of {name!r} records no tip to restore", thread=name)
+    if not repo.objects.contains(tip):
+        raise NotFound(f"cannot restore {name!r}: its tip {short(tip)} is no longer stored (gc pruned it)",
+                       thread=name, tip=tip, pruned=True)
+    from . import fsio
+
+    rel = archive.relative_to(repo.refs.root).as_posix()
+    saved = archive.read_bytes()
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    with repo.transaction() as tx:
+        repo.refs.check_free(name)
+        log = repo.refs.log_path(name)
+        wrote_log = False
+        if not log.exists():  # its history first, then the move appends the restore line
+            fsio.makedirs(log.parent, fsync=repo.refs.fsync)
+            fsio.replace_file(log, saved, fsync=repo.refs.fsync)
+            wrote_log = True
+        try:
+            tx.move(name, tip, expected=None, time_ms=now, message=f"restore: from {rel}")
+        except BaseException:
+            if wrote_log:
+                fsio.unlink_quiet(log)
+            raise
+        if wrote_log:
+            fsio.unlink_quiet(archive)
+    repo.warnings.extend(tx.warnings)
+    return {"status": "restored", "thread": name, "tip": tip, "from": rel}
+
+
 # -- import / export --------------------------------------------------------------------------
 
 
@@ -556,14 +816,22 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
 
     if not dry_run:
         repo.refs.read_head()  # unreadable: fail before reading any file
+    paths = _expand_dirs(paths, fmt)
     owner: list[int] = []  # the path each reported conversation came from (one per item, in order)
+
+    carry = [0]  # progress: what a file's items did not account for, given with the next item
 
     def items():
         for i, p in enumerate(paths):
             n = len(owner)
+            fsize, done, per = _progress_sizes(p, fmt) if progress is not None else (0, 0, 0)
             try:
                 for item in iter_path(p, fmt, repo.config):
                     owner.append(i)
+                    if progress is not None:
+                        step = min(item.size or per, fsize - done)
+                        done += step
+                        item.size, carry[0] = step + carry[0], 0
                     yield item
             except InvalidInput as e:  # the whole file is unreadable: one line in the report
                 owner.append(i)
@@ -571,9 +839,12 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
             if len(owner) == n:  # e.g. a JSONL file of blank lines
                 owner.append(i)
                 yield Rejected(str(p), SchemaValidationFailed("no conversations in this file"))
+            carry[0] += max(0, fsize - done)
 
     # HEAD naming no thread (a new store): the first conversation imported becomes current.
     report = import_conversations(repo, items(), dry_run=dry_run, progress=progress, now_ms=now_ms, move_head=True)
+    if progress is not None and carry[0]:
+        progress(carry[0])
     # A file of which nothing was imported (every entry skipped, even those that were only
     # warnings, such as ChatGPT entries without "mapping") is a failure, never a silent exit 0.
     good = {i for i, c in zip(owner, report.conversations) if c.error_code is None}
@@ -581,6 +852,37 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
         if i not in good:
             c.warning = False
     return report
+
+
+def _expand_dirs(paths, fmt: str) -> list:
+    """A directory stands for the files in it that import reads (``ingest.sources.expand_dir``:
+    a whole ``~/.claude/projects`` or ``~/.codex/sessions``); an empty one is an error."""
+    from .ingest.sources import expand_dir
+
+    out: list = []
+    for p in paths:
+        if Path(p).is_dir():
+            files = expand_dir(p, None if fmt == "auto" else fmt)
+            if not files:
+                raise InvalidInput(f"{p}: a directory with no file to import in it")
+            out.extend(files)
+        else:
+            out.append(p)
+    return out
+
+
+def _progress_sizes(path, fmt: str) -> tuple[int, int, int]:
+    """(file size, 0, bytes per conversation when the format gives none: an llm logs.db)."""
+    try:
+        fsize = Path(path).stat().st_size
+    except OSError:
+        return 0, 0, 0
+    per = 0
+    if fmt in ("auto", "llm") and is_llm_db(path):
+        from .ingest import llmdb
+
+        per = fsize // max(1, llmdb.count_conversations(path))
+    return fsize, 0, per
 
 
 def export(repo: Repository, revs: list[str], *, fmt: str = "native") -> str:
@@ -651,18 +953,42 @@ def gc(repo: Repository, *, prune: str | None = None, dry_run: bool = False, aut
     return _gc(repo, prune=prune, dry_run=dry_run, auto=auto)
 
 
-def fsck(repo: Repository, *, repair: bool = False):
-    """Check every object, ref, reflog, pack and the index. Returns FsckReport."""
+def fsck(repo: Repository, *, repair: bool = False, progress=None):
+    """Check every object, ref, reflog, pack and the index. Returns FsckReport.
+    ``progress(done, total)``: objects checked so far, of how many."""
     from .fsck import fsck as _fsck
 
-    return _fsck(repo, repair=repair)
+    return _fsck(repo, repair=repair, progress=progress)
 
 
-def merge(repo: Repository, src: str | Path, *, dry_run: bool = False):
-    """Merge another store or a bundle into ``repo``. Returns MergeReport."""
+def merge(repo: Repository, src: str | Path, *, dry_run: bool = False, progress=None):
+    """Merge another store, a bundle or an ``llm`` logs.db into ``repo``.
+
+    A store or a bundle returns a MergeReport. An llm logs.db is merged through the llm
+    importer (``import_paths(..., fmt="llm")``): it returns that ImportReport, one line per
+    conversation, and merging it again changes nothing. ``progress`` (llm logs.db only, as
+    for ``import_paths``) is called with bytes done."""
+    if is_llm_db(src):
+        return import_paths(repo, [src], fmt="llm", dry_run=dry_run, progress=progress)
     from .merge import merge as _merge
 
     return _merge(repo, src, dry_run=dry_run)
+
+
+def is_llm_db(path: str | Path) -> bool:
+    """Is ``path`` a file holding an ``llm`` logs.db (not a convgit bundle)?"""
+    p = Path(path)
+    try:
+        if not p.is_file():
+            return False
+        with open(p, "rb") as f:
+            if not f.read(16).startswith(b"SQLite format 3"):
+                return False
+    except OSError:
+        return False
+    from .ingest import llmdb
+
+    return llmdb.is_llm_db(p) and not llmdb.is_bundle(p)
 
 
 def bundle_create(repo: Repository, path: str | Path, threads: list[str] | None = None):
@@ -681,6 +1007,37 @@ def bundle_verify(path: str | Path):
     return verify_bundle(path)
 
 
+def store_path(start: str | Path | None = None) -> dict:
+    """Which store commands run from ``start`` (default: the current directory) use, found
+    as ``open_repo`` finds it, without creating one: ``{"path", "exists"}`` (``exists``
+    false: the default store or CONVGIT_DIR's, created on first use, is not there yet)."""
+    import os
+
+    from .config import env_store_dir, expand_home
+    from .repository import STORE_DIRNAME, default_store_path
+
+    env = env_store_dir()
+    here = Path(start or os.getcwd()).absolute()
+    if env:
+        p = expand_home(env)
+        if not p.is_absolute():
+            p = here / p
+        from .errors import NotAStore
+
+        if p.exists() and not p.is_dir():
+            raise NotAStore(f"CONVGIT_DIR={env} is not a directory", path=str(p))
+        if p.is_dir() and not (p / "format").exists() and any(p.iterdir()):
+            raise NotAStore(f"CONVGIT_DIR={env} is a directory that is neither empty nor a convgit store", path=str(p))
+    else:
+        p = next((d / STORE_DIRNAME for d in (here, *here.parents) if (d / STORE_DIRNAME).is_dir()), None)
+        if p is None:
+            p = default_store_path()
+    exists = (p / "format").exists()
+    if exists:
+        Repository.open(p).close()  # a store of another format version is an error, as for every command
+    return {"path": str(p), "exists": exists}
+
+
 def show_refs(repo: Repository) -> dict[str, str]:
     """Every thread and its tip (``show-ref``)."""
     return repo.refs.read_all()
@@ -694,12 +1051,13 @@ __all__ = [
     "init", "open_repo",
     # writing
     "check_on_conflict", "commit", "commit_many", "delete_thread", "fork", "hash_object", "import_paths",
-    "rename_thread", "switch", "to_payload", "update_ref",
+    "rename_thread", "restore_thread", "switch", "to_payload", "update_ref",
     # reading
-    "cat_object", "conversation", "export", "iso", "iter_log", "log", "make_filters", "message_text", "object_json",
-    "part_json", "rev_parse", "search", "show_refs", "status", "threads", "tree",
+    "cat_object", "conversation", "deleted_threads", "export", "find_conversation", "iso", "iter_log", "log", "make_filters", "message_text",
+    "nest_tree", "object_json", "part_json", "reflog", "rev_parse", "search", "show_refs", "status", "store_path", "threads",
+    "tree", "turns",
     # embeddings
     "embed", "embed_status",
     # maintenance
-    "bundle_create", "bundle_verify", "fsck", "gc", "merge", "reindex",
+    "bundle_create", "bundle_verify", "fsck", "gc", "is_llm_db", "merge", "reindex",
 ]

@@ -226,6 +226,27 @@ def env_store_dir() -> str | None:
     return os.environ.get("CONVGIT_DIR") or None
 
 
+# Terminal and shell conventions the CLI follows (not settings, so not validated here).
+TERMINAL_VARS = ("NO_COLOR", "TERM", "CONVGIT_PAGER", "PAGER")
+
+
+def terminal_var(name: str) -> str | None:
+    """A terminal convention's variable (``TERMINAL_VARS``), or typer's completion variable
+    (``_CONVGIT_COMPLETE``), as set (None when unset)."""
+    if name not in TERMINAL_VARS and not (name.startswith("_") and name.endswith("_COMPLETE")):
+        raise KeyError(name)
+    return os.environ.get(name)
+
+
+def child_env(**defaults: str) -> dict[str, str]:
+    """The environment for a program convgit starts (the pager), with ``defaults`` for the
+    variables that are not set (``LESS=FRX``, as git sets it)."""
+    env = dict(os.environ)
+    for k, v in defaults.items():
+        env.setdefault(k, v)
+    return env
+
+
 def expand_home(path: str) -> Path:
     """``~`` and ``~user`` expanded (from HOME): the environment is read here, not by callers."""
     return Path(path).expanduser()

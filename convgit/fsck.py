@@ -74,9 +74,10 @@ class FsckReport:
         }
 
 
-def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
+def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None) -> FsckReport:
     """Check every object (re-hashed and decoded), ref, reflog, pack and, with
-    ``check_index``, the index. With ``repair``, fix what can be fixed without losing data."""
+    ``check_index``, the index. With ``repair``, fix what can be fixed without losing data.
+    ``progress(done, total)`` is called as objects are checked (the bulk of the work)."""
     t0 = time.perf_counter()
     rep = FsckReport()
     add = rep.problems.append
@@ -89,8 +90,13 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
     turns: dict[str, Turn] = {}
     loose = list(objects.iter_loose())
     rep.loose = len(loose)
+    total = len(loose) + sum(len(p.ids_in_pack_order()) for p in objects.packs()) if progress is not None else 0
+    done = 0
     for oid in loose:
         _check_object(objects, oid, types, refs_of, turns, add, lambda o=oid: _read_loose_raw(objects, o))
+        done += 1
+        if progress is not None and done % 256 == 0:
+            progress(done, total)
     for name, why in sorted(objects.bad_packs.items()):
         add(Problem("error", "pack", f"{why} (the objects it lists cannot be read)"))
     for p in objects.packs():
@@ -99,9 +105,14 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True) -> FsckReport:
             add(Problem("error", "pack", msg))
         for oid in p.ids_in_pack_order():  # each chunk decompressed once
             rep.packed += 1
+            done += 1
+            if progress is not None and done % 256 == 0:
+                progress(done, total)
             if oid in types:
                 continue
             _check_object(objects, oid, types, refs_of, turns, add, lambda o=oid, p=p: p.read(o))
+    if progress is not None:
+        progress(done, total)
     rep.objects = len(types) + sum(1 for pr in rep.problems if pr.kind in ("object_corrupt",) and pr.oid and pr.oid not in types)
 
     # 2. References between objects: present, readable, and of the right type. (Checked after

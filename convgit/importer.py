@@ -577,6 +577,7 @@ def import_conversations(
         repo.refs.read_head()  # unreadable: fail before importing anything
     batch: list[tuple[int, Conversation]] = []
     size = 0
+    pending = 0  # input bytes read but not yet imported: reported once their batch has run
     for item in items:
         slot = len(report.conversations)
         if isinstance(item, Rejected):
@@ -585,13 +586,17 @@ def import_conversations(
             report.conversations.append(ConvReport(item.label, "skipped"))
             batch.append((slot, item))
             size += len(item.nodes)
-        if progress is not None:
-            progress(item.size)
+        pending += item.size
         if size >= batch_messages or len(batch) >= BATCH_CONVERSATIONS:
             _run_batch(repo, batch, report, dry_run, now, head_rule=head_rule)
             batch, size = [], 0
+        if progress is not None and not batch and pending:
+            progress(pending)  # (a progress bar's rate is then the import's real rate)
+            pending = 0
     if batch:
         _run_batch(repo, batch, report, dry_run, now, head_rule=head_rule)
+    if progress is not None and pending:
+        progress(pending)
     report.seconds = time.perf_counter() - t0
     return report
 

@@ -49,6 +49,9 @@ def resolve_base(repo, base: str) -> tuple[str, str | None]:
         oid = repo.objects.resolve_prefix(low)
         if oid is not None:
             return oid, None
+    if 0 < len(low) < 4 and all(c in "0123456789abcdef" for c in low):
+        raise NotFound(f"unknown revision {base!r}: not a thread, and an id prefix needs 4 or more hex digits",
+                       rev=base)
     raise NotFound(f"unknown revision {base!r}: not a thread, id or unique id prefix", rev=base)
 
 

@@ -139,3 +139,34 @@ def short(entries: Sequence, key_of, *, n: int = TRUNCATE) -> list[dict[str, Any
             "usage": {k: u[k] for k in ("input_tokens", "output_tokens")} if u else None,
         })
     return out
+
+
+def _brief(value: Any, width: int) -> str:
+    s = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    s = " ".join((s or "").split())
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def tool_names(parts: Iterable[Any]) -> dict[str, str]:
+    """call id -> tool name, for the tool calls among ``parts`` (to name their results)."""
+    from .objects import ToolCallPart
+
+    return {p.id: p.name for p in parts if isinstance(p, ToolCallPart) and p.id}
+
+
+def tool_summary(parts: Iterable[Any], width: int = 60, names: dict[str, str] | None = None) -> str:
+    """What a message's tool parts do, in one line: ``[tool call] NAME(args)`` and
+    ``[tool result] NAME: output`` (``[tool error]`` for a failed call; a result without a
+    name takes its call's from ``names``, else shows the call id); "" when it has none."""
+    from .objects import ToolCallPart, ToolResultPart
+
+    bits = []
+    for p in parts:
+        if isinstance(p, ToolCallPart):
+            bits.append(f"[tool call] {p.name}({_brief(p.arguments, width // 2) if p.arguments else ''})")
+        elif isinstance(p, ToolResultPart):
+            label = "[tool error]" if p.is_error else "[tool result]"
+            called = p.name or (names or {}).get(p.tool_call_id or "") or p.tool_call_id
+            name = f" {called}" if called else ""
+            bits.append(f"{label}{name}: {_brief(p.output, width // 2)}")
+    return "; ".join(bits)

@@ -43,7 +43,7 @@ forking writes no message at all.
 
 The commands come in two layers, as in git:
 
-- **Porcelain** for people: `init`, `commit`, `import`, `export`, `log`, `show`, `search`, `status`, `threads`,
+- **Porcelain** for people: `help`, `init`, `commit`, `import`, `export`, `log`, `show`, `search`, `status`, `threads`, `reflog`,
   `switch`, `fork`; `mcp` serves the store to agents; `serve` is the logging proxy.
 - **Plumbing** for scripts: `rev-parse`, `cat-object`, `hash-object`, `update-ref`,
   `show-ref`, `reindex`, `path`.
@@ -61,7 +61,21 @@ Conventions every command follows:
   is plain text. Conversation text is data: it is printed exactly as stored and never
   interpreted as console markup (`[bold]` stays `[bold]`). `show` renders message text as
   Markdown on a colour terminal only.
-- `-h` and `--help` work everywhere; `convgit --version` (or `-V`) prints the version.
+- `-h` and `--help` work everywhere, and so does `convgit help [COMMAND]`; `convgit --version`
+  (or `-V`) prints the version.
+- `--color auto|always|never` (before the command) decides colour: `auto`, the default,
+  colours on a terminal unless `NO_COLOR` is set.
+- Long `log` and `show` output goes through a pager on a terminal, as in git (`less -FRX`
+  unless `CONVGIT_PAGER` or `PAGER` names another; `--no-pager`/`-P` before the command
+  turns it off). Never when piped or with `--json`.
+- Long operations (import, merge, gc, fsck, reindex, bundle create/verify, export) show
+  progress on stderr when it is a terminal: a bar with the time left (at the average rate
+  since the start) where the size of the work is known (import, merging an llm logs.db,
+  fsck's object checks), a spinner with the time spent otherwise. Never when stderr is piped, with `--json` or `-q`.
+- Shell completion: `convgit --install-completion` installs it for the shell you run it
+  from (bash, zsh, fish, PowerShell; typer's scripts), `--show-completion` prints the script.
+  It completes commands, options, thread names and revisions (`HEAD`, `NAME~1`) from the
+  store in use.
 """
 
 GLOBAL = """\
@@ -88,7 +102,7 @@ Which store a command uses is decided like git decides its repository:
    Linux, `~/Library/Application Support/convgit/.convgit` on macOS,
    `%LOCALAPPDATA%\\convgit\\.convgit` on Windows.
 
-`convgit path` prints the store a command would use. `convgit init` makes a project-local
+`convgit path` prints the store a command would use, and creates nothing. `convgit init` makes a project-local
 store (like `git init`), which then takes precedence inside that directory tree.
 
 A store written by a newer convgit (an unknown format version in `.convgit/format`) is never
@@ -102,7 +116,8 @@ Environment variables:
 | `CONVGIT_FSYNC` | `0`, `false`, `no` or `off` turns fsync off (throw-away stores only: tests, benchmarks); `1`, `true`, `yes` or `on` turns it on. Overrides `core.fsync` in `config.toml`. |
 | `CONVGIT_LOCK_TIMEOUT` | Seconds (a finite number, 0 or more) to wait for a lock before failing with `locked`. Overrides `core.lock_timeout`. |
 | `CONVGIT_GC_GRACE` | How long an unreachable object is kept before gc may delete it, as `gc --prune` takes it (`2w`, `3d`, `12h`, `90m`, seconds, `now`, `never`). Overrides `gc.grace_seconds`. |
-| `NO_COLOR` | Any non-empty value turns colour off on a terminal. |
+| `NO_COLOR` | Any non-empty value turns colour off on a terminal (`--color always` still turns it on). |
+| `CONVGIT_PAGER`, `PAGER` | The pager for long `log` and `show` output on a terminal, in that order (default `less`, run with `LESS=FRX` unless `LESS` is set); empty or `cat` means none. |
 
 A bad value of a `CONVGIT_*` variable (`CONVGIT_LOCK_TIMEOUT=abc`, `=nan`, `=-1`;
 `CONVGIT_GC_GRACE=2x`) makes every command fail with `invalid_input` (10) naming the
@@ -130,6 +145,10 @@ no leading `-` or `/`, no trailing `/` or `.`, no component starting with `.` or
 # Each command (as its words after `convgit`) with the paragraph shown above its help.
 # The order here is the order in the document; every command must be listed.
 PORCELAIN: dict[tuple[str, ...], str] = {
+    ("help",): """\
+Prints the help of convgit, or of COMMAND (`convgit help threads rename` is `convgit threads
+rename --help`).
+""",
     ("init",): """\
 Creates a store in `DIR/.convgit` (default: the working directory). Running it again on an
 existing store changes nothing (`"status": "exists"` under `--json`). A store is not required
@@ -183,11 +202,18 @@ Lists messages from REV (default `HEAD`) back to the first message, newest first
 `git log`. `-n N` limits the output to the newest N messages (`0`, the default, means all);
 `--reverse` prints them oldest first. `--all` walks every thread and prints each reachable
 message once. `--oneline` prints one line per message (short id, thread names at their tips,
-role, first line of text). `--graph` draws the fork tree holding REV, or every tree with
-`--all`. `--json` prints an array of messages (`id`, `parent`, `role`, `text`, `parts` with a
+role, first line of text; a tool call or result shows its tool name and a summary).
+`--graph` draws the fork tree holding REV, or every tree with `--all`, root first; `-n N`
+keeps its first N messages, and `--graph --json` prints the tree as JSON (`{"conversations":
+[{"messages": [...], "branches": [...]}], "messages", "total", "truncated"}`, see
+[json.md](json.md)). `--graph` refuses `--reverse` (as git does: the tree is drawn root
+first already) and the filters and views below, naming them, rather than ignoring them.
+`--json` prints an array of messages (`id`, `parent`, `role`, `text`, `parts` with a
 `type` each, `meta`, `depth`, `turn`, `started_at`, `model`, `key`), written as it is read:
 `log --all -n 0 --json` starts printing at once and holds only thread tips and fork points in
-memory, whatever the size of the store.
+memory, whatever the size of the store. If the walk meets a missing or corrupt object midway,
+the array still ends validly with the error document as its last element, and the exit code
+is the error's ([json.md](json.md) §4). On a terminal, long output goes through the pager.
 
 Filters (the same in `search`) keep some messages and combine with AND; a repeated option
 (or a comma list) means any of its values: `-m/--model` (the exact model or resolved model
@@ -195,8 +221,11 @@ of the message's turn; an alias from the `[aliases]` table of `config.toml`, suc
 `4o = "gpt-4o"`, stands for its model), `--thread NAME` (messages in that thread's history),
 `--since`/`--until` (when the turn started: `2024-06-01`, `2024-06-01T12:00Z`, or a time ago:
 `30m`, `12h`, `3d`, `2w`, `1y`; `--until` excludes its instant), `--role`, `--tools` (turns
-with a tool call or result), `--source` (where the turn came from: `chatgpt`, `claude`,
-`llm`, ...).
+with a tool call or result), `-T/--tool NAME` (turns that called the tool NAME), `--source`
+(where the turn came from: `chatgpt`, `claude`, `llm`, ...). As in `llm logs`, `-c/--current`
+picks the most recent conversation (the thread updated last) and `--cid ID` a given one (a
+thread name, or the id an imported thread's name ends with: `--cid 01m8nd8...` for
+`llm/01m8nd8...`); in `search` they restrict the search to that thread.
 
 Paging: every message has a time-sortable `key`,
 `<turn start YYYYMMDDHHMMSSmmm>-<turn id, 16 hex>-<depth, 7 digits>` (its turn's start and
@@ -213,6 +242,20 @@ assistant message; `-x/--extract` the first fenced code block of each assistant 
 "usage": {"turns", "input_tokens", "output_tokens", "total_tokens"}}`, each entry with a
 `usage`); `-s/--short` prints one compact entry per turn (time, model, thread, prompt,
 response, tool calls); `-t/--truncate` cuts texts to 100 characters (in `--json` too).
+
+`--turns` is the turn-level view, as `llm logs` lists calls: one entry per recorded call,
+newest first, also for calls that added no new message (a stateless client re-sending a
+conversation it already sent, a re-committed conversation with call metadata), with the
+per-message turns of imports (each llm response, each dated ChatGPT message). Each entry:
+time, model, thread, kind, the prompt it answered and its response (first lines; `-t`
+truncates instead), `-u` its tokens and the totals. REV names the thread; `-n`, `-m`,
+`--since`, `--until`, `--source` and `--thread` apply. `--json` prints an array of `{"turn",
+"thread", "kind", "model", "requested_model", "started_at", "duration_ms", "usage",
+"source", "error", "output", "prompt", "response"}` (with `-u`: `{"turns": [...], "usage":
+{...}}`). `--turns --schema` keeps the calls that asked for structured output (an OpenAI
+`response_format` of type `json_schema` or `json_object`, or an llm call with a schema);
+`--turns --data` prints the JSON object each such call returned, one per line (`--json`: an
+array of them), as `llm logs --data` does.
 """,
     ("show",): """\
 Prints the conversation up to REV (default `HEAD`) in reading order, oldest first, with the
@@ -297,11 +340,23 @@ Renames a thread; its reflog moves with it and `HEAD` follows if it was the curr
 Threads forked from it show the new name in `threads` (also after `reindex`).
 """,
     ("threads", "delete"): """\
-Deletes a thread's ref; its reflog is kept under `.convgit/logs/deleted/`. Its messages stay
+Deletes a thread's ref; its reflog is kept under `.convgit/logs/deleted/` (`threads restore`
+brings the thread back). Its messages stay
 in the store: other threads may share them, and only `gc` removes unreachable objects. An
 unreadable ref file (garbage, a dangling symlink) is deleted too. Deleting the current
 thread switches `HEAD` to the most recently updated thread left, and the output says so;
 when no thread is left, `HEAD` keeps naming the deleted one.
+""",
+    ("threads", "restore"): """\
+Brings back a deleted thread at the tip it had, from its reflog kept under
+`.convgit/logs/deleted/` (the newest one if the name was deleted several times); the
+thread's reflog history comes back with it and a `restore:` line records the move. Possible
+as long as gc has not pruned its messages: after that it fails with `not_found` (15) saying
+so (`details.pruned` true). A thread of that name that exists again is `ref_exists` (13).
+`--list` (or no NAME) lists the deleted threads with their tip, when they were deleted and
+whether they can be restored; `--json` prints `{"status": "restored", "thread", "tip",
+"from"}` or, with `--list`, an array of `{"name", "tip", "deleted_at", "exists",
+"restorable"}`.
 """,
     ("switch",): """\
 Makes an existing thread the current one (`HEAD`), which `log` and `show` use by default.
@@ -311,6 +366,14 @@ Creates thread NAME (default `<thread>-fork-<id>`) whose tip is REV, typically a
 message (`main~2`). No message is written, only a `fork` turn that records where the thread
 came from (shown by `threads`). Continue the fork with `commit --thread NAME`. `HEAD` does not
 move.
+""",
+    ("reflog",): """\
+The moves of a thread (default: the one `HEAD` names), newest first, as `git reflog` shows
+them: `TIP NAME@{N} TIME [kind, model, source] message`, the turn's kind, model and source
+read from the turn object the move recorded. A deleted thread shows its archived reflog (and
+says so on stderr). `-n N` keeps the newest N. `--json` prints `{"thread", "deleted",
+"entries": [{"thread", "index", "old", "new", "time", "time_ms", "message", "turn", "kind",
+"model", "source"}]}`.
 """,
     ("import",): """\
 Imports conversations from other tools: a ChatGPT export (`conversations.json` or the ZIP),
@@ -331,6 +394,11 @@ imported (a forced wrong `--format`, every entry skipped) fails with its code
 (`schema_validation_failed`, 11) and writes nothing; a skipped entry beside imported ones
 that holds nothing to import (a ChatGPT entry without `mapping`) is only a warning.
 [import.md](import.md) describes every format.
+
+On a terminal, a report of more than 20 conversations shows the first 10 and how many more
+(`--verbose` lists them all; piped output always has every line). `-q` prints nothing but
+warnings and errors. A progress bar on stderr (terminal only) counts input bytes as their
+conversations are stored, so its time left follows the real rate.
 """,
     ("export",): """\
 Writes a thread (default `HEAD`) as `native` (convgit's commit shape with every id, plus the
@@ -348,7 +416,7 @@ moves every loose ref into `packed-refs` (`refs_packed`; docs/format.md §4.1), 
 a second gc started meanwhile skips (`"status": "skipped"`). It fails closed with `gc_refused`
 (exit 33) when a ref or reflog is unreadable or names a missing object. `--auto` returns at
 once, silently, unless 2,000 or more loose objects (or more than 16 packs) piled up: made for
-cron. `--dry-run` reports without changing anything.
+cron. `--dry-run` reports without changing anything. `-q` prints nothing but warnings.
 """,
     ("fsck",): """Re-hashes every loose and packed object, checks its canonical encoding and that every parent,
 blob and turn reference resolves to an object of the right type, that refs and `HEAD` are
@@ -365,8 +433,11 @@ nothing is taken (`source_corrupt`, exit 34). New objects arrive as one pack sta
 quarantine directory; refs then move all or nothing (a journal finishes an interrupted merge).
 Per thread: new → created; same tip → nothing; local behind → fast-forward; incoming behind →
 kept; diverged → both kept, the incoming one as `NAME-merged-<10 hex of its tip>`. Merging the
-same source twice changes nothing. An `llm` logs.db is refused with a pointer to
-`convgit import`. A source store holding a symlink that leads out of it (a ref file linked to
+same source twice changes nothing, and a merge that changes nothing prints "Already up to
+date.". An `llm` logs.db is merged through the llm importer: the report is `import`'s (one
+line per conversation; `--json`: the import document plus `"source"` and `"merged_as":
+"llm-import"`), and merging it again changes nothing. `-q` prints nothing but warnings and
+errors. A source store holding a symlink that leads out of it (a ref file linked to
 another file, a symlinked `refs/`) is refused with `source_corrupt` before anything is read
 through it; no error message quotes a file's content. Bundles and logs.db files are opened
 read-only by a `file:` URI with the path percent-encoded, so any file name works
@@ -376,6 +447,14 @@ read-only by a `file:` URI with the path percent-encoded, so any file name works
 they reach: a way to carry history between machines (`convgit merge FILE.db` takes it in).
 """,
     ("bundle", "create"): """Writes FILE.db with the given threads (default: all) and everything they reach.
+
+`convgit bundle create backup.db` (no THREAD) is convgit's answer to `llm logs backup`: one
+SQLite file with every thread, every message and blob they reach, the turns recorded on them
+and the provenance of deleted threads that their messages still need; `bundle verify`
+checks it without a store, and `convgit merge backup.db` into an empty store (or any store)
+brings it all back, ids unchanged. It does not carry `config.toml`, HEAD, or reflog lines
+that recorded no turn (renames, deletes, `update-ref`); copy `config.toml` by hand if you
+changed it.
 """,
     ("bundle", "verify"): """Checks a bundle: every object's hash and encoding, that every reference inside it resolves,
 that thread names are valid and point at messages. Exits 35 when it is corrupt.
@@ -468,7 +547,9 @@ and every command answers the same after a rebuild.
 """,
     ("path",): """\
 Prints the path of the `.convgit` directory the command line would use (see
-[store discovery](#global-options-and-store-discovery)).
+[store discovery](#global-options-and-store-discovery)). It creates nothing: when that store
+does not exist yet (the default store before first use), it prints where it will be, says so
+on stderr, and `--json` gives `{"path", "exists": false}`.
 """,
 }
 

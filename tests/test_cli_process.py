@@ -104,10 +104,12 @@ def test_dash_C_runs_as_if_in_dir(run, proj, tmp_path):
 def test_convgit_dir(run, proj, tmp_path):
     custom = tmp_path / "custom" / ".convgit"
     e = {"CONVGIT_DIR": str(custom)}
-    # Created on first use; it beats the store found by walking up.
+    # It beats the store found by walking up; `path` names it and creates nothing; it is
+    # created on first use.
     assert ok(run("path", cwd=proj, env_extra=e)).out == f"{custom}\n"
-    assert (custom / "format").exists()
+    assert not (custom / "format").exists()
     d = ok(run("commit", "-", "--json", cwd=proj, env_extra=e, input=dumps(native("to custom")))).json()
+    assert (custom / "format").exists()
     assert d["tip"] in object_ids(custom) and d["tip"] not in object_ids(proj / ".convgit")
     # Relative: to the cwd, after -C.
     rel = {"CONVGIT_DIR": "rel/.convgit"}

@@ -248,7 +248,7 @@ def test_first_missing_sees_an_object_packed_after_the_pack_list_was_loaded(mixe
     assert graph.first_missing(mixed.objects, ids) == len(ids)
 
 
-# -- log --json on a damaged history: one JSON document --------------------------------------
+# -- log --json on a damaged history: one valid JSON document, streamed -----------------------
 
 
 def _two_threads(cli) -> tuple[str, str]:
@@ -257,11 +257,25 @@ def _two_threads(cli) -> tuple[str, str]:
     return _rev(cli, "a~2"), _rev(cli, "a")
 
 
+def _error_last(r, code: str) -> tuple[list, dict]:
+    """stdout is one valid JSON array (or the -u object) whose last element is the error
+    document; the exit code is the error's; stderr says so too."""
+    from cli_helpers import ERRORS
+
+    assert r.rc == ERRORS[code].exit_code and "Traceback" not in r.err, r
+    doc = json.loads(r.out)
+    rows = doc["entries"] if isinstance(doc, dict) else doc
+    err = rows[-1]
+    assert err["status"] == "error" and err["error_code"] == code and err["error_message"], r
+    assert f"[{code}]" in r.err
+    return rows[:-1], err
+
+
 @pytest.mark.parametrize("damage,code", [("missing", "object_missing"), ("corrupt", "object_corrupt")])
 @pytest.mark.parametrize("args", [["log", "a"], ["log", "--all"], ["log", "a", "--usage"], ["log", "--all", "-n", "1"],
                                   ["log", "a", "--reverse"]],
                          ids=["thread", "all", "usage", "all-n1", "reverse"])
-def test_log_json_that_meets_damage_mid_walk_prints_only_the_error_document(cli, proj, args, damage, code):
+def test_log_json_that_meets_damage_mid_walk_ends_the_array_with_the_error(cli, proj, args, damage, code):
     victim, tip = _two_threads(cli)
     store = proj / ".convgit"
     _delete(store, victim) if damage == "missing" else _flip_last_byte(store, victim)
@@ -269,8 +283,15 @@ def test_log_json_that_meets_damage_mid_walk_prints_only_the_error_document(cli,
     if args[-2:] == ["-n", "1"]:  # the walk stops before the damage
         assert [e["text"] for e in json.loads(ok(r).out)] == ["a4"]
         return
-    doc = assert_error(r, code)  # stdout is exactly one JSON document: the error
-    assert json.loads(r.out) == doc and doc["details"]["oid"] == victim
+    if "--reverse" in args:  # nothing can be printed before the whole walk: the error alone
+        doc = assert_error(r, code)
+        assert json.loads(r.out) == doc and doc["details"]["oid"] == victim
+    else:
+        rows, err = _error_last(r, code)
+        texts = [e["text"] for e in rows]  # what was read before the damage, then the error
+        assert texts[0] == "a4" and "a2" not in texts and err["details"]["oid"] == victim
+        if "--usage" in args:
+            assert "usage" in json.loads(r.out)
     r = cli(*args)  # the human form streams what it could read, then the error on stderr
     assert r.rc != 0 and "Traceback" not in r.err and f"[{code}]" in r.err
 
@@ -280,6 +301,36 @@ def test_log_json_on_a_sound_history_is_unchanged(cli, proj):
     out = ok(cli("log", "--all", "--json")).out
     assert [e["text"] for e in json.loads(out)] == ["a4", "a3", "a2", "a1", "b2", "b1"]
     assert out.startswith("[\n  {") and out.endswith("}\n]\n")
+
+
+def test_log_json_error_at_the_start_is_the_error_document_alone(cli, proj):
+    victim, tip = _two_threads(cli)
+    _delete(proj / ".convgit", tip)
+    r = cli("log", "a", "--json")
+    doc = assert_error(r, "object_missing")
+    assert json.loads(r.out) == doc
+
+
+def test_log_json_streams_in_a_real_process(run, cli, proj):
+    """The first rows reach the reader before the walk ends: a reader that reads two lines
+    and goes away still got valid rows, and a damaged walk ends the array validly."""
+    import subprocess
+
+    from cli_helpers import PY, cli_env
+
+    for i in range(40):
+        ok(cli("commit", "-", "--thread", f"t{i:03d}", input=dumps(conv(f"q{i}", f"a{i}"))))
+    p = subprocess.Popen([PY, "-m", "convgit", "log", "--all", "--json"], cwd=proj, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=cli_env(proj.parent.parent / "u2"))
+    first = p.stdout.readline() + p.stdout.readline()
+    assert first.startswith(b"[\n  {") and b'"text"' in first
+    p.stdout.close()
+    assert p.wait(timeout=60) == 0 and b"Traceback" not in p.stderr.read()  # a reader that left is no error
+    victim, _ = _two_threads(cli)
+    _flip_last_byte(proj / ".convgit", victim)
+    r = run("log", "--all", "--json")
+    rows, err = _error_last(r, "object_corrupt")
+    assert err["details"]["oid"] == victim and rows[0]["text"] == "a4"
 
 
 # -- show with a missing tip -----------------------------------------------------------------
@@ -304,37 +355,3 @@ def test_show_of_an_unknown_id_is_still_not_found(cli, proj):
     ok(cli("commit", "-", "--thread", "a", input=dumps(conv("a1"))))
     assert_error(cli("show", "ab" * 32, "--json"), "not_found")
     assert_error(cli("show", "nope"), "not_found")
-
-
-def test_log_json_held_in_a_temporary_file_beyond_the_memory_spool(cli, proj, monkeypatch):
-    """Past SPOOL_BYTES the document goes to a temporary file: the same bytes on stdout, and
-    damage met after the spill still prints only the error document."""
-    from convgit.cli import views as V
-
-    import tempfile
-
-    spools = []
-
-    class Spy(tempfile.SpooledTemporaryFile):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, **kw)
-            spools.append(self)
-
-    victim, _ = _two_threads(cli)
-    whole = ok(cli("log", "--all", "--json")).out
-    monkeypatch.setattr(V.tempfile, "SpooledTemporaryFile", Spy)
-    monkeypatch.setattr(V, "SPOOL_BYTES", 64)
-    assert ok(cli("log", "--all", "--json")).out == whole
-    assert [sp._rolled for sp in spools] == [True]  # it did go to a file
-    _delete(proj / ".convgit", victim)
-    r = cli("log", "--all", "--json")
-    assert json.loads(r.out) == assert_error(r, "object_missing")
-
-
-def test_log_json_error_document_alone_in_a_real_process(run, cli, proj):
-    victim, _ = _two_threads(cli)
-    _flip_last_byte(proj / ".convgit", victim)
-    r = run("log", "--all", "--json")
-    doc = assert_error(r, "object_corrupt")
-    assert json.loads(r.out) == doc and doc["details"]["oid"] == victim
-    assert json.loads(ok(run("log", "b", "--json")).out)[0]["text"] == "b2"

@@ -26,6 +26,7 @@ from . import output, params
 # order their modules registered them, then the groups), and the module that registers it.
 # tests/test_startup.py checks this table against what the modules register.
 COMMANDS = {
+    "help": "app",
     "init": "cmd_commit", "commit": "cmd_commit",
     "embed": "cmd_embed",
     "import": "cmd_import", "export": "cmd_import",
@@ -36,7 +37,7 @@ COMMANDS = {
     "search": "cmd_search",
     "serve": "cmd_serve",
     "status": "cmd_status",
-    "switch": "cmd_threads", "fork": "cmd_threads",
+    "switch": "cmd_threads", "fork": "cmd_threads", "reflog": "cmd_threads",
     "bundle": "cmd_maintenance",
     "threads": "cmd_threads",
     "mcp": "cmd_mcp",
@@ -57,6 +58,19 @@ class _Group(TyperGroup):
 
     def list_commands(self, ctx) -> list[str]:
         return list(self.commands)  # names only: a lazy table builds nothing to list
+
+    def format_commands(self, ctx, formatter) -> None:
+        """The command list with each command's whole first sentence (click cuts it at ~45
+        characters with "..."): wrapped, never truncated."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is None or cmd.hidden:
+                continue
+            rows.append((name, _summary_line(cmd.help or "")))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx):
         if ctx.parent is None:
@@ -92,6 +106,12 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             sys.stderr.write("convgit: interrupted\n")
             ctx.exit(130)
+
+
+def _summary_line(text: str) -> str:
+    """The first paragraph of a command's help, as one line (for the command list)."""
+    para = text.strip().split("\n\n", 1)[0]
+    return " ".join(para.split())
 
 
 class _LazyCommands(MutableMapping):
@@ -146,6 +166,15 @@ class _RootGroup(_Group):
     def __init__(self, *args, commands=None, **kwargs):
         super().__init__(*args, commands=_LazyCommands(commands or {}), **kwargs)
 
+    def _main_shell_completion(self, ctx_args, prog_name, complete_var=None) -> None:
+        # typer's completion protocol (the _CONVGIT_COMPLETE variable): its shell classes are
+        # registered only when asked for, so a normal start-up loads none of it.
+        if output.completion_requested(prog_name, complete_var):
+            from typer._completion_classes import completion_init
+
+            completion_init()
+        super()._main_shell_completion(ctx_args, prog_name, complete_var)
+
 
 app = typer.Typer(
     cls=_RootGroup,
@@ -165,15 +194,34 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _completion(ctx, param, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from . import completion
+
+    completion.install_or_show(ctx, install=param.name == "install_completion")
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,
     directory: Optional[Path] = typer.Option(
         None, "-C", metavar="DIR", help="Run as if convgit was started in DIR (as git -C)."
     ),
+    color: str = typer.Option("auto", "--color", metavar="WHEN",
+                              help="Colour the output: auto (on a terminal, unless NO_COLOR is set), always, never."),
+    no_pager: bool = typer.Option(False, "--no-pager", "-P", help="Never page output (log and show page long output on a terminal)."),
     version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="Print the version."),
+    install_completion: bool = typer.Option(
+        False, "--install-completion", callback=_completion, is_eager=True, expose_value=False,
+        help="Install shell completion (bash, zsh, fish, powershell: the shell running convgit) and exit."),
+    show_completion: bool = typer.Option(
+        False, "--show-completion", callback=_completion, is_eager=True, expose_value=False,
+        help="Print the shell completion script for the shell running convgit, and exit."),
 ) -> None:
     reset_repo()
+    output.set_color(color)
+    output.state["pager"] = not no_pager
     if directory is not None:
         try:
             os.chdir(directory)
@@ -202,8 +250,27 @@ def reset_repo() -> None:
     _repo = None
 
 
+@app.command("help")
+def help_cmd(
+    ctx: typer.Context,
+    command: Optional[list[str]] = typer.Argument(None, metavar="COMMAND",
+                                                  help="A command (and subcommand: threads rename)."),
+) -> None:
+    """Show the help of convgit or of COMMAND (as COMMAND --help does)."""
+    cur = ctx.find_root()
+    path: list[str] = []
+    for name in command or []:
+        sub = cur.command.get_command(cur, name) if hasattr(cur.command, "get_command") else None
+        if sub is None:
+            raise InvalidInput(f"no such command: {' '.join([*path, name])} (convgit help lists them)")
+        cur = sub.make_context(name, [], parent=cur, resilient_parsing=True)
+        path.append(name)
+    typer.echo(cur.command.get_help(cur))
+
+
 def run(argv: list[str]) -> None:
     try:
         app(args=argv, prog_name="convgit")
     finally:
         reset_repo()
+        output.reset()

@@ -14,18 +14,24 @@ import typer
 
 from .. import api, fsio
 from ..errors import ALL_ERRORS, ConvgitError, InvalidInput, StorageFailed
-from . import output
+from . import output, progress
+from .params import complete_rev
 from .app import app, get_repo
 
 JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
 _BY_CODE = {c.code: c for c in ALL_ERRORS}
+# On a terminal, a report of more conversations than this is summarised (--verbose: all).
+SUMMARY_AT = 20
 
 
 @app.command("import")
 def import_cmd(
-    paths: list[str] = typer.Argument(..., metavar="PATH...", help="Export files: JSON, JSONL, a ZIP export, an llm logs.db; - reads one from stdin."),
-    fmt: str = typer.Option("auto", "--format", "-f", metavar="FORMAT", help="auto (default), chatgpt, claude, open-webui, librechat, llm, native, openai, openai-completion, openai-responses, anthropic, gemini, aistudio, sharegpt, messages, conversation, transcript."),
+    paths: list[str] = typer.Argument(..., metavar="PATH", help="Export files: JSON, JSONL, a ZIP export, an llm logs.db, Open WebUI's webui.db; a directory (e.g. ~/.claude/projects) for every file in it; - reads one from stdin."),
+    fmt: str = typer.Option("auto", "--format", "-f", metavar="FORMAT", help="auto (default), chatgpt, claude, open-webui, librechat, llm, grok, chatbot-ui, open-webui-db, sillytavern, claude-code, codex, native, openai, openai-completion, openai-responses, anthropic, gemini, aistudio, sharegpt, messages, conversation, transcript."),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Report what would be imported; write nothing."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="Print nothing but warnings and errors."),
+    verbose: bool = typer.Option(False, "-v", "--verbose",
+                                 help=f"One line per conversation also on a terminal (there, more than {SUMMARY_AT} are summarised)."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Import conversations from other tools; re-importing writes only what is new.
@@ -49,16 +55,32 @@ def import_cmd(
             continue
         if not os.path.exists(p):
             raise InvalidInput(f"{p}: no such file")
-        if os.path.isdir(p):
-            raise InvalidInput(f"{p}: is a directory")
     repo = get_repo()
     with _stdin_spool(repo, "-" in paths, dry_run) as spool:
         files = [spool if p == "-" else p for p in paths]
-        total = sum(os.path.getsize(p) for p in files)
-        with _progress(total, json_) as advance:
+        with progress.Bar("importing", total_bytes(files, fmt), on=progress.enabled(json_=json_, quiet=quiet)) as advance:
             report = api.import_paths(repo, files, fmt=fmt, dry_run=dry_run, progress=advance)
         if spool is not None:
             _relabel(report, spool, "-")
+    finish_import(report, json_=json_, quiet=quiet, verbose=verbose)
+
+
+def total_bytes(files, fmt: str = "auto") -> int:
+    """The input size a progress bar counts (a directory: the files import reads in it)."""
+    total = 0
+    for p in files:
+        if os.path.isdir(p):
+            from ..ingest.sources import expand_dir
+
+            total += sum(f.stat().st_size for f in expand_dir(p, None if fmt == "auto" else fmt))
+        elif os.path.isfile(p):
+            total += os.path.getsize(p)
+    return total
+
+
+def finish_import(report, *, json_: bool, quiet: bool, verbose: bool, source: str | None = None) -> None:
+    """Warnings, the report (JSON or lines), and the exit code of an import (also of a merge
+    of an llm logs.db, ``source``)."""
     for w in report.warnings:  # the import stands (HEAD was moved, or not, by the library)
         output.info(f"convgit: warning: {w}")
     fails = report.failures
@@ -71,20 +93,39 @@ def import_cmd(
             err.details.pop("report")
         raise err
     if json_:
-        output.emit_json(report.to_json())
+        doc = report.to_json()
+        if source is not None:
+            doc = {**doc, "source": source, "merged_as": "llm-import"}
+        output.emit_json(doc)
+    elif source is not None and not quiet and not fails and all(
+            c.status == "deduplicated" for c in report.conversations):
+        output.line("Already up to date.")
     else:
-        _say(report)
+        say_import(report, quiet=quiet, verbose=verbose)
     if fails:
         raise typer.Exit(_BY_CODE.get(fails[0].error_code or "", ConvgitError).exit_code)
 
 
-def _say(report) -> None:
+def say_import(report, *, quiet: bool = False, verbose: bool = False) -> None:
+    """The report for people: a line per conversation (problems on stderr), then totals. On
+    a terminal a long report shows its first lines only, unless ``verbose``."""
+    shown = 0
+    limit = None if verbose or not output.is_tty() or len(report.conversations) <= SUMMARY_AT else SUMMARY_AT // 2
+    hidden = 0
     for c in report.conversations:
         label = c.title or c.upstream_id or c.label
         if c.status in ("skipped", "conflict"):
             code = f" [{c.error_code}]" if c.error_code else ""
             output.info(f"convgit: {'warning: ' if c.warning else ''}{c.status}: {c.label}: {c.reason}{code}")
             continue
+        for w in c.warnings:
+            output.info(f"convgit: warning: {c.label}: {w}")
+        if quiet or c.status == "deduplicated":
+            continue
+        if limit is not None and shown >= limit:
+            hidden += 1
+            continue
+        shown += 1
         main = next((t["thread"] for t in c.threads if t["branch"] == "main"), c.threads[0]["thread"] if c.threads else "")
         extra = f", {len(c.threads) - 1} branch thread(s)" if len(c.threads) > 1 else ""
         if c.status == "imported":
@@ -93,8 +134,10 @@ def _say(report) -> None:
             output.line(f"appended {c.appended:<4} {main}  ({label})")
         elif c.status == "updated":
             output.line(f"updated       {main}: threads moved, no new messages  ({label})")
-        for w in c.warnings:
-            output.info(f"convgit: warning: {c.label}: {w}")
+    if hidden:
+        output.line(f"... and {hidden} more (--verbose lists every conversation)", "dim")
+    if quiet:
+        return
     n = report.counts()
     verb = "Would import" if report.dry_run else "Imported"
     summary = ", ".join(f"{v} {k}" for k, v in n.items() if v)
@@ -140,35 +183,10 @@ def _relabel(report, path: str, name: str) -> None:
             c.reason = c.reason.replace(path, name)
 
 
-class _progress:
-    """A rich progress bar on a terminal (stderr), nothing otherwise."""
-
-    def __init__(self, total: int, json_: bool) -> None:
-        self.total = total
-        self.bar = None
-        self.on = not json_ and sys.stderr.isatty()
-
-    def __enter__(self):
-        if not self.on or self.total < (1 << 20):
-            return None
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-        from rich.console import Console
-
-        self.bar = Progress(TextColumn("importing"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                            console=Console(file=sys.stderr), transient=True)
-        self.bar.start()
-        task = self.bar.add_task("import", total=self.total)
-        return lambda n: self.bar.advance(task, n)
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
 @app.command("export")
 def export_cmd(
-    revs: Optional[list[str]] = typer.Argument(None, metavar="REV...", help="Threads or messages to export (default HEAD)."),
+    revs: Optional[list[str]] = typer.Argument(None, metavar="REV", help="Threads or messages to export (default HEAD).",
+                                               autocompletion=complete_rev),
     all_: bool = typer.Option(False, "--all", help="Every thread (native: one document holding them all; jsonl: one line each)."),
     fmt: str = typer.Option("native", "--format", "-f", metavar="FORMAT", help="native (default), openai, anthropic, markdown, jsonl."),
     out: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout."),
@@ -180,7 +198,8 @@ def export_cmd(
         if revs:
             raise InvalidInput("give REV... or --all, not both")
         revs = sorted(repo.refs.read_all())
-    text = api.export(repo, revs or ["HEAD"], fmt=fmt)
+    with progress.Spinner("exporting", on=progress.enabled()):
+        text = api.export(repo, revs or ["HEAD"], fmt=fmt)
     if out is not None:
         try:
             out.write_text(text, "utf-8")

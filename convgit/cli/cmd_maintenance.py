@@ -9,10 +9,12 @@ import typer
 from .. import api
 from ..errors import FsckFailed
 from ..ids import short
-from . import output
+from . import output, progress
 from .app import _Group, app, get_repo
+from .params import complete_thread
 
 JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
+QUIET_OPT = typer.Option(False, "-q", "--quiet", help="Print nothing but warnings and errors.")
 
 
 def _size(n: int) -> str:
@@ -32,16 +34,21 @@ def gc_cmd(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Report what would be done; change nothing."),
     auto: bool = typer.Option(False, "--auto", help="Do nothing (fast, silent) unless enough loose objects piled up: for cron."),
+    quiet: bool = QUIET_OPT,
     json_: bool = JSON_OPT,
 ) -> None:
     """Pack loose objects, prune unreachable ones past the grace period, expire old reflog
     entries, remove stale temp files, rebuild the index. Safe while others commit."""
     output.set_json(json_)
-    s = api.gc(get_repo(), prune=prune, dry_run=dry_run, auto=auto)
+    repo = get_repo()
+    with progress.Spinner("gc", on=progress.enabled(json_=json_, quiet=quiet or auto)):
+        s = api.gc(repo, prune=prune, dry_run=dry_run, auto=auto)
     for w in s.warnings:
         output.info(f"convgit: warning: {w}")
     if json_:
         output.emit_json(s.to_json())
+        return
+    if quiet and s.status != "skipped":
         return
     if s.status == "nothing-to-do":
         return  # --auto below the threshold: silent
@@ -68,7 +75,9 @@ def fsck_cmd(
     """Verify every object (hash, encoding, references), every ref and reflog, every pack and the
     index. Exits 35 (fsck_failed) when anything is corrupt."""
     output.set_json(json_)
-    rep = api.fsck(get_repo(), repair=repair)
+    repo = get_repo()
+    with progress.Counter("checking objects", on=progress.enabled(json_=json_)) as tick:
+        rep = api.fsck(repo, repair=repair, progress=tick)
     err = None if rep.ok else FsckFailed(f"{len(rep.errors)} problem(s) found")
     if json_:
         doc = rep.to_json()
@@ -91,23 +100,47 @@ def fsck_cmd(
 
 @app.command("merge")
 def merge_cmd(
-    source: str = typer.Argument(..., metavar="SRC", help="Another store (directory) or a bundle (.db)."),
+    source: str = typer.Argument(..., metavar="SRC", help="Another store (directory), a bundle (.db) or an llm logs.db."),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Report what would happen; change nothing."),
+    quiet: bool = QUIET_OPT,
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Every conversation of an llm logs.db, also on a terminal."),
     json_: bool = JSON_OPT,
 ) -> None:
-    """Merge another store or a bundle into this one: every object re-verified; new threads
-    created, behind ones fast-forwarded, diverged ones kept under NAME-merged-<tip>."""
+    """Merge another store, a bundle or an llm logs.db into this one: every object
+    re-verified; new threads created, behind ones fast-forwarded, diverged ones kept under
+    NAME-merged-<tip>. An llm logs.db goes through the llm importer (the report of import;
+    merging it again changes nothing). Says "Already up to date." when nothing changes."""
     output.set_json(json_)
-    rep = api.merge(get_repo(), source, dry_run=dry_run)
+    repo = get_repo()
+    on = progress.enabled(json_=json_, quiet=quiet)
+    if api.is_llm_db(source):
+        from .cmd_import import finish_import, total_bytes
+
+        with progress.Bar("merging", total_bytes([source]), on=on) as advance:
+            rep = api.merge(repo, source, dry_run=dry_run, progress=advance)
+        finish_import(rep, json_=json_, quiet=quiet, verbose=verbose, source=source)
+        return
+    before = api.show_refs(repo)
+    with progress.Spinner("merging", on=on):
+        rep = api.merge(repo, source, dry_run=dry_run)
     for w in rep.warnings:
         output.info(f"convgit: warning: {w}")
     if json_:
         output.emit_json(rep.to_json())
         return
-    for r in rep.refs:
+    if quiet:
+        return
+    # (a diverged thread merged before is already there under its -merged- name)
+    changed = [r for r in rep.refs if r["action"] not in ("same", "kept") and before.get(r["as"]) != r["incoming"]]
+    if not changed and not rep.new_objects:
+        output.line("Already up to date.")
+        return
+    for r in changed:
         extra = f" as {r['as']}" if r["as"] != r["thread"] else ""
         output.line(f"{r['action']:<12} {r['thread']}{extra} {short(r['local']) or '-'} -> {short(r['incoming'])}")
-    output.line(f"{'would take' if dry_run else 'took'} {rep.new_objects} new object(s), {_size(rep.new_bytes)}")
+    same = len(rep.refs) - len(changed)
+    tail = f"; {same} thread(s) already up to date" if same else ""
+    output.line(f"{'would take' if dry_run else 'took'} {rep.new_objects} new object(s), {_size(rep.new_bytes)}{tail}")
 
 
 bundle_app = typer.Typer(cls=_Group, help="Single-file bundles of threads (SQLite) to carry between machines.",
@@ -118,12 +151,15 @@ app.add_typer(bundle_app, name="bundle")
 @bundle_app.command("create")
 def bundle_create_cmd(
     file: str = typer.Argument(..., metavar="FILE.db"),
-    threads: Optional[list[str]] = typer.Argument(None, metavar="[THREAD]...", help="Threads to include (default: all)."),
+    threads: Optional[list[str]] = typer.Argument(None, metavar="THREAD", help="Threads to include (default: all).",
+                                                  autocompletion=complete_thread),
     json_: bool = JSON_OPT,
 ) -> None:
     """Write FILE.db with the threads and every object they reach (merge it elsewhere)."""
     output.set_json(json_)
-    info = api.bundle_create(get_repo(), file, threads or None)
+    repo = get_repo()
+    with progress.Spinner(f"writing {file}", on=progress.enabled(json_=json_)):
+        info = api.bundle_create(repo, file, threads or None)
     if json_:
         output.emit_json(info.to_json())
     else:
@@ -134,7 +170,8 @@ def bundle_create_cmd(
 def bundle_verify_cmd(file: str = typer.Argument(..., metavar="FILE.db"), json_: bool = JSON_OPT) -> None:
     """Check a bundle: every object's hash and encoding, that it is complete, its thread names."""
     output.set_json(json_)
-    info = api.bundle_verify(file)
+    with progress.Spinner(f"verifying {file}", on=progress.enabled(json_=json_)):
+        info = api.bundle_verify(file)
     err = FsckFailed(f"{file}: {len(info.problems)} problem(s) found") if info.problems else None
     if json_:
         doc = info.to_json()

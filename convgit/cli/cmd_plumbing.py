@@ -11,13 +11,15 @@ from .. import api
 from ..errors import InvalidInput
 from . import output
 from .app import app, get_repo
+from .params import complete_rev
 from .cmd_commit import read_input
 
 JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
 
 
 @app.command("rev-parse")
-def rev_parse_cmd(revs: list[str] = typer.Argument(..., metavar="REV", help="Thread, HEAD, NAME~N, id or unique prefix (4+ hex)."),
+def rev_parse_cmd(revs: list[str] = typer.Argument(..., metavar="REV", help="Thread, HEAD, NAME~N, id or unique prefix (4+ hex).",
+                                                   autocompletion=complete_rev),
                   json_: bool = JSON_OPT) -> None:
     """Print the full id each revision names."""
     output.set_json(json_)
@@ -111,7 +113,11 @@ def show_ref_cmd(json_: bool = JSON_OPT) -> None:
 def reindex_cmd(json_: bool = JSON_OPT) -> None:
     """Rebuild index.sqlite from objects, refs and reflogs (it is only a cache)."""
     output.set_json(json_)
-    stats = api.reindex(get_repo())
+    repo = get_repo()
+    from . import progress
+
+    with progress.Spinner("rebuilding the index", on=progress.enabled(json_=json_)):
+        stats = api.reindex(repo)
     if json_:
         output.emit_json({"status": "rebuilt", **stats})
     else:
@@ -120,7 +126,13 @@ def reindex_cmd(json_: bool = JSON_OPT) -> None:
 
 @app.command("path")
 def path_cmd(json_: bool = JSON_OPT) -> None:
-    """Print the store's path (the .convgit directory in use)."""
+    """Print the store's path (the .convgit directory in use). Creates nothing: when the
+    default store does not exist yet, prints where it will be (and says so on stderr)."""
     output.set_json(json_)
-    repo = get_repo()
-    output.emit_json({"path": str(repo.path)}) if json_ else output.line(str(repo.path))
+    doc = api.store_path()
+    if json_:
+        output.emit_json(doc)
+        return
+    output.line(doc["path"])
+    if not doc["exists"]:
+        output.info("convgit: no store there yet: the first command that stores something creates it")

@@ -28,6 +28,9 @@ def search_cmd(
     until: Optional[str] = V.UNTIL_OPT,
     role: List[str] = V.ROLE_OPT,
     tools: bool = V.TOOLS_OPT,
+    tool: List[str] = V.TOOL_OPT,
+    current: bool = V.CURRENT_OPT,
+    cid: Optional[str] = V.CID_OPT,
     source: List[str] = V.SOURCE_OPT,
     id_gt: Optional[str] = V.ID_GT_OPT,
     id_gte: Optional[str] = V.ID_GTE_OPT,
@@ -51,7 +54,10 @@ def search_cmd(
     columns = tuple(c.strip() for v in in_ for c in v.split(",") if c.strip()) or DEFAULT_IN
     if "all" in columns:
         columns = COLUMNS
-    filters = V.make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte)
+    conv = V.conversation_thread(repo, current, cid)
+    if conv is not None:
+        thread = [*thread, conv]
+    filters = V.make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte, tool)
     hits = api.search(repo, query, mode=mode, count=count, latest=latest, columns=columns, filters=filters)
     if json_:
         output.emit_json([h.to_json() for h in hits])

@@ -32,8 +32,14 @@ def status_cmd(json_: bool = typer.Option(False, "--json", help="Output JSON."))
         ("Index", ("up to date" if ix["up_to_date"] else
                    "rebuilt now" if ix["rebuilt_now"] else f"caught up now ({ix['stale_threads']} thread(s) had moved)")
          + f", schema {ix['schema_version']}"),
-        ("Last gc", str(st["last_gc"]) if st["last_gc"] is not None else "never (no gc.log)"),
+        ("Last gc", _time(st["last_gc"]) if st["last_gc"] is not None else "never (no gc.log)"),
     ]
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
         output.styled([(k.ljust(w) + "  ", "bold"), (v, None)])
+
+
+def _time(value) -> str:
+    """A time from status (UTC epoch ms, or ISO text) as ``2026-12-01 13:28:48 UTC``."""
+    iso = api.iso(value) if isinstance(value, (int, float)) else str(value)
+    return iso[:19].replace("T", " ") + " UTC" if iso and len(iso) >= 19 else str(value)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
+import typer
+
 try:
     from typer._coercion import RuntimeParam, build_runtime_param
     from typer._param_types import coerce_cli_path, routes_to_path
@@ -34,6 +36,11 @@ _DECIMAL = re.compile(r"-?[0-9]{1,18}")  # what int() and pydantic read alike, w
 
 def lean(command) -> None:
     """Give each parameter of ``command`` whose type convgit knows a pydantic-free converter."""
+    for param in getattr(command, "params", ()):
+        if hasattr(param, "_usage_display_name") and not getattr(param, "_convgit_usage", False):
+            param._usage_display_name = _usage_name.__get__(param)  # git's style: REV, [REV], PATH...
+            param.display_type_rich = _no_type  # "PATH  Export files", not "PATH <list[str]>  ..."
+            param._convgit_usage = True
     if RuntimeParam is None:
         return
     for param in getattr(command, "params", ()):
@@ -49,6 +56,19 @@ def lean(command) -> None:
 
         get_help_option._convgit_lean = True
         command.get_help_option = get_help_option
+
+
+def _usage_name(param) -> str:
+    """An argument in the usage line as git writes it: ``REV``, ``[REV]``, ``PATH...``,
+    ``[THREAD...]`` (typer writes ``{REV}`` and ``[[THREAD]...]...``)."""
+    name = param.metavar or (param.name or "").upper()
+    if param.nargs != 1:
+        name += "..."
+    return name if param.required else f"[{name}]"
+
+
+def _no_type(ctx=None) -> str:
+    return ""
 
 
 def _lean_param(param) -> None:
@@ -111,3 +131,20 @@ if RuntimeParam is not None:
                     return _MISS
                 return coerce_cli_path(value, self.parameter_info, path_type=Path, param=param, ctx=ctx)
             return _MISS  # pragma: no cover
+
+
+# -- completion (the work is in cli/completion.py, imported only when a shell asks) ------------
+
+
+def complete_thread(ctx: "typer.Context", incomplete: str) -> list[str]:
+    """Thread names for shell completion."""
+    from .completion import threads
+
+    return threads(ctx, incomplete)
+
+
+def complete_rev(ctx: "typer.Context", incomplete: str) -> list[str]:
+    """Revisions (HEAD, thread names) for shell completion."""
+    from .completion import revisions
+
+    return revisions(ctx, incomplete)

@@ -3,23 +3,23 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 from typing import List
 
 import typer
 
 from .. import api, views
-from ..errors import NotFound, StorageFailed
+from ..errors import ConvgitError, NotFound, storage_failure
 from ..ids import short
 from . import output
+from .params import complete_thread
 
 # -- filter options (the same names and meanings in log and search) ------------------------
 
 MODEL_OPT = typer.Option([], "-m", "--model", metavar="NAME",
                          help="Only turns with this model (exact name, or an alias from config.toml [aliases]); repeatable.")
-THREAD_OPT = typer.Option([], "--thread", metavar="NAME", help="Only messages in this thread's history; repeatable.")
+THREAD_OPT = typer.Option([], "--thread", metavar="NAME", help="Only messages in this thread's history; repeatable.",
+                          autocompletion=complete_thread)
 SINCE_OPT = typer.Option(None, "--since", metavar="WHEN",
                          help="Only turns started at or after WHEN: a date (2024-06-01, 2024-06-01T12:00Z) or a time ago (30m, 12h, 3d, 2w, 1y).")
 UNTIL_OPT = typer.Option(None, "--until", metavar="WHEN", help="Only turns started before WHEN (same forms as --since).")
@@ -31,9 +31,26 @@ ID_GT_OPT = typer.Option(None, "--id-gt", metavar="KEY",
 ID_GTE_OPT = typer.Option(None, "--id-gte", metavar="KEY", help="As --id-gt, but KEY itself included.")
 
 
-def make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte):
+TOOL_OPT = typer.Option([], "-T", "--tool", metavar="NAME", help="Only messages of turns that called the tool NAME; repeatable.")
+CURRENT_OPT = typer.Option(False, "-c", "--current", help="The most recent conversation (the thread updated last), as llm logs -c.")
+CID_OPT = typer.Option(None, "--cid", metavar="ID",
+                       help="The conversation ID: a thread name, or the id an imported thread's name ends with (llm/ID).")
+
+
+def conversation_thread(repo, current: bool, cid) -> str | None:
+    """The thread -c/--cid name (None when neither is given)."""
+    if current and cid:
+        from ..errors import InvalidInput
+
+        raise InvalidInput("give -c/--current or --cid, not both")
+    if not current and cid is None:
+        return None
+    return api.find_conversation(repo, cid)
+
+
+def make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte, tool=()):
     return api.make_filters(repo, model=model, thread=thread, since=since, until=until, role=role, tools=tools,
-                            source=source, id_gt=id_gt, id_gte=id_gte)
+                            source=source, id_gt=id_gt, id_gte=id_gte, tool=tool)
 
 
 # -- view options ---------------------------------------------------------------------------
@@ -135,56 +152,40 @@ def entry_json(repo, e, *, usage: bool, truncate: bool) -> dict:
     return views.truncate_json(d) if truncate else d
 
 
-# Output of `log --json` held in memory up to this size, beyond it in an unnamed temporary file.
-SPOOL_BYTES = 16 * 1024 * 1024
-
-
 def print_entries_json(repo, entries, *, usage: bool, truncate: bool) -> None:
-    """An array of entries (with usage, an object whose ``usage`` totals follow the entries),
-    written to stdout only once the walk has ended without an error.
+    """An array of entries (with usage, an object whose ``usage`` totals follow the
+    entries), streamed: the first row is printed as soon as it is read.
 
-    A walk can meet a missing or corrupt object after many rows: printing as it goes would
-    leave a cut array before the error document. So the document is assembled first (in
-    memory up to SPOOL_BYTES, then in an unnamed temporary file, so memory stays flat) and an
-    error prints the error document alone (docs/json.md §4)."""
-    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as buf:
-        _write_entries(_Spool(buf), repo, entries, usage=usage, truncate=truncate)
-        buf.seek(0)
-        raw = getattr(sys.stdout, "buffer", None)
-        if raw is None:  # a text-only stdout (a caller's StringIO)
-            sys.stdout.write(buf.read().decode("utf-8"))
-            return
-        sys.stdout.flush()
-        shutil.copyfileobj(buf, raw, 1 << 20)
-        raw.flush()
-
-
-class _Spool:
-    """Text written as UTF-8 into the buffer; a full temporary directory is an error of its
-    own (storage_failed), not a traceback."""
-
-    def __init__(self, buf) -> None:
-        self._buf = buf
-
-    def write(self, text: str) -> None:
-        try:
-            self._buf.write(text.encode("utf-8"))
-        except OSError as e:
-            raise StorageFailed(f"cannot hold the output of log in a temporary file: {e}") from e
-
-
-def _write_entries(out, repo, entries, *, usage: bool, truncate: bool) -> None:
-    if not usage:
-        output.emit_json_lines_array((entry_json(repo, e, usage=False, truncate=truncate) for e in entries), out)
-        return
+    A walk can meet a missing or corrupt object after many rows. The array then still ends
+    validly: its last element is the error document (``{"status": "error", "error_code",
+    ...}``, docs/json.md §4), and the command exits with that error's code. An error before
+    the first row prints the error document alone, as every command does."""
+    out = sys.stdout
     seen: list = []
+    failed: list = []
 
     def gen():
-        for e in entries:
-            if views.usage(e) is not None:
-                seen.append(e)
-            yield entry_json(repo, e, usage=True, truncate=truncate)
+        try:
+            for e in entries:
+                if usage and views.usage(e) is not None:
+                    seen.append(e)
+                yield entry_json(repo, e, usage=usage, truncate=truncate)
+        except ConvgitError as err:
+            failed.append(err)
+            yield err.to_json()
+        except Exception as err:  # a full disk, an I/O error: storage_failed, as elsewhere
+            mapped = storage_failure(err)
+            if mapped is None:
+                raise
+            failed.append(mapped)
+            yield mapped.to_json()
 
-    out.write('{"entries": ')
-    output.emit_json_lines_array(gen(), out)
-    out.write(', "usage": ' + output.json.dumps(views.usage_totals(seen)) + "}\n")
+    if usage:
+        out.write('{"entries": ')
+    output.emit_json_lines_array(gen(), out, flush_every=64)
+    if usage:
+        out.write(', "usage": ' + output.json.dumps(views.usage_totals(seen)) + "}\n")
+    out.flush()
+    if failed:
+        output.info(f"convgit: error: {failed[0].message} [{failed[0].code}] (the last element of the array)")
+        raise typer.Exit(failed[0].exit_code)

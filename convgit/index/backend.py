@@ -102,3 +102,6 @@ class IndexBackend(Protocol):
 
     def search(self, text: str, **options) -> list:
         """Full-text matches (``count``, ``latest``, ``columns``, ``filters``), best first."""
+
+    def turn_rows(self, filters=None, count: int = 0, *, schema: bool = False) -> list[dict]:
+        """Recorded calls (and imported per-message turns), newest first, filtered."""

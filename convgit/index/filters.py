@@ -95,6 +95,7 @@ class Filters:
     sources: tuple[str, ...] = ()
     id_gt: str | None = None
     id_gte: str | None = None
+    tool_names: tuple[str, ...] = ()  # only messages of turns that called one of these tools
 
     @property
     def paging(self) -> bool:
@@ -104,12 +105,12 @@ class Filters:
     def any(self) -> bool:
         """Is there any condition at all?"""
         return bool(self.models or self.threads or self.since is not None or self.until is not None
-                    or self.roles or self.tools or self.sources or self.paging)
+                    or self.roles or self.tools or self.sources or self.paging or self.tool_names)
 
 
 def make_filters(repo, *, model=(), thread=(), since: str | None = None, until: str | None = None, role=(),
                  tools: bool = False, source=(), id_gt: str | None = None, id_gte: str | None = None,
-                 now_ms: int | None = None) -> Filters:
+                 tool=(), now_ms: int | None = None) -> Filters:
     """Filters from option values: validated, aliases resolved (config ``[aliases]``)."""
     from ..config import load_aliases
 
@@ -127,7 +128,7 @@ def make_filters(repo, *, model=(), thread=(), since: str | None = None, until: 
     s = parse_time(since, now_ms=now_ms, what="--since") if since else None
     u = parse_time(until, now_ms=now_ms, what="--until") if until else None
     return Filters(models, threads, s, u, roles, tools, _split(source),
-                   _bound(repo, id_gt, "--id-gt"), _bound(repo, id_gte, "--id-gte"))
+                   _bound(repo, id_gt, "--id-gt"), _bound(repo, id_gte, "--id-gte"), _split(tool))
 
 
 def _bound(repo, value: str | None, what: str) -> str | None:
@@ -195,6 +196,11 @@ def sql(f: Filters) -> tuple[str, list, list[str], list]:
         params.extend(f.sources)
     if f.tools:
         conds.append(f"m.turn_id IN ({TOOL_TURNS_SQL})")
+    if f.tool_names:
+        q = ",".join("?" * len(f.tool_names))
+        conds.append("m.turn_id IN (SELECT m3.turn_id FROM parts p3 JOIN messages m3 ON m3.rowid = p3.message_rowid "
+                     f"WHERE p3.type = 'tool_call' AND p3.name IN ({q}) AND m3.turn_id IS NOT NULL)")
+        params.extend(f.tool_names)
     if f.id_gt is not None:
         conds.append(f"{KEY_SQL} > ?")
         params.append(f.id_gt)
@@ -240,6 +246,12 @@ class _Match:
             with_, params, _, _ = sql(Filters(threads=f.threads))
             self.in_threads = {r[0] for r in db.execute(with_ + "SELECT id FROM anc", params)}
         self.tool_turns = {r[0] for r in db.execute(TOOL_TURNS_SQL)} if f.tools else None
+        self.named_turns = None
+        if f.tool_names:
+            q = ",".join("?" * len(f.tool_names))
+            self.named_turns = {r[0] for r in db.execute(
+                "SELECT m3.turn_id FROM parts p3 JOIN messages m3 ON m3.rowid = p3.message_rowid "
+                f"WHERE p3.type = 'tool_call' AND p3.name IN ({q}) AND m3.turn_id IS NOT NULL", list(f.tool_names))}
 
     def __call__(self, oid: str, role: str, depth: int, info: dict | None) -> bool:
         f = self.f
@@ -258,5 +270,7 @@ class _Match:
         if f.sources and t.get("source") not in f.sources:
             return False
         if self.tool_turns is not None and t.get("turn") not in self.tool_turns:
+            return False
+        if self.named_turns is not None and t.get("turn") not in self.named_turns:
             return False
         return True

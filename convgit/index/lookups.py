@@ -159,6 +159,51 @@ class IndexLookups:
         return out
 
     @healing
+    def turn_rows(self, filters=None, count: int = 0, *, schema: bool = False) -> list[dict]:
+        """Recorded calls, newest first, one per turn as ``llm logs`` lists responses: turns of
+        kind ``call`` and the per-message turns of imports (each source message's own time,
+        model and tokens), also those that added no message (a re-sent call). ``filters``
+        (index.filters.Filters): its models, since/until, sources and threads apply. Each dict:
+        turn, thread, kind, model, resolved_model, started_at, duration_ms, input_tokens,
+        output_tokens, usage_json, source, output, span, error. ``schema``: only calls that
+        asked for structured output (an OpenAI ``response_format`` of type ``json_schema`` or
+        ``json_object`` in their options, or an llm ``schema_id``)."""
+        conds = ["(t.kind = 'call' OR t.record IS NOT NULL)"]
+        params: list = []
+        if schema:
+            conds.append("(json_extract(t.options_json, '$.response_format.type') IN ('json_schema', 'json_object') "
+                         "OR json_extract(t.meta_json, '$.schema_id') IS NOT NULL)")
+        f = filters
+        if f is not None:
+            if f.models:
+                q = ",".join("?" * len(f.models))
+                conds.append(f"(t.model IN ({q}) OR t.resolved_model IN ({q}))")
+                params.extend(f.models * 2)
+            if f.since is not None:
+                conds.append("t.started_at >= ?")
+                params.append(f.since)
+            if f.until is not None:
+                conds.append("t.started_at < ?")
+                params.append(f.until)
+            if f.sources:
+                conds.append(f"t.source IN ({','.join('?' * len(f.sources))})")
+                params.extend(f.sources)
+            if f.threads:
+                conds.append(f"coalesce(t.thread, r.thread) IN ({','.join('?' * len(f.threads))})")
+                params.extend(f.threads)
+        sql = (f"""SELECT t.id, coalesce(t.thread, r.thread), t.kind, t.model, t.resolved_model, t.started_at,
+                          t.duration_ms, t.input_tokens, t.output_tokens, t.usage_json, t.source, t.output,
+                          t.span, t.error
+                   FROM turns t LEFT JOIN turns r ON r.id = t.record
+                   WHERE {' AND '.join(conds)}
+                   ORDER BY coalesce(t.started_at, 0) DESC, t.id DESC""" + (" LIMIT ?" if count else ""))
+        if count:
+            params.append(count)
+        keys = ("turn", "thread", "kind", "model", "resolved_model", "started_at", "duration_ms", "input_tokens",
+                "output_tokens", "usage_json", "source", "output", "span", "error")
+        return [dict(zip(keys, r)) for r in self.db.execute(sql, params)]
+
+    @healing
     def depth(self, oid: str) -> int | None:
         """The depth of message ``oid`` (a root is 0), None when it is not indexed."""
         row = self.db.execute("SELECT depth FROM messages WHERE id=?", (oid,)).fetchone()

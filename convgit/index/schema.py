@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 7  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
+SCHEMA_VERSION = 8  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
 # 5: turns record what they cover (out_depth, span) and which import listed them (record);
 # 6: chunks (semantic search); 7: parts.text_bytes, and the lean mode (``[index] text = false``:
-# parts.text is NULL)
+# parts.text is NULL); 8: message_tree names tool calls and results where there is no text
 INDEX_FILE = "index.sqlite"
 
 SCHEMA = """
@@ -113,7 +113,16 @@ WITH RECURSIVE tree(rid, id, depth, sort_key) AS (
 )
 SELECT t.id AS id, m.parent AS parent, t.depth AS depth, m.role AS role,
   printf('%.*c', t.depth * 2, ' ') || m.role || ': ' ||
-    substr(replace(coalesce((SELECT text FROM message_text x WHERE x.id = t.id), ''), char(10), ' '), 1, 80)
+    substr(replace(coalesce(
+      nullif((SELECT text FROM message_text x WHERE x.id = t.id), ''),
+      (SELECT group_concat(CASE p.type
+         WHEN 'tool_call' THEN '[tool call] ' || coalesce(p.name, '') || '(' || coalesce(p.text, '') || ')'
+         ELSE '[tool result] ' || coalesce(p.name,
+           (SELECT c.name FROM parts c JOIN messages pm ON pm.rowid = c.message_rowid
+            WHERE pm.id = m.parent AND c.type = 'tool_call' AND c.tool_call_id = p.tool_call_id),
+           p.tool_call_id, '') || ': ' || coalesce(p.text, '') END, '; ')
+       FROM parts p WHERE p.message_rowid = m.rowid AND p.type IN ('tool_call', 'tool_result')),
+      ''), char(10), ' '), 1, 80)
     AS tree,
   (SELECT group_concat(name, ', ') FROM threads WHERE tip = t.id) AS tip_of
 FROM tree t JOIN messages m ON m.rowid = t.rid

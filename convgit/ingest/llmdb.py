@@ -42,6 +42,43 @@ def is_llm_db(path) -> bool:
     return "responses" in names or {"threads", "messages", "parts"} <= names
 
 
+def _tables(path) -> set[str]:
+    try:
+        db = sqlite3.connect(sqlite_readonly_uri(path), uri=True)
+        try:
+            return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return set()
+
+
+def is_bundle(path) -> bool:
+    """True when the SQLite file at ``path`` is a convgit bundle (its ``bundle_meta`` table)."""
+    return "bundle_meta" in _tables(path)
+
+
+def count_conversations(path) -> int:
+    """How many conversations ``iter_conversations`` will yield (for a progress bar): the
+    threads of llm's threads schema plus the legacy responses' conversations. 0 when the
+    file cannot be read (the import itself then says why)."""
+    try:
+        db = sqlite3.connect(sqlite_readonly_uri(path), uri=True)
+        try:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            n = 0
+            if {"threads", "messages", "parts"} <= tables:
+                n += db.execute("SELECT count(*) FROM threads").fetchone()[0]
+            if "responses" in tables:
+                skip = " WHERE coalesce(conversation_id, '') NOT IN (SELECT id FROM threads)" if "threads" in tables else ""
+                n += db.execute(f"SELECT count(DISTINCT coalesce(conversation_id, id)) FROM responses{skip}").fetchone()[0]
+            return n
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return 0
+
+
 def canonical_json(obj: Any) -> str:
     """llm's canonical JSON: sorted keys, no spaces, UTF-8 kept."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

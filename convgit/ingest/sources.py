@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Iterator
 
 from ..config import Config
 from ..errors import ConvgitError, InvalidInput, PayloadTooLarge, SchemaValidationFailed
-from . import apis, chatgpt, claude, datasets, llmdb, native, webui
+from . import apis, chatgpt, claude, datasets, exports, llmdb, native, sessions, webui
 from .chat import parse_chat
 from .decode import decode_json
 from .jsonsplit import CHUNK, Skipped, iter_array
@@ -26,7 +26,9 @@ TREE_FORMATS = {"chatgpt": lambda doc, label="": chatgpt.parse(doc, label, detec
                 "librechat": webui.parse_librechat}
 PAYLOAD_FORMATS = ("native", "openai", "openai-completion", "openai-responses", "anthropic", "gemini", "aistudio",
                    "sharegpt", "messages", "conversation", "transcript")
-FORMATS = ("auto", *TREE_FORMATS, "llm", *PAYLOAD_FORMATS)
+# Formats of a whole file, several conversations per document or one per file.
+FILE_FORMATS = ("grok", "chatbot-ui", "open-webui-db", *sessions.FILE_FORMATS)
+FORMATS = ("auto", *TREE_FORMATS, "llm", *FILE_FORMATS, *PAYLOAD_FORMATS)
 
 
 @dataclass
@@ -88,7 +90,7 @@ def detect(doc: Any) -> str | None:
 def payload_from_document(doc: Any, fmt: str | None = None, *, allow_bare_response: bool = False) -> Payload:
     """One linear conversation (commit's input): native/OpenAI chat or another API shape."""
     fmt = fmt or detect(doc) or "native"
-    if fmt in TREE_FORMATS or fmt == "llm":
+    if fmt in TREE_FORMATS or fmt == "llm" or fmt in FILE_FORMATS:
         raise SchemaValidationFailed(f"this is a {fmt} export, which can hold many conversations: use `convgit import`")
     if fmt == "openai-completion":
         if not allow_bare_response:
@@ -168,6 +170,13 @@ def iter_path(path: str | Path, fmt: str | None = None, config: Config | None = 
         raise InvalidInput(f"{label}: is a directory") from None
     except OSError as e:
         raise InvalidInput(f"{label}: {e.strerror}") from None
+    if (head.startswith(b"SQLite format 3\x00") and fmt in (None, "open-webui-db") and webui.is_webui_db(p)
+            and not llmdb.is_llm_db(p)) or fmt == "open-webui-db":
+        if not webui.is_webui_db(p):
+            raise InvalidInput(f"{label}: not an Open WebUI database (no chat table)")
+        for item in webui.iter_webui_db(p, label):
+            yield Rejected(item[0], item[1], source="open-webui") if isinstance(item, tuple) else item
+        return
     if head.startswith(b"SQLite format 3\x00") or fmt == "llm":
         if not llmdb.is_llm_db(p):
             raise InvalidInput(f"{label}: a SQLite file that is not an llm logs.db")
@@ -177,8 +186,47 @@ def iter_path(path: str | Path, fmt: str | None = None, config: Config | None = 
     if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
         yield from _iter_zip(p, fmt, config, label)
         return
+    size = p.stat().st_size
     with open(p, "rb") as f:
-        yield from iter_stream(f, fmt, config, label, size=p.stat().st_size, jsonl=p.suffix.lower() in (".jsonl", ".ndjson"))
+        kind = fmt if fmt in sessions.FILE_FORMATS else _session_kind(f) if fmt is None else None
+        if kind is not None:
+            yield _session_file(f, kind, config, label, size)
+            return
+        yield from iter_stream(f, fmt, config, label, size=size, jsonl=p.suffix.lower() in (".jsonl", ".ndjson"))
+
+
+def _session_kind(f: BinaryIO) -> str | None:
+    """The whole-file JSONL format (sessions.py) whose first line starts ``f``, or None."""
+    first = f.readline(1 << 20)
+    f.seek(0)
+    try:
+        return sessions.detect_first_line(decode_json(first)) if first.strip() else None
+    except ConvgitError:
+        return None
+
+
+def _session_file(f: BinaryIO, kind: str, config: Config, label: str, size: int) -> Conversation | Rejected:
+    """One whole-file conversation (SillyTavern, Claude Code, Codex): every line decoded; a
+    last line cut short (a session still being written) is left out."""
+    raw = f.read(config.max_payload_bytes + 1)
+    if len(raw) > config.max_payload_bytes:
+        return Rejected(label, PayloadTooLarge(f"more than {config.max_payload_bytes} bytes in one conversation "
+                                               "(limits.max_payload_bytes)"), size)
+    lines = [ln for ln in raw.split(b"\n") if ln.strip()]
+    docs = []
+    for i, ln in enumerate(lines, 1):
+        try:
+            docs.append(decode_json(ln))
+        except ConvgitError as e:
+            if i == len(lines) and not raw.endswith(b"\n"):
+                break
+            return Rejected(label, SchemaValidationFailed(f"line {i}: {e.message}"), size)
+    return _one(label, size, lambda: _sized(sessions.parse_file(kind, docs, label), size))
+
+
+def _sized(conv: Conversation, size: int) -> Conversation:
+    conv.size = size
+    return conv
 
 
 _NOT_CONVERSATIONS = {"user.json", "users.json", "message_feedback.json", "shared_conversations.json", "projects.json",
@@ -262,6 +310,29 @@ def _element(raw: bytes, fmt: str | None, label: str, limit: int) -> Conversatio
 
 def _document(raw: bytes, fmt: str | None, label: str, limit: int) -> Iterator[Conversation | Rejected]:
     """One JSON document: a conversation, or a convgit export bundle of several threads."""
+    if fmt in (None, "grok", "chatbot-ui") and len(raw) <= limit and (b'"responses"' in raw or b'"history"' in raw):
+        try:
+            doc = decode_json(raw)
+        except ConvgitError as e:
+            yield Rejected(label, e, len(raw))
+            return
+        many = (exports.iter_grok if fmt == "grok" or (fmt is None and exports.grok_looks_like(doc)) else
+                exports.iter_chatbot_ui if fmt == "chatbot-ui" or (fmt is None and exports.chatbot_ui_looks_like(doc))
+                else None)
+        if many is not None:
+            if fmt is not None and not (exports.grok_looks_like(doc) if fmt == "grok" else exports.chatbot_ui_looks_like(doc)):
+                yield Rejected(label, SchemaValidationFailed(f"not a {fmt} export"), len(raw))
+                return
+            n = 0
+            for n, item in enumerate(many(doc, label), 1):
+                if isinstance(item, tuple):
+                    yield Rejected(item[0], item[1], 0, source=fmt or None)
+                else:
+                    item.size = len(raw) // max(1, len(doc.get("conversations") or doc.get("history") or [1]))
+                    yield item
+            if n == 0:
+                yield Rejected(label, SchemaValidationFailed("no conversations in this export"), len(raw))
+            return
     if fmt in (None, "native") and len(raw) <= limit and b'"threads"' in raw:
         try:
             doc = decode_json(raw)
@@ -440,3 +511,27 @@ def _text(raw: bytes, label: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InvalidInput(f"{label}: not valid UTF-8 (byte {e.start})") from None
+
+
+# What a directory given to import holds that is read (the rest is left alone).
+DIR_SUFFIXES = (".json", ".jsonl", ".ndjson")
+
+
+def expand_dir(path: str | Path, fmt: str | None = None) -> list[Path]:
+    """The files of directory ``path`` that import reads, recursively, in name order: for
+    ``codex`` its ``rollout-*.jsonl``, for ``claude-code`` and ``sillytavern`` its ``*.jsonl``,
+    else every ``.json``/``.jsonl``/``.ndjson`` file. Hidden files and directories are skipped."""
+    base = Path(path)
+    if fmt == "codex":
+        pats = ("rollout-*.jsonl",)
+    elif fmt in ("claude-code", "sillytavern"):
+        pats = ("*.jsonl",)
+    else:
+        pats = tuple(f"*{s}" for s in DIR_SUFFIXES)
+    out = set()
+    for pat in pats:
+        for p in base.rglob(pat):
+            rel = p.relative_to(base).parts
+            if p.is_file() and not any(x.startswith(".") for x in rel):
+                out.add(p)
+    return sorted(out)

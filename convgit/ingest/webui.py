@@ -229,3 +229,53 @@ def _lc_part(c: Any) -> Any:
         call = ToolCallPart(name=tc["name"], id=tc.get("id"), arguments=tc.get("args"), meta=rest or None)
         return call
     return OpaquePart(data=c, source="librechat")
+
+
+# -- Open WebUI's database (webui.db) ---------------------------------------------------------
+
+
+def is_webui_db(path) -> bool:
+    """True when the SQLite file at ``path`` is Open WebUI's database (a ``chat`` table with a
+    ``chat`` JSON column)."""
+    import sqlite3
+
+    from ..fsio import sqlite_readonly_uri
+
+    try:
+        db = sqlite3.connect(sqlite_readonly_uri(path), uri=True)
+        try:
+            cols = {r[1] for r in db.execute("PRAGMA table_info(chat)")}
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return False
+    return {"id", "chat"} <= cols
+
+
+def iter_webui_db(path, label: str):
+    """Each chat of Open WebUI's ``webui.db`` as a conversation tree (as its JSON export
+    gives it), or ``(label, error)`` for one that cannot be read. Archived chats too."""
+    import json
+    import sqlite3
+
+    from ..errors import InvalidInput
+    from ..fsio import sqlite_readonly_uri
+
+    try:
+        db = sqlite3.connect(sqlite_readonly_uri(path), uri=True)
+        db.row_factory = sqlite3.Row
+        rows = db.execute("SELECT * FROM chat ORDER BY created_at, id").fetchall()
+    except sqlite3.DatabaseError as e:
+        raise InvalidInput(f"{label}: unreadable Open WebUI database: {e}") from e
+    db.close()
+    for r in rows:
+        lab = f"{label}:chat {r['id']}"
+        try:
+            chat = json.loads(r["chat"]) if isinstance(r["chat"], (str, bytes)) else r["chat"]
+            doc = {"id": r["id"], "title": r["title"] if "title" in r.keys() else None, "chat": chat}
+            for k in ("created_at", "updated_at", "archived", "pinned", "folder_id"):
+                if k in r.keys() and r[k] is not None:
+                    doc[k] = r[k]
+            yield parse_owui(doc, lab)
+        except (ValueError, SchemaValidationFailed) as e:
+            yield (lab, e if isinstance(e, SchemaValidationFailed) else SchemaValidationFailed(f"chat JSON: {e}"))

@@ -54,9 +54,12 @@ def packed_store(tmp_path):
 
 
 def _error_doc(out: str) -> dict:
-    """stdout under --json: one document, the error (``log --json`` prints nothing before it,
-    even when the damage is met mid-walk)."""
+    """stdout under --json: one valid document whose error is the document itself or, when
+    ``log --json`` met the damage mid-walk after printing rows, the array's last element
+    (docs/json.md §4)."""
     doc = json.loads(out)
+    if isinstance(doc, list):
+        doc = doc[-1]
     assert doc["status"] == "error", out
     return doc
 
