@@ -93,6 +93,8 @@ def test_every_command_of_the_readme_runs(shell, tmp_path):
         out[cmd] = shell(cmd)
     o = {k.split("  ")[0]: v.stdout for k, v in out.items()}
     assert "Created thread idea" in o["convgit fork HEAD~2 idea"]
+    cont = next(k for k in o if "convgit commit -c idea -" in k)
+    assert o[cont].startswith("Appended 1 message(s) to idea"), o[cont]
     assert "idea" in o["convgit log --all --graph"] and "├─●" in o["convgit log --all --graph"]
     assert "imported" in o["convgit import chatgpt-export.zip"]
     assert json.loads((work / "all.json").read_text())  # a document
