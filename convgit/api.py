@@ -779,27 +779,10 @@ def restore_thread(repo: Repository, name: str, *, now_ms: int | None = None) ->
     if not repo.objects.contains(tip):
         raise NotFound(f"cannot restore {name!r}: its tip {short(tip)} is no longer stored (gc pruned it)",
                        thread=name, tip=tip, pruned=True)
-    from . import fsio
-
     rel = archive.relative_to(repo.refs.root).as_posix()
-    saved = archive.read_bytes()
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     with repo.transaction() as tx:
-        repo.refs.check_free(name)
-        log = repo.refs.log_path(name)
-        wrote_log = False
-        if not log.exists():  # its history first, then the move appends the restore line
-            fsio.makedirs(log.parent, fsync=repo.refs.fsync)
-            fsio.replace_file(log, saved, fsync=repo.refs.fsync)
-            wrote_log = True
-        try:
-            tx.move(name, tip, expected=None, time_ms=now, message=f"restore: from {rel}")
-        except BaseException:
-            if wrote_log:
-                fsio.unlink_quiet(log)
-            raise
-        if wrote_log:
-            fsio.unlink_quiet(archive)
+        tx.restore(name, tip, archive, time_ms=now, message=f"restore: from {rel}")
     repo.warnings.extend(tx.warnings)
     return {"status": "restored", "thread": name, "tip": tip, "from": rel}
 

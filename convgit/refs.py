@@ -262,7 +262,8 @@ class RefStore:
         self._prune_empty_dirs(path.parent)
         return old
 
-    def _move_locked(self, path: Path, name: str, old: str | None, new: str | None, turn, message, time_ms) -> str | None:
+    def _move_locked(self, path: Path, name: str, old: str | None, new: str | None, turn, message, time_ms,
+                     archive_stale: bool = True) -> str | None:
         """The move itself, under the ref's lock, once ``old`` is checked."""
         if old == new:
             if turn is not None:
@@ -270,6 +271,8 @@ class RefStore:
             return old
         crash_point("ref_after_lock")
         if new is not None:
+            if old is None and archive_stale:
+                self._archive_stale_log(name)
             log_size = self._log_size(name)
             tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
             try:
@@ -375,6 +378,8 @@ class RefStore:
                     results[i] = old
                     if old == m.new and m.turn is None and not m.extra:
                         continue
+                    if old is None:
+                        self._archive_stale_log(m.name)
                     logged.append((m.name, self._log_size(m.name)))
                     t = m.time_ms if m.time_ms is not None else int(time.time() * 1000)
                     fsio.makedirs(self.log_path(m.name).parent, fsync=True)
@@ -709,6 +714,43 @@ class RefStore:
         new inode tells every index to read every ref once."""
         if self.journal_path.exists():
             fsio.replace_file(self.journal_path, b"", fsync=False)
+
+    def restore(self, name: str, tip: str, archive: Path, *, message: str, time_ms: int | None = None,
+                exists: Callable[[str], bool] | None = None) -> None:
+        """Bring back deleted thread ``name`` at ``tip`` with the history of its archived reflog
+        ``archive`` (``threads restore``): under the ref's lock, the archived lines become its
+        reflog (a stale live one archived first), then the ref is created as any move is (the
+        restore line appended, one syncfs, the rename); the archive goes once it stands."""
+        path = self.ref_path(name)
+        if exists is not None and not exists(tip):
+            raise ObjectMissing(f"cannot point thread {name!r} at missing object {tip}", oid=tip)
+        self._check_df_conflict(path, name)
+        fsio.makedirs(path.parent)
+        with self._locked(path):
+            if self._read_ref(path, name) is not None:
+                raise RefExists(f"thread {name!r} already exists", thread=name)
+            self._archive_stale_log(name)
+            log = self.log_path(name)
+            fsio.makedirs(log.parent)
+            fsio.replace_file(log, archive.read_bytes(), fsync=False)  # made durable by the move's syncfs
+            try:
+                self._move_locked(path, name, None, tip, None, message, time_ms, archive_stale=False)
+            except BaseException:
+                fsio.unlink_quiet(log)
+                raise
+        fsio.unlink_quiet(archive)
+
+    def _archive_stale_log(self, name: str) -> None:
+        """Before a thread is created: a live reflog of a thread that does not exist is what a
+        move cut short by a crash left (its line appended, its ref never renamed in). It is
+        archived as a deleted thread's would be (nothing is lost), so the new thread does not
+        inherit turns of a move that never happened."""
+        log = self.log_path(name)
+        if log.is_symlink():  # never moved into logs/deleted, where readers would follow it
+            raise UnsafeSymlink(f"{log} is a symlink: refusing to write through it or keep it "
+                                "(remove it; convgit writes a fresh reflog)", path=str(log))
+        if log.exists():
+            self._archive_log(name)
 
     def _archive_log(self, name: str) -> None:
         """A deleted thread's reflog is kept (it names the turns that recorded its history)."""

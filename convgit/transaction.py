@@ -170,6 +170,14 @@ class Transaction:
         finally:
             self.moved.update(m.name for m in moves)
 
+    def restore(self, name: str, tip: str, archive, *, message: str, time_ms: int | None = None) -> None:
+        """Bring back a deleted thread at ``tip`` with its archived reflog (RefStore.restore)."""
+        try:
+            self.repo.refs.restore(name, tip, archive, message=message, time_ms=time_ms,
+                                   exists=self.repo.objects.contains)
+        finally:
+            self.moved.add(name)
+
     def rename(self, old: str, new: str) -> str:
         """Rename thread ``old`` to ``new`` (RefStore.rename); HEAD follows it when it named
         ``old``. Returns the tip."""

@@ -24,7 +24,7 @@ from store_helpers import NOW, conv, fast_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 # The ref store's moves, and the modules that may call them.
-MOVES = {"update", "update_many", "rename", "write_head"}
+MOVES = {"update", "update_many", "rename", "write_head", "restore"}
 ALLOWED = {"convgit/transaction.py", "convgit/refs.py", "convgit/merge_journal.py"}
 
 
@@ -208,3 +208,26 @@ def test_the_library_and_the_cli_leave_head_alike(tmp_path, run):
     with convgit.open_repo(tmp_path / "proj" / ".convgit") as c:
         assert c.refs.read_head() == lib.refs.read_head() == "one"
         assert sorted(c.refs.read_all()) == sorted(lib.refs.read_all()) == ["one"]
+
+
+@pytest.mark.parametrize("path", ["single", "batch"])
+def test_a_new_thread_does_not_inherit_the_reflog_of_a_move_a_crash_cut_short(tmp_path, path):
+    repo = convgit.init(tmp_path / "s")  # fsync on: commit_many moves its refs as one batch
+    name = "stale-single" if path == "single" else "s/stale"
+    stale_turn = "ab" * 32
+    log = repo.refs.log_path(name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"{'0' * 64} {'cd' * 32} 1700000000000 {stale_turn}\tcommit (new thread): 2 new message(s)\n")
+    if path == "single":
+        out = convgit.commit(repo, {"messages": conv("fresh", "thread")}, thread=name, now_ms=NOW)
+    else:
+        out = convgit.commit_many(repo, [{"messages": conv(f"bulk {i}", "x"), "source": "s", "upstream_thread_id": f"u{i}"}
+                                         for i in range(5)] + [{"messages": conv("fresh", "thread"), "source": "s",
+                                                                "upstream_thread_id": "stale"}], now_ms=NOW)[-1]
+    assert out.thread == name
+    entries = repo.refs.read_log(name)
+    assert stale_turn not in {e.turn for e in entries} and len(entries) == 1
+    archived = [e for n, es in repo.refs.archived_entries() for e in es if e.turn == stale_turn]
+    assert len(archived) == 1  # kept, as a deleted thread's reflog
+    assert convgit.fsck(repo).errors == []
+    repo.close()
