@@ -22,7 +22,8 @@ from .errors import ConvgitError  # noqa: E402
 
 _API = (
     # types
-    "CommitResult", "ConvgitError", "ForkResult", "LogEntry", "Payload", "RefExists", "Repository", "TurnInfo",
+    "CommitResult", "ConvgitError", "DeleteResult", "ForkResult", "LogEntry", "Payload", "RefExists",
+    "RenameResult", "Repository", "RestoreResult", "SwitchResult", "TurnInfo", "UpdateRefResult",
     # stores
     "init", "open_repo",
     # writing

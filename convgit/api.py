@@ -21,6 +21,7 @@ from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectM
 from .ids import check_thread_name, is_oid, short
 from .objects import Blob, Message, ReasoningPart, TextPart, Turn
 from .repository import Repository
+from .results import DeleteResult, RenameResult, RestoreResult, SwitchResult, UpdateRefResult
 from .timefmt import iso
 
 if TYPE_CHECKING:  # runtime imports are in the functions: each command loads only what it uses
@@ -599,20 +600,17 @@ def _free_fork_name(repo: Repository, src_thread: str | None, oid: str) -> str:
     raise RefExists(f"no free name to fork {short(oid)}; give one")
 
 
-def rename_thread(repo: Repository, old: str, new: str) -> dict:
+def rename_thread(repo: Repository, old: str, new: str) -> RenameResult:
     """Rename a thread; HEAD follows it, and threads forked from it show the new name.
     HEAD is read before the rename; a failure to write it afterwards is a warning (the
     rename stands), in ``warnings``."""
     with repo.transaction() as tx:
         tx.read_head()
         tip = tx.rename(old, new)
-    doc = {"status": "renamed", "old": old, "new": new, "tip": tip}
-    if tx.warnings:
-        doc["warnings"] = list(tx.warnings)
-    return doc
+    return RenameResult(old, new, tip, list(tx.warnings))
 
 
-def delete_thread(repo: Repository, name: str) -> dict:
+def delete_thread(repo: Repository, name: str) -> DeleteResult:
     """Delete a thread's ref (its reflog is archived; messages stay until gc finds nothing
     reaching them). An unreadable ref file is deleted too (``broken`` says what was wrong).
 
@@ -631,24 +629,21 @@ def delete_thread(repo: Repository, name: str) -> dict:
         if not exists:
             raise NotFound(f"thread {name!r} does not exist", thread=name)
         tip = tx.delete(name)
-    doc = {"status": "deleted", "thread": name, "tip": tip, "broken": broken, "head": tx.head,
-           "head_moved": tx.head != head}
-    if tx.warnings:
-        doc["warnings"] = list(tx.warnings)
-    return doc
+    return DeleteResult(name, tip, broken, tx.head, tx.head != head, list(tx.warnings))
 
 
-def switch(repo: Repository, name: str) -> dict:
+def switch(repo: Repository, name: str) -> SwitchResult:
     """Point HEAD at the existing thread ``name`` (NotFound if there is none)."""
     check_thread_name(name)
     if repo.refs.read(name) is None:
         raise NotFound(f"thread {name!r} does not exist", thread=name)
     with repo.transaction(index="none") as tx:
         tx.write_head(name)
-    return {"status": "switched", "thread": name, "tip": repo.refs.read(name)}
+    return SwitchResult(name, repo.refs.read(name))
 
 
-def update_ref(repo: Repository, name: str, new: str | None, old: str | None = None, *, create: bool = False) -> dict:
+def update_ref(repo: Repository, name: str, new: str | None, old: str | None = None, *,
+               create: bool = False) -> UpdateRefResult:
     """Plumbing CAS: move ``name`` to ``new`` if it is at ``old`` (``create``: must not exist)."""
     from .refs import ANY
 
@@ -664,7 +659,7 @@ def update_ref(repo: Repository, name: str, new: str | None, old: str | None = N
     with repo.transaction() as tx:
         prev = tx.move(name, new, expected=expected, message="update-ref")
     repo.warnings.extend(tx.warnings)
-    return {"status": "updated", "thread": name, "old": prev, "new": new}
+    return UpdateRefResult(name, prev, new)
 
 
 # -- reflog -----------------------------------------------------------------------------------
@@ -760,7 +755,7 @@ def _deleted_tip(path: Path) -> str | None:
     return None
 
 
-def restore_thread(repo: Repository, name: str, *, now_ms: int | None = None) -> dict:
+def restore_thread(repo: Repository, name: str, *, now_ms: int | None = None) -> RestoreResult:
     """Bring back thread ``name`` deleted earlier, at the tip it had, from its archived
     reflog (the newest one if it was deleted several times); its reflog history comes back
     with it. NotFound when no deleted thread of that name is archived, or when gc has pruned
@@ -784,7 +779,7 @@ def restore_thread(repo: Repository, name: str, *, now_ms: int | None = None) ->
     with repo.transaction() as tx:
         tx.restore(name, tip, archive, time_ms=now, message=f"restore: from {rel}")
     repo.warnings.extend(tx.warnings)
-    return {"status": "restored", "thread": name, "tip": tip, "from": rel}
+    return RestoreResult(name, tip, rel)
 
 
 # -- import / export --------------------------------------------------------------------------
@@ -1029,7 +1024,8 @@ def show_refs(repo: Repository) -> dict[str, str]:
 # The library surface; ``convgit.__all__`` is this list plus ``__version__`` (tests/test_api_surface.py).
 __all__ = [
     # types
-    "CommitResult", "ConvgitError", "ForkResult", "LogEntry", "Payload", "RefExists", "Repository", "TurnInfo",
+    "CommitResult", "ConvgitError", "DeleteResult", "ForkResult", "LogEntry", "Payload", "RefExists",
+    "RenameResult", "Repository", "RestoreResult", "SwitchResult", "TurnInfo", "UpdateRefResult",
     # stores
     "init", "open_repo",
     # writing

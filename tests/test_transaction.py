@@ -231,3 +231,20 @@ def test_a_new_thread_does_not_inherit_the_reflog_of_a_move_a_crash_cut_short(tm
     assert len(archived) == 1  # kept, as a deleted thread's reflog
     assert convgit.fsck(repo).errors == []
     repo.close()
+
+
+def test_ref_operations_return_typed_results_that_read_as_their_documents(tmp_path):
+    from convgit import DeleteResult, RenameResult, SwitchResult, UpdateRefResult
+
+    repo = _store(tmp_path, 3)
+    names = sorted(repo.refs.read_all())
+    r = convgit.rename_thread(repo, names[0], "renamed")
+    assert isinstance(r, RenameResult) and r.new == "renamed" and r["tip"] == r.tip
+    assert r == {"status": "renamed", "old": names[0], "new": "renamed", "tip": r.tip} == r.to_json()
+    s = convgit.switch(repo, "renamed")
+    assert isinstance(s, SwitchResult) and dict(s) == s.to_json() and s.thread == "renamed"
+    u = convgit.update_ref(repo, "copy", r.tip, create=True)
+    assert isinstance(u, UpdateRefResult) and (u.old, u.new) == (None, r.tip)
+    d = convgit.delete_thread(repo, "renamed")
+    assert isinstance(d, DeleteResult) and d.head_moved and d.head != "renamed" and d.get("warnings") is None
+    assert json.loads(json.dumps(d.to_json())) == dict(d)

@@ -182,6 +182,8 @@ def emit_json_lines_array(items, out=None, *, flush_every: int = 0) -> None:
 
 
 def _default(v):
+    if hasattr(v, "to_json"):  # a typed result (convgit/results.py)
+        return v.to_json()
     if isinstance(v, (bytes, bytearray)):
         import base64
 
