@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import blake3
@@ -58,7 +59,7 @@ class Namespace:
                 "fingerprint": self.fingerprint, "key": self.key}
 
 
-class Provider:
+class Provider(ABC):
     """An embedding provider: ``embed(texts)`` for chunks, ``embed_query(text)`` for a query."""
 
     name = "?"
@@ -73,9 +74,10 @@ class Provider:
                                       sort_keys=True).encode()).hexdigest()
         return Namespace(self.name, self.model, self.dimension, fp)
 
+    @abstractmethod
     def embed(self, texts: list[str]):
-        """One unit vector per text (numpy float32, shape (len(texts), dimension))."""
-        raise NotImplementedError
+        """One unit vector per text (numpy float32, shape (len(texts), dimension)); each
+        provider defines it."""
 
     def embed_query(self, text: str):
         """The vector of a search query (some models embed queries and passages differently)."""

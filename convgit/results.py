@@ -7,6 +7,7 @@ results were plain dicts before, and code written against them keeps working.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -15,9 +16,9 @@ from typing import Any, Iterator
 class _Document(Mapping):
     """A result that reads as its JSON document (a read-only mapping over ``to_json()``)."""
 
-    def to_json(self) -> dict:  # pragma: no cover - each result defines it
-        """The JSON document of this result."""
-        raise NotImplementedError
+    @abstractmethod
+    def to_json(self) -> dict:
+        """The JSON document of this result (each result defines it)."""
 
     def __getitem__(self, key: str) -> Any:
         return self.to_json()[key]

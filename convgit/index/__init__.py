@@ -17,7 +17,8 @@ from __future__ import annotations
 from .backend import IndexBackend
 from .lookups import IndexLookups
 from .schema import INDEX_FILE, SCHEMA, SCHEMA_VERSION
-from .writer import IndexWriter, invalidate, part_text
+from .rows import part_text
+from .writer import IndexWriter, invalidate
 
 
 class Index(IndexLookups, IndexWriter):

@@ -21,54 +21,15 @@ from pathlib import Path
 from .. import fsio
 from ..errors import ConvgitError, InvalidInput, ObjectCorrupt, ObjectMissing, storage_failure
 from ..objects import (
-    AttachmentPart,
-    Blob,
     Message,
-    OpaquePart,
-    ReasoningPart,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
     Turn,
 )
 from ..refs import parse_rename, parse_reflog_line
 from . import fts, reach
 from .fts import FTS_SCHEMA
 from .healing import healing, index_storage_failure
+from .rows import Reader, dump_json, part_row
 from .schema import INDEX_FILE, SCHEMA, SCHEMA_VERSION
-
-
-def _dump(v) -> str | None:
-    if v is None:
-        return None
-    return json.dumps(v, ensure_ascii=False, sort_keys=True, default=_json_default)
-
-
-def _json_default(v):
-    if isinstance(v, (bytes, bytearray)):
-        import base64
-
-        return base64.b64encode(v).decode()
-    raise TypeError(type(v))
-
-
-def part_text(p, blob_text=None) -> str | None:
-    """The searchable text of a part (long text resolved from its blob by the caller)."""
-    if isinstance(p, (TextPart, ReasoningPart)):
-        return blob_text if p.blob else p.text
-    if isinstance(p, ToolCallPart):
-        a = p.arguments
-        return a if isinstance(a, str) else _dump(a)
-    if isinstance(p, ToolResultPart):
-        o = p.output
-        if isinstance(o, str):
-            return o
-        if isinstance(o, list):
-            texts = [x.get("text") for x in o if isinstance(x, dict) and isinstance(x.get("text"), str)]
-            if texts:
-                return "\n".join(texts)
-        return _dump(o)
-    return None
 
 
 def invalidate(repo) -> None:
@@ -130,9 +91,9 @@ class IndexWriter:
         try:
             cached = self._text_cache
             if cached is None or cached[0] != oid:
-                reader = _Reader(self.repo.objects, {})
+                reader = Reader(self.repo.objects, {})
                 msg = reader.message(oid)
-                cached = (oid, tuple(_part_row(0, i, p, reader)[3] for i, p in enumerate(msg.parts)))
+                cached = (oid, tuple(part_row(0, i, p, reader)[3] for i, p in enumerate(msg.parts)))
                 self._text_cache = cached
             texts = cached[1]
             return texts[position] if 0 <= position < len(texts) else None
@@ -422,7 +383,7 @@ class IndexWriter:
         ``commit``: the moves were a commit's (created or fast-forwarded threads only);
         ``state``: the journal position this catch-up brings the index to."""
         cache = cache or {}
-        reader = _Reader(self.repo.objects, cache)
+        reader = Reader(self.repo.objects, cache)
         with fsio.flock(self.lock_path, shared=False, timeout=60):
             self._follow_swap()
             if callable(refs):
@@ -495,7 +456,7 @@ class IndexWriter:
         except FileNotFoundError:
             return 0
 
-    def _index_chain(self, reader: "_Reader", tip: str) -> None:
+    def _index_chain(self, reader: "Reader", tip: str) -> None:
         """Queue every message from ``tip`` back to the first one already indexed."""
         db = self.db
         todo: list[tuple[str, Message]] = []
@@ -520,9 +481,9 @@ class IndexWriter:
                 title = oid
             rid = self._next_rowid
             self._next_rowid += 1
-            self._pending[oid] = [rid, oid, msg.parent, msg.role, depth, title, None, len(msg.parts), _dump(msg.meta), None]
+            self._pending[oid] = [rid, oid, msg.parent, msg.role, depth, title, None, len(msg.parts), dump_json(msg.meta), None]
             for i, p in enumerate(msg.parts):
-                self._pending_parts.append(_part_row(rid, i, p, reader))
+                self._pending_parts.append(part_row(rid, i, p, reader))
 
     def _flush(self) -> None:
         rows = [r[:9] for r in self._pending.values()]
@@ -538,7 +499,7 @@ class IndexWriter:
         self._pending = {}
         self._pending_parts = []
 
-    def _index_thread(self, reader: "_Reader", name: str, tip: str, log_offset: int) -> None:
+    def _index_thread(self, reader: "Reader", name: str, tip: str, log_offset: int) -> None:
         db = self.db
         path = self.repo.refs.log_path(name)
         size = self._log_size(name)
@@ -598,7 +559,7 @@ class IndexWriter:
                 name = new
         return name
 
-    def _index_log(self, reader: "_Reader", thread: str | None, path: Path, offset: int):
+    def _index_log(self, reader: "Reader", thread: str | None, path: Path, offset: int):
         """Index the turns a reflog names, from byte ``offset``. Returns (entries, bytes used).
 
         A writer appends its reflog line *before* it renames the ref, so the newest lines may
@@ -642,7 +603,7 @@ class IndexWriter:
             return True
         return self.db.execute("SELECT 1 FROM messages WHERE id=?", (oid,)).fetchone() is not None
 
-    def _index_turn(self, reader: "_Reader", tid: str, t: Turn, thread: str | None, *, stop: str | None,
+    def _index_turn(self, reader: "Reader", tid: str, t: Turn, thread: str | None, *, stop: str | None,
                     record: str | None = None) -> None:
         db = self.db
         u = t.usage or {}
@@ -689,8 +650,8 @@ class IndexWriter:
             (
                 tid, thread, t.kind, t.input, t.output, t.model, t.resolved_model, t.started_at,
                 t.duration_ms, inp_tok if isinstance(inp_tok, int) else None,
-                out_tok if isinstance(out_tok, int) else None, _dump(t.usage), _dump(t.options),
-                t.source, t.upstream_thread_id, t.forked_from, t.error, _dump(t.meta),
+                out_tok if isinstance(out_tok, int) else None, dump_json(t.usage), dump_json(t.options),
+                t.source, t.upstream_thread_id, t.forked_from, t.error, dump_json(t.meta),
                 record, out_depth, steps if span is None else span,
             ),
         )
@@ -699,7 +660,7 @@ class IndexWriter:
         elif t.meta and t.source:  # a recorded call names its upstream ids too (convgit serve)
             self._index_aliases(tid, t)
 
-    def _index_import(self, reader: "_Reader", tid: str, t: Turn, thread: str | None) -> None:
+    def _index_import(self, reader: "Reader", tid: str, t: Turn, thread: str | None) -> None:
         """An import turn lists the per-message turns it wrote (each message's own time and
         model) and the source ids of the messages it brought (aliases)."""
         subs = t.meta.get("turns")
@@ -747,66 +708,3 @@ def _boot_id() -> str | None:
         except OSError:
             _BOOT_ID.append(None)
     return _BOOT_ID[0]
-
-
-class _Reader:
-    """Objects for indexing: from the commit's in-memory cache, else from the store."""
-
-    def __init__(self, objects, cache: dict) -> None:
-        self.objects = objects
-        self.cache = cache
-
-    def get(self, oid: str):
-        obj = self.cache.get(oid)
-        if obj is None:
-            obj = self.objects.read(oid)
-        return obj
-
-    def message(self, oid: str) -> Message:
-        obj = self.get(oid)
-        if not isinstance(obj, Message):
-            raise ObjectCorrupt(f"{oid} is not a message", oid=oid)
-        return obj
-
-    def message_or_none(self, oid: str) -> Message | None:
-        try:
-            obj = self.get(oid)
-        except ConvgitError:
-            return None
-        return obj if isinstance(obj, Message) else None
-
-    def turn(self, oid: str) -> Turn | None:
-        try:
-            obj = self.get(oid)
-        except (ObjectMissing, ObjectCorrupt):
-            return None
-        return obj if isinstance(obj, Turn) else None
-
-    def blob_text(self, oid: str) -> str | None:
-        try:
-            obj = self.get(oid)
-        except (ObjectMissing, ObjectCorrupt):
-            return None
-        if isinstance(obj, Blob):
-            return obj.data.decode("utf-8", "replace")
-        return None
-
-
-def _part_row(rid: int, pos: int, p, reader: _Reader) -> tuple:
-    blob_text = reader.blob_text(p.blob) if isinstance(p, (TextPart, ReasoningPart)) and p.blob else None
-    text = part_text(p, blob_text)
-    name = tool_call_id = blob = mime = data = None
-    if isinstance(p, ToolCallPart):
-        name, tool_call_id = p.name, p.id
-    elif isinstance(p, ToolResultPart):
-        name, tool_call_id = p.name, p.tool_call_id
-    elif isinstance(p, AttachmentPart):
-        name, blob, mime = p.name, p.blob, p.mime_type
-        data = _dump({"url": p.url, "size": p.size}) if (p.url or p.size is not None) else None
-    elif isinstance(p, OpaquePart):
-        data = _dump(p.data)
-    elif isinstance(p, (TextPart, ReasoningPart)):
-        blob = p.blob
-    type_ = {TextPart: "text", ReasoningPart: "reasoning", ToolCallPart: "tool_call", ToolResultPart: "tool_result",
-             AttachmentPart: "attachment", OpaquePart: "opaque"}[type(p)]
-    return (rid, pos, type_, text, name, tool_call_id, blob, mime, data)
