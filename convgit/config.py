@@ -146,17 +146,39 @@ def parse_age(value: str, what: str) -> float | None:
     raise InvalidInput(f"{what}: expected now, never, a duration like 2w or 3d, or seconds; got {value!r}")
 
 
-def load_aliases(path: Path) -> dict[str, str]:
-    """Model aliases from config.toml's ``[aliases]`` table (``4o = "gpt-4o"``): ``-m 4o``
-    then filters on the exact model name ``gpt-4o``."""
+def _table(path: Path, name: str) -> dict:
+    """Table ``[name]`` of config.toml ({} when the file or the table is missing); a file that
+    is not TOML, or a ``name`` that is not a table, is invalid_input."""
     try:
         data = tomllib.loads(path.read_text("utf-8"))
     except FileNotFoundError:
         return {}
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InvalidInput(f"{path}: not valid TOML: {e}") from e
-    table = data.get("aliases", {})
-    if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+    table = data.get(name, {})
+    if not isinstance(table, dict):
+        raise InvalidInput(f"{path}: [{name}] must be a table")
+    return table
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a ``--host`` setting) names this machine only: 127.0.0.0/8, ::1,
+    ``localhost``. The servers (serve, mcp) refuse any other without ``--allow-remote``."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def load_aliases(path: Path) -> dict[str, str]:
+    """Model aliases from config.toml's ``[aliases]`` table (``4o = "gpt-4o"``): ``-m 4o``
+    then filters on the exact model name ``gpt-4o``."""
+    table = _table(path, "aliases")
+    if not all(isinstance(v, str) for v in table.values()):
         raise InvalidInput(f"{path}: [aliases] must map names to model names (strings)")
     return dict(table)
 
@@ -177,15 +199,7 @@ class McpLimits:
 def load_mcp_limits(path: Path) -> McpLimits:
     """The ``[mcp]`` table of config.toml (missing file or keys: the defaults); each value a
     positive integer, else invalid_input naming it."""
-    try:
-        data = tomllib.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
-        return McpLimits()
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise InvalidInput(f"{path}: not valid TOML: {e}") from e
-    table = data.get("mcp", {})
-    if not isinstance(table, dict):
-        raise InvalidInput(f"{path}: [mcp] must be a table")
+    table = _table(path, "mcp")
     values = {}
     for f in fields(McpLimits):
         if f.name in table:
@@ -203,15 +217,7 @@ def load_serve_settings(path: Path) -> dict:
     """``convgit serve``'s defaults from config.toml's ``[serve]`` table (``openai_upstream``,
     ``anthropic_upstream``, ``host``, ``port``, ``thread``); options given on the command line
     win. Unknown keys and wrong types are invalid_input."""
-    try:
-        data = tomllib.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise InvalidInput(f"{path}: not valid TOML: {e}") from e
-    table = data.get("serve", {})
-    if not isinstance(table, dict):
-        raise InvalidInput(f"{path}: [serve] must be a table")
+    table = _table(path, "serve")
     for k, v in table.items():
         if k not in SERVE_KEYS:
             raise InvalidInput(f"{path}: [serve] has no setting {k!r} (known: {', '.join(SERVE_KEYS)})")
@@ -295,15 +301,7 @@ def load_embed_config(path: Path, **overrides) -> EmbedConfig:
     """The ``[embed]`` table (missing: defaults), each value checked; ``overrides`` (not
     None) replace the file's values (``convgit embed --provider …``)."""
     values: dict = {}
-    try:
-        data = tomllib.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
-        data = {}
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise InvalidInput(f"{path}: not valid TOML: {e}") from e
-    table = data.get("embed", {})
-    if not isinstance(table, dict):
-        raise InvalidInput(f"{path}: [embed] must be a table")
+    table = _table(path, "embed")
     for k, v in table.items():
         if k not in _EMBED_TYPES:
             raise InvalidInput(f"{path}: [embed] has no setting {k!r} (one of {', '.join(_EMBED_TYPES)})")

@@ -60,7 +60,9 @@ def mcp_serve(
         else:
             output.line(token)
         return
-    if http and not allow_remote and not _is_loopback(host):
+    from ..config import is_loopback
+
+    if http and not allow_remote and not is_loopback(host):
         raise InvalidInput(f"--host {host} is not a loopback address: add --allow-remote to serve beyond this machine")
     server = _server_module()
     from ..config import load_mcp_limits
@@ -78,17 +80,6 @@ def mcp_serve(
             server.serve_stdio(hub, client)
     finally:
         hub.close()
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _server_module():

@@ -166,6 +166,25 @@ TOOL_TURNS_SQL = (
 )
 
 
+
+def turn_conditions(f: "Filters", conds: list[str], params: list) -> None:
+    """Append the filters on the turn ``t`` (model or resolved model, time, source) to
+    ``conds`` as SQL, and their values to ``params`` (log, search and the turn list alike)."""
+    if f.models:
+        q = ",".join("?" * len(f.models))
+        conds.append(f"(t.model IN ({q}) OR t.resolved_model IN ({q}))")
+        params.extend(f.models * 2)
+    if f.since is not None:
+        conds.append("t.started_at >= ?")
+        params.append(f.since)
+    if f.until is not None:
+        conds.append("t.started_at < ?")
+        params.append(f.until)
+    if f.sources:
+        conds.append(f"t.source IN ({','.join('?' * len(f.sources))})")
+        params.extend(f.sources)
+
+
 def sql(f: Filters) -> tuple[str, list, list[str], list]:
     """(WITH clause or "", its parameters, WHERE conditions, their parameters) over
     ``messages m LEFT JOIN turns t ON t.id = m.turn_id``."""
@@ -178,22 +197,10 @@ def sql(f: Filters) -> tuple[str, list, list[str], list]:
                  "SELECT m0.parent FROM messages m0 JOIN anc ON m0.id = anc.id WHERE m0.parent IS NOT NULL) ")
         with_params = list(f.threads)
         conds.append("m.id IN (SELECT id FROM anc)")
-    if f.models:
-        q = ",".join("?" * len(f.models))
-        conds.append(f"(t.model IN ({q}) OR t.resolved_model IN ({q}))")
-        params.extend(f.models * 2)
-    if f.since is not None:
-        conds.append("t.started_at >= ?")
-        params.append(f.since)
-    if f.until is not None:
-        conds.append("t.started_at < ?")
-        params.append(f.until)
+    turn_conditions(f, conds, params)
     if f.roles:
         conds.append(f"m.role IN ({','.join('?' * len(f.roles))})")
         params.extend(f.roles)
-    if f.sources:
-        conds.append(f"t.source IN ({','.join('?' * len(f.sources))})")
-        params.extend(f.sources)
     if f.tools:
         conds.append(f"m.turn_id IN ({TOOL_TURNS_SQL})")
     if f.tool_names:

@@ -175,19 +175,9 @@ class IndexLookups:
                          "OR json_extract(t.meta_json, '$.schema_id') IS NOT NULL)")
         f = filters
         if f is not None:
-            if f.models:
-                q = ",".join("?" * len(f.models))
-                conds.append(f"(t.model IN ({q}) OR t.resolved_model IN ({q}))")
-                params.extend(f.models * 2)
-            if f.since is not None:
-                conds.append("t.started_at >= ?")
-                params.append(f.since)
-            if f.until is not None:
-                conds.append("t.started_at < ?")
-                params.append(f.until)
-            if f.sources:
-                conds.append(f"t.source IN ({','.join('?' * len(f.sources))})")
-                params.extend(f.sources)
+            from .filters import turn_conditions
+
+            turn_conditions(f, conds, params)
             if f.threads:
                 conds.append(f"coalesce(t.thread, r.thread) IN ({','.join('?' * len(f.threads))})")
                 params.extend(f.threads)

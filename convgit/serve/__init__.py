@@ -16,12 +16,12 @@ pays for them. ``ServeOptions`` + ``Server`` are the library entry points; ``con
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..config import is_loopback
 from ..errors import InvalidInput
 
 DEFAULT_HOST = "127.0.0.1"
@@ -45,16 +45,6 @@ class ServeOptions:
     token: str | None = None
     timeout: float = 600.0
     warnings: list[str] = field(default_factory=list)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine only (127.0.0.0/8, ::1, ``localhost``)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_options(opts: ServeOptions) -> None:
