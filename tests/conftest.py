@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import os
 
+# The local embedding models run OpenMP; with two pytest workers on two cores their spinning
+# threads oversubscribe the machine (one test went from 7 s to 150 s). One thread each.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
 from hypothesis import HealthCheck, settings
 
