@@ -139,8 +139,20 @@ def commit(
     elif after is not None:
         base = revparse.resolve(repo, after)
         _require_message(repo, base, after)
-    return commit_payload(repo, payload, thread=thread, on_conflict=on_conflict, now_ms=now_ms, move_head=move_head,
-                          after=base)
+    result = commit_payload(repo, payload, thread=thread, on_conflict=on_conflict, now_ms=now_ms, move_head=move_head,
+                            after=base)
+    if result.new_messages and repo.config.embed_on_commit:
+        result.embedded_chunks = _embed_written(repo, result.warnings)
+    return result
+
+
+def _embed_written(repo: Repository, warnings: list[str]) -> int:
+    """``embed.on_commit``: embed what a write added, after its commit point; problems become
+    warnings (the write stands). How many chunks were embedded."""
+    from . import semantic
+
+    res = semantic.embed_written(repo, warnings=warnings)
+    return res.embedded if res is not None else 0
 
 
 def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None) -> list[CommitResult]:
@@ -148,7 +160,10 @@ def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None
     HEAD then names the last thread committed to, as after ``commit``."""
     from .commit import commit_many as _commit_many
 
-    return _commit_many(repo, [to_payload(repo, d) for d in items], now_ms=now_ms, move_head=True)
+    results = _commit_many(repo, [to_payload(repo, d) for d in items], now_ms=now_ms, move_head=True)
+    if repo.config.embed_on_commit and any(r.new_messages for r in results):
+        _embed_written(repo, results[-1].warnings)  # once for the batch (per-result counts: 0)
+    return results
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -509,6 +524,8 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
     report = import_conversations(repo, items(), dry_run=dry_run, progress=progress, now_ms=now_ms, move_head=True)
     if progress is not None and carry[0]:
         progress(carry[0])
+    if not dry_run and repo.config.embed_on_commit and any(c.new_messages for c in report.conversations):
+        report.embedded_chunks = _embed_written(repo, report.warnings)
     # A file of which nothing was imported (every entry skipped, even those that were only
     # warnings, such as ChatGPT entries without "mapping") is a failure, never a silent exit 0.
     good = {i for i, c in zip(owner, report.conversations) if c.error_code is None}

@@ -42,11 +42,16 @@ class CommitResult:
     turn: str | None = None
     forked_from: dict | None = None
     warnings: list[str] = field(default_factory=list)
+    embedded_chunks: int = 0  # chunks embedded after the commit point (``embed.on_commit``)
 
     def to_json(self) -> dict:
-        """The ``commit --json`` document (docs/json.md)."""
+        """The ``commit --json`` document (docs/json.md): the memory-hub contract's fields
+        (``status`` ``ok``, ``id``, ``deduplicated``, ``appended_messages``,
+        ``embedded_chunks``), and convgit's own detail (``action``, ``thread``, ``tip``…)."""
         return {
-            "status": self.status,
+            "status": "ok",
+            "action": self.status,
+            "id": self.thread,
             "thread": self.thread,
             "tip": self.tip,
             "deduplicated": self.deduplicated,
@@ -55,6 +60,7 @@ class CommitResult:
             "new_messages": self.new_messages,
             "turn": self.turn,
             "forked_from": self.forked_from,
+            "embedded_chunks": self.embedded_chunks,
             **({"warnings": list(self.warnings)} if self.warnings else {}),
         }
 

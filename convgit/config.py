@@ -45,6 +45,7 @@ class Config:
     grace_seconds: int | None = 14 * 24 * 3600  # None: never prune (CONVGIT_GC_GRACE=never)
     reflog_expire_days: int = 90
     index_text: bool = True  # [index] text: keep message text in the index (docs/format.md §8)
+    embed_on_commit: bool = False  # [embed] on_commit: commit/import embed their new chunks (docs/search.md)
 
 
 _SECTIONS = {
@@ -52,9 +53,10 @@ _SECTIONS = {
     "core": ("fsync", "lock_timeout"),
     "gc": ("grace_seconds", "reflog_expire_days"),
     "index": ("text",),
+    "embed": ("on_commit",),  # the rest of [embed]: load_embed_config
 }
 # A key whose Config field is not its own name: (section, key) → field.
-_FIELDS = {("index", "text"): "index_text"}
+_FIELDS = {("index", "text"): "index_text", ("embed", "on_commit"): "embed_on_commit"}
 
 
 def load_config(path: Path) -> Config:
@@ -291,10 +293,12 @@ class EmbedConfig:
     timeout: float = 60.0
     include_reasoning: bool = False
     include_tools: bool = False
+    on_commit: bool = False  # commit and import embed their new chunks after the commit point
 
 
 _EMBED_TYPES = {"provider": str, "model": str, "dimension": int, "url": str, "api_key_env": str,
-                "batch_size": int, "timeout": (int, float), "include_reasoning": bool, "include_tools": bool}
+                "batch_size": int, "timeout": (int, float), "include_reasoning": bool, "include_tools": bool,
+                "on_commit": bool}
 
 
 def load_embed_config(path: Path, **overrides) -> EmbedConfig:

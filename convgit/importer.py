@@ -99,6 +99,7 @@ class ImportReport:
     new_objects: int = 0
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)  # after the import stood (HEAD not moved)
+    embedded_chunks: int = 0  # chunks embedded after the commit point (``embed.on_commit``)
 
     def counts(self) -> dict[str, int]:
         """How many conversations ended in each status."""
@@ -119,7 +120,8 @@ class ImportReport:
         return {
             "status": status, "dry_run": self.dry_run, "counts": self.counts(),
             "new_messages": sum(c.new_messages for c in self.conversations),
-            "new_objects": self.new_objects, "seconds": round(self.seconds, 3),
+            "new_objects": self.new_objects, "embedded_chunks": self.embedded_chunks,
+            "seconds": round(self.seconds, 3),
             "conversations": [c.to_json() for c in self.conversations],
             **({"warnings": list(self.warnings)} if self.warnings else {}),
         }

@@ -30,6 +30,7 @@ MODES = ("auto", "fts", "semantic", "hybrid")
 RRF_K = 60  # reciprocal-rank fusion: score = sum over the lists of 1 / (RRF_K + rank)
 SEARCH_CATCH_UP = 256  # a search embeds at most this many pending chunks first (more: `convgit embed`)
 MAX_FAILED_BATCHES = 3  # consecutive failed batches before embed stops (the rest stays pending)
+EMBED_ON_WRITE = 256  # chunks a commit, an import or an MCP save embeds at most (more: `convgit embed`)
 
 
 @dataclass
@@ -187,6 +188,29 @@ def embed_status(repo, **overrides) -> dict:
         "chunking": emb.rules.key,
         "namespaces": namespaces(repo.path),
     }
+
+
+def embed_written(repo, *, warnings: list[str] | None = None) -> EmbedResult | None:
+    """Embed what a write just added, after its commit point (``embed.on_commit``, and MCP
+    saves once the store holds vectors): at most ``EMBED_ON_WRITE`` chunks, the rest left
+    pending for ``convgit embed``. The write stands whatever happens here: a provider that
+    fails marks its chunks failed (``failed``), a missing one leaves them pending, and each
+    problem is appended to ``warnings`` rather than raised. None when nothing could run."""
+    from .errors import ConvgitError
+
+    try:
+        res = embed(repo, limit=EMBED_ON_WRITE)
+    except (ConvgitError, OSError) as e:
+        if warnings is not None:
+            warnings.append(f"embedding skipped: {getattr(e, 'message', None) or e}; the chunks stay pending")
+        return None
+    if warnings is not None:
+        if res.failed:
+            warnings.append(f"embedding failed for {res.failed} chunk(s): {res.errors[0] if res.errors else ''}"
+                            "; `convgit embed` retries them")
+        if res.pending:
+            warnings.append(f"{res.pending} chunk(s) left pending: run `convgit embed`")
+    return res
 
 
 def has_vectors(repo) -> bool:

@@ -182,8 +182,9 @@ With several FILEs, every file is read and validated before anything is stored, 
 are committed in order; `--json` then prints an array of results. If a thread decision
 rejects one of them (`duplicate_conflict`), the files before it stay committed, and the JSON
 error lists their results in `details.committed`. The result fields
-(`status`: `created`, `appended`, `deduplicated` or `forked`; `thread`, `tip`,
-`deduplicated`, `appended_messages`, `new_objects`, `new_messages`, `turn`, `forked_from`) are
+(`status` `ok`; `action`: `created`, `appended`, `deduplicated` or `forked`; `id`, `thread`,
+`tip`, `deduplicated`, `appended_messages`, `new_objects`, `new_messages`, `turn`,
+`forked_from`, `embedded_chunks`) are
 described in [json.md](json.md). The thread committed to becomes `HEAD`.
 
 `-c`/`--continue [THREAD]` (like `llm -c`): the input holds only the new messages, appended

@@ -73,7 +73,7 @@ def test_commit_native_shape_json_result(cli, proj, tmp_path):
     f = write_json(tmp_path / "c.json", native("hello", "hi there"))
     doc = ok(cli("commit", f, "--json")).json()
     assert set(doc) >= RESULT_KEYS
-    assert doc["status"] == "created" and doc["deduplicated"] is False
+    assert doc["action"] == "created" and doc["deduplicated"] is False
     assert doc["appended_messages"] == 2 and doc["new_messages"] == 2
     assert doc["new_objects"] == 3  # two messages and the turn that records the event
     ids = object_ids(store)
@@ -100,7 +100,7 @@ def test_commit_openai_list_request_and_response(cli, proj):
     # A bare OpenAI messages list (with a system prompt and role aliases).
     d = commit(cli, [{"role": "system", "content": "be brief"}, {"role": "human", "content": "q"},
                      {"role": "ai", "content": [{"type": "text", "text": "a"}]}])
-    assert d["status"] == "created" and d["appended_messages"] == 3
+    assert d["action"] == "created" and d["appended_messages"] == 3
     assert [m["role"] for m in log_json(cli, "--reverse")] == ["system", "user", "assistant"]
     # A request object with a chat.completion response: a recorded model call.
     req = {
@@ -115,7 +115,7 @@ def test_commit_openai_list_request_and_response(cli, proj):
         },
     }
     d2 = commit(cli, req)
-    assert d2["status"] == "appended" and d2["thread"] == d["thread"]
+    assert d2["action"] == "appended" and d2["thread"] == d["thread"]
     assert d2["appended_messages"] == 2 and d2["new_messages"] == 2
     top = log_json(cli, "-n", "1")[0]
     assert top["role"] == "assistant" and top["text"] == "a2"
@@ -125,7 +125,7 @@ def test_commit_openai_list_request_and_response(cli, proj):
     assert turn["type"] == "turn" and turn["model"] == "gpt-4o" and turn["usage"]["prompt_tokens"] == 9
     # A request without a response is an OpenAI request too.
     d3 = commit(cli, {"model": "gpt-4o", "messages": req["messages"][:2] + [{"role": "user", "content": "new"}]})
-    assert d3["status"] == "created" and d3["new_messages"] == 1
+    assert d3["action"] == "created" and d3["new_messages"] == 1
 
 
 def test_commit_stateless_continuation_writes_only_new(cli, proj):
@@ -133,7 +133,7 @@ def test_commit_stateless_continuation_writes_only_new(cli, proj):
     d1 = commit(cli, conv("q1", "a1"))
     n = len(object_ids(store))
     d2 = commit(cli, conv("q1", "a1", "q2", "a2"))
-    assert d2["status"] == "appended" and d2["thread"] == d1["thread"]
+    assert d2["action"] == "appended" and d2["thread"] == d1["thread"]
     assert (d2["appended_messages"], d2["new_messages"], d2["new_objects"]) == (2, 2, 3)
     assert len(object_ids(store)) == n + 3
     assert log_json(cli)[2]["id"] == d1["tip"]
@@ -144,7 +144,7 @@ def test_commit_exact_duplicate_writes_nothing(cli, proj):
     d1 = commit(cli, conv("q1", "a1"))
     before = store_state(store)
     d2 = commit(cli, conv("q1", "a1"))
-    assert d2["status"] == "deduplicated" and d2["deduplicated"] is True
+    assert d2["action"] == "deduplicated" and d2["deduplicated"] is True
     assert (d2["thread"], d2["tip"]) == (d1["thread"], d1["tip"])
     assert (d2["appended_messages"], d2["new_objects"], d2["new_messages"]) == (0, 0, 0)
     assert store_state(store) == before
@@ -161,7 +161,7 @@ def test_commit_model_option_records_the_call(cli, proj):
     # A real call that repeats stored content still records its turn (and only that).
     n = len(object_ids(store))
     d2 = commit(cli, conv("q1", "a1"), "-m", "my-model")
-    assert d2["status"] == "deduplicated" and d2["new_objects"] == 1 and d2["turn"] not in (None, d1["turn"])
+    assert d2["action"] == "deduplicated" and d2["new_objects"] == 1 and d2["turn"] not in (None, d1["turn"])
     assert len(object_ids(store)) == n + 1
     assert rev(cli, d2["thread"]) == d1["tip"]
 
@@ -169,18 +169,18 @@ def test_commit_model_option_records_the_call(cli, proj):
 def test_commit_trusted_thread(cli, proj):
     store = proj / ".convgit"
     d = commit(cli, conv("q1", "a1"), "--thread", "work")
-    assert (d["status"], d["thread"]) == ("created", "work")
+    assert (d["action"], d["thread"]) == ("created", "work")
     d = commit(cli, conv("q1", "a1", "q2"), "-t", "work")
-    assert (d["status"], d["appended_messages"]) == ("appended", 1)
+    assert (d["action"], d["appended_messages"]) == ("appended", 1)
     tip = d["tip"]
     before = store_state(store)
     for again in (conv("q1", "a1", "q2"), conv("q1", "a1")):  # the tip, or an ancestor of it
         d = commit(cli, again, "--thread", "work")
-        assert d["status"] == "deduplicated" and d["thread"] == "work" and d["new_objects"] == 0
+        assert d["action"] == "deduplicated" and d["thread"] == "work" and d["new_objects"] == 0
     assert store_state(store) == before and rev(cli, "work") == tip
     # The same messages under another trusted thread: a new thread, no new message.
     d = commit(cli, conv("q1", "a1"), "--thread", "other")
-    assert d["status"] == "created" and d["new_messages"] == 0 and rev(cli, "other") == rev(cli, "work~1")
+    assert d["action"] == "created" and d["new_messages"] == 0 and rev(cli, "other") == rev(cli, "work~1")
 
 
 def test_commit_conflict_reject_then_fork(cli, proj):
@@ -198,7 +198,7 @@ def test_commit_conflict_reject_then_fork(cli, proj):
     assert_error(cli("commit", "-", "-t", "work", "--on-conflict", "reject", input=dumps(diverged)), "duplicate_conflict")
 
     d = commit(cli, diverged, "--thread", "work", "--on-conflict", "fork")
-    assert d["status"] == "forked" and d["thread"].startswith("work-fork-")
+    assert d["action"] == "forked" and d["thread"].startswith("work-fork-")
     assert d["forked_from"] == {"thread": "work", "message": rev(cli, "work~2")}
     assert d["new_messages"] == 2
     assert rev(cli, d["thread"] + "~2") == rev(cli, "work~2")  # shares the prefix
@@ -222,7 +222,7 @@ def test_commit_new_thread_sharing_a_prefix_records_where_it_forked(cli, proj):
     commit(cli, conv("q1", "a1", "q2", "a2"), "--thread", "main")
     d = commit(cli, conv("q1", "a1", "other"))
     a1 = rev(cli, "main~2")
-    assert d["status"] == "created" and d["forked_from"]["message"] == a1
+    assert d["action"] == "created" and d["forked_from"]["message"] == a1
     rows = {t["name"]: t for t in ok(cli("threads", "--json")).json()}
     assert rows[d["thread"]]["forked_from"] == {"thread": "main", "message": a1}
     assert f"[forked from main@{a1[:12]}]" in ok(cli("threads")).out
@@ -234,7 +234,7 @@ def test_commit_multiple_files_in_order(cli, proj, tmp_path):
     b = write_json(tmp_path / "b.json", conv("q1", "a1", "q2", "a2"))
     c = write_json(tmp_path / "c.json", native("other"))
     docs = ok(cli("commit", a, b, c, "--json")).json()
-    assert isinstance(docs, list) and [d["status"] for d in docs] == ["created", "appended", "created"]
+    assert isinstance(docs, list) and [d["action"] for d in docs] == ["created", "appended", "created"]
     assert docs[0]["thread"] == docs[1]["thread"] != docs[2]["thread"]
     out = ok(cli("commit", a, c)).out.splitlines()
     assert out[0].startswith(f"{a}: Already stored") and out[1].startswith(f"{c}: Already stored")
@@ -251,7 +251,7 @@ def test_commit_multiple_files_in_order(cli, proj, tmp_path):
 
 def test_commit_from_stdin(cli, proj):
     d = ok(cli("commit", "--json", input=dumps(native("from stdin")))).json()  # no FILE: stdin
-    assert d["status"] == "created"
+    assert d["action"] == "created"
     assert ok(cli("commit", "-", "--json", input=dumps(native("from stdin")))).json()["deduplicated"]
 
 

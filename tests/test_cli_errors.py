@@ -243,7 +243,7 @@ def test_multiple_files_error_reports_what_was_committed(cli, populated, tmp_pat
     doc = assert_error(cli("commit", "--thread", "t", a, b, "--json"), "duplicate_conflict")
     assert doc["error_message"].startswith(f"{b}: ")
     [done] = doc["details"]["committed"]
-    assert done["status"] == "created" and done["thread"] == "t"
+    assert done["action"] == "created" and done["thread"] == "t"
     assert ok(cli("rev-parse", "t")).out.strip() == done["tip"]
 
 

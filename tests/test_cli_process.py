@@ -68,7 +68,7 @@ def test_default_store_created_on_first_use(run, tmp_path):
     store = default_store(tmp_path)
     assert not store.exists()
     d = ok(run("commit", "--json", cwd=elsewhere, input=dumps(native("no init needed")))).json()
-    assert d["status"] == "created"
+    assert d["action"] == "created"
     assert (store / "format").read_text() == "convgit-store 1\n"
     assert d["tip"] in object_ids(store)
     assert ok(run("path", cwd=elsewhere)).out == f"{store}\n"

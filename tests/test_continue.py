@@ -30,7 +30,7 @@ def test_continue_appends_to_heads_thread(run):
     ok(run("commit", "--thread", "idea", "-", input=_doc("hi", "hello")))
     r = ok(run("commit", "-c", "-", "--json", input=_doc("more", response="sure")))
     doc = json.loads(r.out)
-    assert doc["status"] == "appended" and doc["thread"] == "idea" and doc["appended_messages"] == 2
+    assert doc["action"] == "appended" and doc["thread"] == "idea" and doc["appended_messages"] == 2
     assert _texts(run, "idea") == ["hi", "hello", "more", "sure"]
     # the turn records the call: its input is the request's last message, its output the reply
     turn = json.loads(ok(run("cat-object", "-p", doc["turn"])).out)
@@ -47,7 +47,7 @@ def test_the_issue_example_fork_then_continue_the_fork(run, tmp_path):
     # without -c the payload is a new root conversation: refused on a trusted thread
     assert_error(run("commit", "--thread", "idea", str(more)), "duplicate_conflict")
     doc = json.loads(ok(run("commit", "-c", "idea", str(more), "--json")).out)
-    assert doc["status"] == "appended" and doc["thread"] == "idea" and doc["new_messages"] == 1
+    assert doc["action"] == "appended" and doc["thread"] == "idea" and doc["new_messages"] == 1
     assert _texts(run, "idea") == ["q1", "a1", "another direction"]
     assert _texts(run, "main") == ["q1", "a1", "q2", "a2"]
     assert json.loads(ok(run("status", "--json")).out)["head"] == "idea"
@@ -76,12 +76,12 @@ def test_a_first_message_naming_a_stored_parent_is_appended_after_it(run):
     ok(run("commit", "--thread", "main", "-", input=_doc("q1", "a1", "q2", "a2")))
     a1 = ok(run("rev-parse", "main~2")).out.strip()
     doc = json.loads(ok(run("commit", "--thread", "branch", "-", "--json", input=_doc("q2 bis", parent=a1))).out)
-    assert doc["status"] == "created" and doc["new_messages"] == 1
+    assert doc["action"] == "created" and doc["new_messages"] == 1
     assert _texts(run, "branch") == ["q1", "a1", "q2 bis"]
     # and without --thread: a tip of main's history ⇒ main itself moves on
     tip = ok(run("rev-parse", "main")).out.strip()
     doc = json.loads(ok(run("commit", "-", "--json", input=_doc("q3", parent=tip))).out)
-    assert doc["status"] == "appended" and doc["thread"] == "main"
+    assert doc["action"] == "appended" and doc["thread"] == "main"
 
 
 def test_a_first_message_naming_an_unknown_parent_is_refused_and_writes_nothing(run, tmp_path):

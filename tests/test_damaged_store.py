@@ -59,7 +59,7 @@ def test_a_resent_history_writes_a_hand_deleted_message_again(cli, proj, trusted
     assert _loose(store, m3).read_bytes() == data and codec.hash_bytes(data) == m3  # back, intact
     assert r["new_objects"] == 3  # m3, m6 and the turn: not acknowledged on a broken chain
     if trusted:
-        assert r["status"] == "appended" and r["thread"] == "main" and r["appended_messages"] == 1
+        assert r["action"] == "appended" and r["thread"] == "main" and r["appended_messages"] == 1
     rep = json.loads(ok(cli("fsck", "--json")).out)
     assert rep["status"] == "ok" and rep["errors"] == 0, rep
     log = json.loads(ok(cli("log", r["tip"], "--json")).out)
@@ -89,7 +89,7 @@ def test_a_stateless_resend_over_a_hole_appends_to_the_thread_it_continues(cli, 
 
     r = json.loads(ok(cli("commit", "-", "--json", input=dumps(SIX))).out)
 
-    assert (r["status"], r["thread"], r["deduplicated"]) == ("appended", first["thread"], False)
+    assert (r["action"], r["thread"], r["deduplicated"]) == ("appended", first["thread"], False)
     assert (r["appended_messages"], r["new_messages"], r["new_objects"]) == (1, 2, 3)  # victim, m6, the turn
     assert r["forked_from"] is None
     assert _threads(cli) == {first["thread"]: r["tip"]}
@@ -116,7 +116,7 @@ def test_a_resent_history_over_a_hole_is_deduplicated_and_heals_it(cli, proj, tr
 
     r = json.loads(ok(cli("commit", "-", *thread, "--json", input=dumps(sent))).out)
 
-    assert (r["status"], r["thread"], r["deduplicated"]) == ("deduplicated", first["thread"], True)
+    assert (r["action"], r["thread"], r["deduplicated"]) == ("deduplicated", first["thread"], True)
     assert (r["appended_messages"], r["new_messages"], r["new_objects"], r["turn"]) == (0, 1, 1, None)
     assert _threads(cli) == before
     assert _loose(store, victim).exists()

@@ -105,7 +105,7 @@ def test_full_tmpfs_every_command_fails_cleanly_and_recovers(cli, small_fs, leav
 
     filler.unlink()
     r = ok(cli("commit", "-", "--json", "-t", "after", input=_big(999), cwd=d))
-    assert r.json()["status"] == "created"
+    assert r.json()["action"] == "created"
     names = {t["name"] for t in ok(cli("threads", "--json", cwd=d)).json()}
     assert {f"t{i}" for i in range(12)} | set(committed) | {"after"} <= names
     ok(cli("log", "-t", "after", "--json", cwd=d))
@@ -158,7 +158,7 @@ def test_index_full_commit_stands_with_a_warning(cli, proj, index_full):
     ok(cli("commit", "-", "-t", "a", input=_big(1)))
     index_full[0] = True
     r = ok(cli("commit", "-", "--json", "-t", "b", input=_big(2)))  # the index file cannot grow
-    assert r.json()["status"] == "created"
+    assert r.json()["action"] == "created"
     assert "index not updated" in r.err and "database or disk is full" in r.err, r
     assert "no transaction is active" not in r.err, r
     assert (proj / ".convgit" / "refs" / "threads" / "b").read_text().strip() == r.json()["tip"]

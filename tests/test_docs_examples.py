@@ -126,7 +126,7 @@ def test_examples_readme_results_and_fork_tree(shell):
     table = re.findall(r"^\| (\d) \| (\S+) \| `(\w+)` \| .*? \| `([0-9a-f]{12})…` \| (\d+) \|", doc, re.M)
     assert len(table) == 6
     for (n, name, status, tip, new), r in zip(table, results):
-        assert (r["status"], r["tip"][:12], r["new_messages"]) == (status, tip, int(new)), name
+        assert (r["action"], r["tip"][:12], r["new_messages"]) == (status, tip, int(new)), name
     graph = shell("convgit log --graph --all", cwd=d).stdout
     a = results[1]["thread"]  # 02 fast-forwards 01's thread: A
     b = results[2]["thread"]

@@ -49,7 +49,7 @@ def test_library_and_cli_leave_head_on_the_same_thread(cli, proj, tmp_path):
             lib_head = _head(repo.path)
             # automatic names hold the time: compare the thread each one committed to
             assert _head(store) == f"ref: refs/threads/{c['thread']}\n"
-            assert (r.status, r.tip) == (c["status"], c["tip"])
+            assert (r.status, r.tip) == (c["action"], c["tip"])
             if "thread" in kw:
                 assert lib_head == _head(store)
     finally:
@@ -127,7 +127,7 @@ def test_an_unreadable_head_stops_commit_before_anything_is_written(cli, run, pr
         repo.close()
     assert store_state(store) == before
     (store / "HEAD").write_text("ref: refs/threads/main\n")  # repaired: commits work again
-    assert ok(cli("commit", "-t", "work", "-", "--json", input=dumps({"messages": conv("q")}))).json()["status"] == "created"
+    assert ok(cli("commit", "-t", "work", "-", "--json", input=dumps({"messages": conv("q")}))).json()["action"] == "created"
 
 
 def fail_head_writes(monkeypatch) -> None:
@@ -156,7 +156,7 @@ def test_head_that_cannot_be_written_after_the_commit_is_a_warning(cli, proj, fu
     tip = (store / "refs" / "threads" / "work").read_text().strip()
     assert _head(store) == "ref: refs/threads/main\n"
     doc = ok(cli("commit", "-t", "more", "-", "--json", input=dumps({"messages": conv("q2")}))).json()
-    assert doc["status"] == "created" and len(doc["warnings"]) == 1
+    assert doc["action"] == "created" and len(doc["warnings"]) == 1
     assert "HEAD could not be moved to more" in doc["warnings"][0]
     assert (store / "refs" / "threads" / "more").read_text().strip() == doc["tip"]
     repo = convgit.open_repo(proj)

@@ -61,7 +61,6 @@ _SAVE_KEYS = {"messages", "conversation", "transcript", "strict_transcript", "id
 _ID_CLAIMS = ("id", "hash", "content_hash", "message_hash")
 _PARENT_CLAIMS = ("parent", "parent_id", "parent_hash")
 _TEXT_LIMIT = 200  # characters of source, model, upstream ids
-EMBED_ON_SAVE = 256  # chunks a save embeds at most (more stay pending for `convgit embed`)
 _HEX64 = re.compile(r"\b[0-9a-f]{64}\b")
 _HEXSHORT = re.compile(r"\b[0-9a-f]{7,63}\b")
 
@@ -210,18 +209,15 @@ class MemoryHub:
 
     def _embed_new(self) -> int:
         """Embed what the save added, once the store uses semantic search (it holds vectors:
-        ``convgit embed`` ran). The save stands whatever happens here: a provider that fails
-        or is missing leaves the chunks pending (the next ``convgit embed`` or search catches
-        up), and the answer says 0."""
+        ``convgit embed`` ran) or ``embed.on_commit`` is set. The save stands whatever happens
+        here: a provider that fails or is missing leaves the chunks failed or pending (the next
+        ``convgit embed`` or search catches up), and the answer counts only what was stored."""
         from .. import semantic
-        from ..errors import ConvgitError
 
-        if not semantic.has_vectors(self.repo):
+        if not (semantic.has_vectors(self.repo) or self.repo.config.embed_on_commit):
             return 0
-        try:
-            return semantic.embed(self.repo, limit=EMBED_ON_SAVE).embedded
-        except (ConvgitError, OSError):
-            return 0
+        res = semantic.embed_written(self.repo)
+        return res.embedded if res is not None else 0
 
     def _ok(self, thread: str, *, deduplicated: bool, appended: int, embedded: int = 0) -> dict:
         return {"status": "ok", "id": self.handles.thread(thread), "deduplicated": deduplicated,
