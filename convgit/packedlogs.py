@@ -19,7 +19,6 @@ import struct
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-import zstandard
 from blake3 import blake3
 
 from .errors import InvalidRefName, ObjectCorrupt
@@ -60,6 +59,8 @@ def absorbed_skip(log: PackedLog | None, ino: int | None, loose: bytes) -> int:
 
 def format_packed_logs(logs: Iterable[PackedLog]) -> bytes:
     """The bytes of a ``packed-logs`` file holding ``logs`` (sorted by name here)."""
+    import zstandard  # (only when packing or reading packed reflogs: start-up stays light)
+
     cctx = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True)
     out = bytearray(MAGIC)
     directory: list[str] = []
@@ -131,6 +132,9 @@ class PackedLogsReader:
     last few) when a thread in it is asked for. ``read_at(offset, length)`` reads the file."""
 
     def __init__(self, read_at: Callable[[int, int], bytes], size: int) -> None:
+        import zstandard
+
+        self._zstd = zstandard
         self._read_at = read_at
         self._cache: dict[int, dict[str, PackedLog]] = {}
         if size < len(MAGIC) + TRAILER.size or read_at(0, len(MAGIC)) != MAGIC:
@@ -156,8 +160,8 @@ class PackedLogsReader:
         if got is None:
             off, length, _, _ = self.chunks[i]
             try:
-                text = zstandard.ZstdDecompressor().decompress(self._read_at(off, length))
-            except zstandard.ZstdError as e:
+                text = self._zstd.ZstdDecompressor().decompress(self._read_at(off, length))
+            except self._zstd.ZstdError as e:
                 raise _corrupt(f"chunk {i} does not decompress ({e})") from None
             got = {e.name: e for e in parse_chunk(text)}
             if len(self._cache) >= 8:

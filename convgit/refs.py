@@ -542,6 +542,7 @@ class RefStore:
             return self._rename_up(old_name, new_name)
         self._check_df_conflict(dst, new_name)
         fsio.makedirs(dst.parent, fsync=self.fsync)
+        fsio.makedirs(src.parent)  # a packed nested thread's directory may be gone: its lock goes there
         first, second = sorted([src, dst])
         with self._locked(first), self._locked(second):
             tip = self._read_ref(src, old_name)

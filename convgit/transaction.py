@@ -116,7 +116,10 @@ class Transaction:
             self._finish()
         if exc_type is None and self.moved and not self.exclusive:
             now = _size(self.repo.refs.journal_path)
-            if now // AUTO_PACK_STEP != self._journal_at // AUTO_PACK_STEP or now < self._journal_at:
+            from . import refs
+
+            if (now // AUTO_PACK_STEP != self._journal_at // AUTO_PACK_STEP or now < self._journal_at
+                    or len(self.moved) > refs.AUTO_PACK_LOOSE):
                 self.repo.auto_pack()
 
     def _finish(self) -> None:
