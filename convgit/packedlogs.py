@@ -59,6 +59,14 @@ def absorbed_skip(log: PackedLog | None, ino: int | None, loose: bytes) -> int:
 
 def format_packed_logs(logs: Iterable[PackedLog]) -> bytes:
     """The bytes of a ``packed-logs`` file holding ``logs`` (sorted by name here)."""
+    return rewrite_packed_logs(None, {e.name: e for e in logs})
+
+
+def rewrite_packed_logs(old: "PackedLogsReader | None", changes: dict[str, "PackedLog | None"]) -> bytes:
+    """The bytes of ``old`` (a reader, or None for an empty file) with ``changes`` made
+    (name -> its new entry, or None to take it out). A chunk of ``old`` that no change
+    falls in is copied as it is, compressed (a packing of a few hundred loose reflogs into
+    100,000 packed ones recompresses only the chunks they land in)."""
     import zstandard  # (only when packing or reading packed reflogs: start-up stays light)
 
     cctx = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True)
@@ -73,22 +81,51 @@ def format_packed_logs(logs: Iterable[PackedLog]) -> bytes:
         if not names:
             return
         frame = cctx.compress(b"".join(chunk))
-        directory.append(f"{len(out)} {len(frame)} {names[0]} {names[-1]}\n")
+        directory.append(f"{len(out)} {len(frame)} {len(names)} {names[0]} {names[-1]}\n")
         out.extend(frame)
         chunk.clear()
         names.clear()
         size = 0
 
-    for log in sorted(logs, key=lambda x: x.name.encode()):
+    def add(log: PackedLog) -> None:
+        nonlocal size, count
         if not log.data:
-            continue
+            return
         head = f"= {log.name} {log.ino} {log.absorbed} {log.digest} {len(log.data)}\n".encode()
         if names and (len(names) >= CHUNK_THREADS or size + len(head) + len(log.data) > CHUNK_BYTES):
             flush()
-        chunk += (head, log.data)
+        chunk.extend((head, log.data))
         names.append(log.name)
         size += len(head) + len(log.data)
         count += 1
+
+    todo = sorted(changes, key=str.encode)  # the changed names, in file order
+    k = 0
+    chunks = old.chunks if old is not None else []
+    for i, (off, length, n_entries, first, last) in enumerate(chunks):
+        nxt = chunks[i + 1][3].encode() if i + 1 < len(chunks) else None
+        mine = []  # the changes that land in this chunk (or before the next one)
+        while k < len(todo) and (nxt is None or todo[k].encode() < nxt):
+            mine.append(todo[k])
+            k += 1
+        if not mine:
+            frame = old._read_at(off, length)  # untouched: copied as it is
+            directory.append(f"{len(out)} {len(frame)} {n_entries} {first} {last}\n")
+            out.extend(frame)
+            count += n_entries
+            continue
+        entries = dict(old._chunk(i))
+        for n in mine:
+            if changes[n] is None:
+                entries.pop(n, None)
+            else:
+                entries[n] = changes[n]  # type: ignore[assignment]
+        for n in sorted(entries, key=str.encode):
+            add(entries[n])
+        flush()  # the next chunk may be copied as it is
+    for n in todo[k:]:
+        if changes[n] is not None:
+            add(changes[n])
     flush()
     dir_frame = cctx.compress("".join(directory).encode())
     dir_offset = len(out)
@@ -147,18 +184,18 @@ class PackedLogsReader:
             text = zstandard.ZstdDecompressor().decompress(read_at(off, length)).decode("utf-8")
         except (zstandard.ZstdError, UnicodeDecodeError) as e:
             raise _corrupt(f"its directory does not decompress ({e})") from None
-        self.chunks: list[tuple[int, int, str, str]] = []
+        self.chunks: list[tuple[int, int, int, str, str]] = []  # (offset, length, threads, first, last)
         for line in text.splitlines():
             f = line.split(" ")
-            if len(f) != 4 or not f[0].isdigit() or not f[1].isdigit():
+            if len(f) != 5 or not all(x.isdigit() for x in f[:3]):
                 raise _corrupt("a directory line does not parse")
-            self.chunks.append((int(f[0]), int(f[1]), f[2], f[3]))
-        self._firsts = [c[2].encode() for c in self.chunks]
+            self.chunks.append((int(f[0]), int(f[1]), int(f[2]), f[3], f[4]))
+        self._firsts = [c[3].encode() for c in self.chunks]
 
     def _chunk(self, i: int) -> dict[str, PackedLog]:
         got = self._cache.get(i)
         if got is None:
-            off, length, _, _ = self.chunks[i]
+            off, length = self.chunks[i][:2]
             try:
                 text = self._zstd.ZstdDecompressor().decompress(self._read_at(off, length))
             except self._zstd.ZstdError as e:
@@ -173,7 +210,7 @@ class PackedLogsReader:
         """The packed reflog of thread ``name``, or None."""
         key = name.encode()
         i = bisect.bisect_right(self._firsts, key) - 1
-        if i < 0 or key > self.chunks[i][3].encode():
+        if i < 0 or key > self.chunks[i][4].encode():
             return None
         return self._chunk(i).get(name)
 
@@ -198,9 +235,9 @@ def verify(data: bytes) -> list[str]:
         problems.append(f"{PACKED_LOGS}: its checksum does not match its content")
     seen: list[str] = []
     try:
-        for i, (_, _, first, last) in enumerate(r.chunks):
+        for i, (_, _, n, first, last) in enumerate(r.chunks):
             names = list(r._chunk(i))
-            if not names or names[0] != first or names[-1] != last:
+            if not names or names[0] != first or names[-1] != last or len(names) != n:
                 problems.append(f"{PACKED_LOGS}: chunk {i} does not hold the names its directory says")
             seen += names
     except ObjectCorrupt as e:

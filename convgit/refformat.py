@@ -149,6 +149,35 @@ class _Packed:
             return self._find(name)[0]
         return name in self.refs
 
+    def with_changes(self, changes: dict[str, str | None]) -> bytes:
+        """The bytes of this file with ``changes`` made (name -> its new tip, or None to take
+        it out). Unreadable lines are kept (but those naming a changed thread). A large file
+        is merged line by line as bytes, never parsed: O(changes × log n) searches and one
+        copy."""
+        if not self._searching():
+            refs = {n: t for n, t in self.refs.items() if t is not None}
+            for n, t in changes.items():
+                if t is None:
+                    refs.pop(n, None)
+                else:
+                    refs[n] = t
+            return format_packed_refs(refs, [ln for n, ln in self.bad if n is None or n not in changes])
+        data = self._data
+        out = [data[:len(PACKED_HEADER)]]
+        cur = len(PACKED_HEADER)
+        for name in sorted(changes, key=str.encode):
+            start, line = self._lower_bound(name.encode())
+            start = max(start, cur)
+            out.append(data[cur:start])
+            cur = start
+            if line is not None and line.partition(b" ")[2] == name.encode():
+                cur = start + len(line) + 1
+            tip = changes[name]
+            if tip is not None:
+                out.append(f"{tip} {name}\n".encode())
+        out.append(data[cur:])
+        return b"".join(out)
+
     def mentions(self, names: set[str]) -> bool:
         """Does a line (a ref, or an unreadable line with a valid name) name one of ``names``?"""
         if self._searching():

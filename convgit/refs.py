@@ -34,7 +34,7 @@ from .config import crash_point
 from .errors import (InvalidRefName, NotFound, ObjectCorrupt, ObjectMissing, RefExists, RefStale, StorageFailed,
                      UnsafeSymlink)
 from .ids import check_thread_name, is_oid, short
-from .packedlogs import PACKED_LOGS, PackedLog, PackedLogsReader, absorbed_skip, digest, format_packed_logs
+from .packedlogs import PACKED_LOGS, PackedLog, PackedLogsReader, absorbed_skip, digest, rewrite_packed_logs
 from .refformat import (  # noqa: F401 (re-exported: the formats live in refformat)
     PACKED_HEADER, PACKED_REFS, RENAME_PREFIX, THREADS, ReflogEntry, _Packed, broken_ref_fix, format_packed_refs,
     format_reflog_line, log_is_clean, open_packed_refs, parse_log, parse_packed_refs, parse_reflog_line, parse_rename, read_log_file, rename_message,
@@ -688,7 +688,6 @@ class RefStore:
                 if tip is not None:
                     loose[name] = tip
             logs: dict[str, tuple[bytes, int]] = {}  # the loose reflogs absorbed: name -> (bytes, inode)
-            left: set[str] = set()  # loose reflogs left loose (a line that does not parse)
             for name, _path in self.iter_log_files():
                 if name is None:
                     continue
@@ -700,34 +699,28 @@ class RefStore:
                 if ino is None:
                     continue
                 if log_is_clean(data) or name in rewrites:
-                    logs[name] = (data, ino)
-                else:
-                    left.add(name)
+                    logs[name] = (data, ino)  # (else left loose: a line that does not parse)
             if not loose and not logs and not rewrites:
                 return 0
             if journal:
                 self.journal(sorted(set(loose) | set(logs) | set(rewrites)))
             old_logs = self.packed_logs()
-            entries = {e.name: e for e in old_logs} if old_logs is not None else {}
-            for name, e in list(entries.items()):
-                if e.ino and name not in logs and name not in left:  # its loose file is gone: no marker
-                    entries[name] = PackedLog(name, e.data)
+            changes: dict[str, PackedLog | None] = {}
             for name, (data, ino) in logs.items():
-                e = entries.get(name)
+                e = old_logs.get(name) if old_logs is not None else None
                 base = e.data if e is not None else b""
-                entries[name] = PackedLog(name, base + data[absorbed_skip(e, ino, data):], ino, len(data),
+                changes[name] = PackedLog(name, base + data[absorbed_skip(e, ino, data):], ino, len(data),
                                           digest(data))
             for name, data in rewrites.items():
-                e = entries.get(name)
-                entries[name] = PackedLog(name, data) if e is None else PackedLog(name, data, e.ino, e.absorbed, e.digest)
-            fsio.replace_file(self.packed_logs_path, format_packed_logs(entries.values()), fsync=self.fsync,
+                e = changes.get(name) or (old_logs.get(name) if old_logs is not None else None)
+                changes[name] = PackedLog(name, data) if e is None else PackedLog(name, data, e.ino, e.absorbed, e.digest)
+            # Only the chunks these land in are rewritten; an entry elsewhere keeps its marker
+            # (harmless once its loose file is gone: a marker names an inode and a digest).
+            fsio.replace_file(self.packed_logs_path, rewrite_packed_logs(old_logs, changes), fsync=self.fsync,
                               point="pack_logs_after_tmp_fsync")
             crash_point("pack_logs_after_rename")
             if loose:
-                refs = {n: t for n, t in packed.refs.items() if t is not None}
-                refs.update(loose)
-                keep = [ln for n, ln in packed.bad if n is None or n not in loose]
-                fsio.replace_file(self.packed_path, format_packed_refs(refs, keep), fsync=self.fsync,
+                fsio.replace_file(self.packed_path, packed.with_changes(dict(loose)), fsync=self.fsync,
                                   point="pack_refs_after_tmp_fsync")
         crash_point("pack_refs_after_rename")
         for i, (name, tip) in enumerate(loose.items()):
@@ -757,8 +750,8 @@ class RefStore:
     def _unpack(self, names) -> None:
         """Take ``names`` out of ``packed-refs`` (a delete or a rename; the caller holds their
         ref locks), rewriting it by rename under ``packed-refs.lock``. Nothing is written
-        when none of them is packed (only gc adds packed lines, under the exclusive store
-        lock, so no writer races that check)."""
+        when none of them is packed (only a packing adds packed lines, under the exclusive
+        store lock, so no writer races that check)."""
         names = set(names)
         if not self.packed().mentions(names):
             return
@@ -766,9 +759,7 @@ class RefStore:
             packed = self.packed()
             if not packed.header_ok:
                 raise ObjectCorrupt(f"{PACKED_REFS} has an unknown header: not rewritten (run convgit fsck)")
-            refs = {n: t for n, t in packed.refs.items() if t is not None and n not in names}
-            keep = [ln for n, ln in packed.bad if n not in names]
-            fsio.replace_file(self.packed_path, format_packed_refs(refs, keep), fsync=self.fsync)
+            fsio.replace_file(self.packed_path, packed.with_changes(dict.fromkeys(names)), fsync=self.fsync)
 
     def _packed_locked(self):
         return fsio.flock(self.root / (PACKED_REFS + ".lock"), shared=False, timeout=self.lock_timeout, remove=True)
@@ -948,8 +939,7 @@ class RefStore:
             pl = self.packed_logs()
             if pl is None:
                 return
-            keep = [e for e in pl if e.name not in names]
-            fsio.replace_file(self.packed_logs_path, format_packed_logs(keep), fsync=self.fsync)
+            fsio.replace_file(self.packed_logs_path, rewrite_packed_logs(pl, dict.fromkeys(names)), fsync=self.fsync)
 
     def archived_entries(self) -> list[tuple[str, list["ReflogEntry"]]]:
         """(path under logs/deleted, its entries that name a turn) for each deleted thread's

@@ -376,3 +376,33 @@ def test_a_large_packed_refs_is_searched_not_parsed():
     assert p.get("t/0123456") is None and "t" not in p and p.get("u") is None and p.get("a") is None
     assert p.has_under("t") and not p.has_under("t/000001") and not p.has_under("s")
     assert p._refs is None and p.refs == refs  # parsed only when every ref is asked for
+
+
+def test_a_large_packed_refs_is_merged_as_bytes_like_a_parsed_one():
+    refs = {f"t/{i:06d}": f"{i:064x}" for i in range(0, 40000, 2)}
+    data = format_packed_refs(refs)
+    changes = {"t/000002": None, "t/000003": "f" * 64, "a": "e" * 64, "t/039998": "d" * 64, "z/1": "c" * 64,
+               "t/000005": None}
+    got = open_packed_refs(data).with_changes(changes)
+    want = dict(refs)
+    for n, t in changes.items():
+        if t is None:
+            want.pop(n, None)
+        else:
+            want[n] = t
+    assert got == format_packed_refs(want)
+
+
+def test_a_packing_recompresses_only_the_chunks_it_lands_in():
+    entries = [PackedLog(f"t{i:05d}", format_reflog_line(None, f"{i:064x}", i, None, "m").encode()) for i in range(3000)]
+    data = format_packed_logs(entries)
+    r = PackedLogsReader(lambda o, n: data[o:o + n], len(data))
+    new = PackedLog("t01500x", format_reflog_line(None, "a" * 64, 1, None, "new").encode())
+    from convgit.packedlogs import rewrite_packed_logs
+
+    out = rewrite_packed_logs(r, {new.name: new, "t00007": None})
+    r2 = PackedLogsReader(lambda o, n: out[o:o + n], len(out))
+    assert verify(out) == [] and r2.count == 3000 and r2.get("t00007") is None and r2.get(new.name) == new
+    kept = {data[o:o + n] for o, n, *_ in r.chunks} & {out[o:o + n] for o, n, *_ in r2.chunks}
+    assert len(kept) == len(r.chunks) - 2  # every chunk but the two changed, copied as it was
+    assert sorted(e.name for e in r2) == sorted([e.name for e in entries if e.name != "t00007"] + [new.name])
