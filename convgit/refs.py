@@ -366,6 +366,9 @@ class RefStore:
     def _update_batch(self, moves, batch: list[int], results: list, exists) -> None:
         staged: list[tuple[int, Path, Path, str | None, int | None]] = []  # (i, ref, tmp, old, log size)
         logged: list[tuple[str, int | None]] = []  # reflogs appended to, with their old size
+        # One journal append for the batch (before any of its reflog lines and moves; a name
+        # whose check fails below is read again by the index, harmlessly).
+        self.journal([moves[i].name for i in batch])
         with contextlib.ExitStack() as locks:
             try:
                 for i in batch:
@@ -392,7 +395,6 @@ class RefStore:
                     logged.append((m.name, self._log_size(m.name)))
                     t = m.time_ms if m.time_ms is not None else int(time.time() * 1000)
                     fsio.makedirs(self.log_path(m.name).parent, fsync=True)
-                    self.journal([m.name])
                     lines = [] if old == m.new and m.turn is None else [format_reflog_line(old, m.new, t, m.turn, m.message)]
                     lines += [format_reflog_line(m.new, m.new, t, turn, msg) for turn, msg in m.extra]
                     fsio.append_line(self.log_path(m.name), "".join(lines), fsync=False)
