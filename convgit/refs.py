@@ -667,8 +667,8 @@ class RefStore:
         after the packed ones, and ``packed-logs`` is written (temp file, fsync, rename, the
         directory fsynced), each entry saying which loose file it absorbed; then the loose
         refs and the packed ones are merged (a loose ref wins) and ``packed-refs`` written
-        the same way: the commit point. Then each loose file is unlinked under its ref's
-        lock, and only if it still holds what was packed. A crash anywhere leaves each
+        the same way: the commit point. Then each loose file is unlinked, only if it still
+        holds what was packed. A crash anywhere leaves each
         thread at its value and its reflog whole: before a rename nothing changed; after it
         the packed line and any loose ref left hold the same tip, and a loose reflog left
         is skipped by the reader as far as its packed entry absorbed it (a loose reflog is
@@ -725,28 +725,33 @@ class RefStore:
                 fsio.replace_file(self.packed_path, packed.with_changes(dict(loose)), fsync=self.fsync,
                                   point="pack_refs_after_tmp_fsync")
         crash_point("pack_refs_after_rename")
-        for i, (name, tip) in enumerate(loose.items()):
+        # 5. The loose files packed go, each only if it still holds what was packed. No
+        # writer runs (the exclusive store lock), so no ref lock is taken: the checks are for
+        # what is not convgit; the unlinks overlap (each can wait ~1 ms on a discarding disk).
+        doomed: list[Path] = []
+        for name, tip in loose.items():
             path = self.threads_dir / name
-            with self._locked(path):
-                try:
-                    same = self._read_path(path, name) == tip
-                except ObjectCorrupt:
-                    same = False  # changed behind our back: a loose ref wins, so it stays
-                if same:
-                    fsio.unlink(path)
-            if i == 0:
-                crash_point("pack_refs_mid_prune")
-            if "/" in name:
-                self._prune_empty_dirs(path.parent)
-        for i, (name, (data, ino)) in enumerate(logs.items()):
-            # No writer runs (the exclusive store lock): the check is for what is not convgit.
+            try:
+                same = self._read_path(path, name) == tip
+            except ObjectCorrupt:
+                same = False  # changed behind our back: a loose ref wins, so it stays
+            if same:
+                doomed.append(path)
+        if doomed:
+            fsio.unlink(doomed[0])
+            crash_point("pack_refs_mid_prune")
+            fsio.unlink_many(doomed[1:])
+        doomed = []
+        for name, (data, ino) in logs.items():
             now, now_ino = self._loose_log(name)
             if now_ino == ino and now == data:
-                fsio.unlink(self.log_path(name))
-            if i == 0:
-                crash_point("pack_logs_mid_prune")
-            if "/" in name:
-                self._prune_empty_dirs(self.ref_path(name).parent)
+                doomed.append(self.log_path(name))
+        if doomed:
+            fsio.unlink(doomed[0])
+            crash_point("pack_logs_mid_prune")
+            fsio.unlink_many(doomed[1:])
+        for parent in sorted({n.rsplit("/", 1)[0] for n in set(loose) | set(logs) if "/" in n}, reverse=True):
+            self._prune_empty_dirs(self.threads_dir / parent)
         return len(loose)
 
     def _unpack(self, names) -> None:
