@@ -168,8 +168,10 @@ class PackedLogsReader:
     """One ``packed-logs`` file: its directory read on creation, a chunk read (and kept, the
     last few) when a thread in it is asked for. ``read_at(offset, length)`` reads the file."""
 
-    def __init__(self, read_at: Callable[[int, int], bytes], size: int) -> None:
+    def __init__(self, read_at: Callable[[int, int], bytes], size: int, close: Callable[[], None] | None = None) -> None:
         import zstandard
+
+        self._close = close  # called when the reader goes (its open file, kept while it is used)
 
         self._zstd = zstandard
         self._read_at = read_at
@@ -191,6 +193,11 @@ class PackedLogsReader:
                 raise _corrupt("a directory line does not parse")
             self.chunks.append((int(f[0]), int(f[1]), int(f[2]), f[3], f[4]))
         self._firsts = [c[3].encode() for c in self.chunks]
+
+    def __del__(self) -> None:
+        close, self._close = getattr(self, "_close", None), None
+        if close is not None:
+            close()
 
     def _chunk(self, i: int) -> dict[str, PackedLog]:
         got = self._cache.get(i)

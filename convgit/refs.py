@@ -76,7 +76,7 @@ class RefStore:
         self.packed_path = root / PACKED_REFS
         self.packed_logs_path = root / PACKED_LOGS
         self._packed_cache: tuple[tuple, "_Packed"] | None = None
-        self._logs_cache: tuple[tuple, PackedLogsReader, int] | None = None
+        self._logs_cache: tuple[tuple, PackedLogsReader, object] | None = None
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -916,22 +916,20 @@ class RefStore:
             return None
         except OSError as e:
             raise StorageFailed(f"cannot read {self.packed_logs_path}: {e.strerror}") from e
+        f = os.fdopen(fd, "rb")  # closed with the reader (another thread may still be using it)
         try:
             size = os.fstat(fd).st_size
-            reader = PackedLogsReader(lambda off, n: os.pread(fd, n, off), size)
+            reader = PackedLogsReader(lambda off, n: os.pread(fd, n, off), size, close=f.close)
         except BaseException:
-            os.close(fd)
+            f.close()
             raise
-        self.close_packed_logs()
-        self._logs_cache = (key, reader, fd)
+        self._logs_cache = (key, reader, f)
         return reader
 
     def close_packed_logs(self) -> None:
-        """Close the open ``packed-logs`` (Repository.close)."""
-        if self._logs_cache is not None:
-            fd, self._logs_cache = self._logs_cache[2], None
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        """Forget the open ``packed-logs`` (Repository.close); its file closes with the last
+        reader using it."""
+        self._logs_cache = None
 
     def _packed_log(self, name: str) -> PackedLog | None:
         pl = self.packed_logs()
