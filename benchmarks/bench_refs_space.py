@@ -11,7 +11,7 @@ third store is built with the packing on (the writers pack past 1,024 loose refs
 
 Figures: ``du`` of the refs and reflogs (``refs/``, ``logs/``, ``packed-refs``,
 ``packed-logs``) per thread, on disk and apparent; and ``convgit status --json`` as a whole
-process, timed in interleaved rounds (loose store with ``--before``'s convgit, i.e. the code
+process (and, in brackets, its own ``seconds``: the work without start-up), timed in interleaved rounds (loose store with ``--before``'s convgit, i.e. the code
 before this change, if given; loose store with this code; packed store with this code),
 medians. Writes benchmarks/out/refs_space.json.
 """
@@ -81,15 +81,16 @@ def build(path: Path, n: int, *, loose: bool) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def status_ms(store: Path, pythonpath: str | None) -> float:
+def status_ms(store: Path, pythonpath: str | None) -> tuple[float, float]:
+    """(the whole process's ms, status's own ``seconds`` in ms: the work without start-up)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")} | {"CONVGIT_DIR": str(store)}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     t0 = time.perf_counter()
     # (cwd: the store's parent, so that neither checkout's convgit/ is found by accident)
-    subprocess.run([sys.executable, "-m", "convgit", "status", "--json"], env=env, check=True, capture_output=True,
-                   cwd=store.parent)
-    return (time.perf_counter() - t0) * 1000
+    p = subprocess.run([sys.executable, "-m", "convgit", "status", "--json"], env=env, check=True, capture_output=True,
+                       cwd=store.parent)
+    return (time.perf_counter() - t0) * 1000, json.loads(p.stdout)["seconds"] * 1000
 
 
 def main() -> None:
@@ -100,7 +101,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT / "refs_space.json")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    res: dict = {"sizes": sizes, "rounds": args.rounds, "space": {}, "status_ms": {}, "build_s": {}}
+    res: dict = {"sizes": sizes, "rounds": args.rounds, "space": {}, "status_ms": {}, "status_work_ms": {},
+                 "build_s": {}}
     with tempfile.TemporaryDirectory(prefix="convgit-refs-") as td:
         tmp = Path(td)
         stores = {}
@@ -125,16 +127,20 @@ def main() -> None:
         kinds = ([("before, loose", "loose", str(args.before))] if args.before else []) + [
             ("this, loose", "loose", None), ("this, packed", "packed", None)]
         times: dict = {n: {k: [] for k, _, _ in kinds} for n in sizes}
+        work: dict = {n: {k: [] for k, _, _ in kinds} for n in sizes}
         for n in sizes:  # warm: each store's index built, each code's caches hot
             for _, which, pp in kinds:
                 status_ms(stores[n][which], pp)
         for r in range(args.rounds):
             for n in sizes:
                 for label, which, pp in kinds:
-                    times[n][label].append(status_ms(stores[n][which], pp))
+                    t, w = status_ms(stores[n][which], pp)
+                    times[n][label].append(t)
+                    work[n][label].append(w)
             print(f"round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
         for n in sizes:
             res["status_ms"][n] = {k: round(statistics.median(v), 1) for k, v in times[n].items()}
+            res["status_work_ms"][n] = {k: round(statistics.median(v), 1) for k, v in work[n].items()}
     print("\n| threads | refs+reflogs B/thread: loose | writers' packing | after gc | "
           + " | ".join(f"status ms: {k}" for k, _, _ in kinds) + " |")
     print("|---" * (4 + len(kinds)) + "|")
@@ -143,7 +149,7 @@ def main() -> None:
         print(f"| {n:,} | {sp['loose']['disk_per_thread']:.0f} ({sp['loose']['apparent_per_thread']:.0f}) | "
               f"{sp['writers_pack']['disk_per_thread']:.0f} ({sp['writers_pack']['apparent_per_thread']:.0f}) | "
               f"{sp['after_gc']['disk_per_thread']:.0f} ({sp['after_gc']['apparent_per_thread']:.0f}) | "
-              + " | ".join(str(st[k]) for k, _, _ in kinds) + " |")
+              + " | ".join(f"{st[k]} ({res['status_work_ms'][n][k]})" for k, _, _ in kinds) + " |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=2))
 
