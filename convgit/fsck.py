@@ -20,7 +20,8 @@ from .errors import ConvgitError, InvalidRefName, ObjectCorrupt, ObjectMissing
 from .graph import keep_recording_turns, typed_references
 from .ids import check_thread_name
 from .objects import Blob, Turn
-from .refs import THREADS, broken_ref_fix, read_log_file
+from .packedlogs import PACKED_LOGS, verify
+from .refs import THREADS, broken_ref_fix, parse_log
 
 
 @dataclass
@@ -159,24 +160,21 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
     except ConvgitError as e:
         add(Problem("error", "bad_ref", f"HEAD: {e.message}"))
     archived_turns: list[tuple[str, str | None, str]] = []  # (turn, new tip, where) in deleted threads' reflogs
-    for name, path in repo.refs.iter_log_files():
-        try:
-            lines = [ln for ln in path.read_text("utf-8", "replace").splitlines() if ln.strip()]
-        except OSError as e:
-            add(Problem("error", "bad_reflog", f"cannot read {path}: {e.strerror}"))
-            continue
-        entries = read_log_file(path)
+    packed_logs_ok = _check_packed_logs(repo, add)
+    for name, where, raw in _all_logs(repo, add, packed_logs_ok):
+        lines = [ln for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()]
+        entries = parse_log(raw)
         if len(entries) != len(lines):
-            add(Problem("error", "bad_reflog", f"{path.relative_to(repo.path)}: {len(lines) - len(entries)} unreadable line(s)"))
+            add(Problem("error", "bad_reflog", f"{where}: {len(lines) - len(entries)} unreadable line(s)"))
         for e in entries:
             if e.turn is not None:
                 if e.turn not in types:
                     if name is None:  # decided after reachability: an error if it recorded a reachable message
-                        archived_turns.append((e.turn, e.new, str(path.relative_to(repo.path))))
+                        archived_turns.append((e.turn, e.new, where))
                     else:
-                        add(Problem("error", "bad_reflog", f"{path.relative_to(repo.path)} names turn {e.turn}, which is not stored", e.turn))
+                        add(Problem("error", "bad_reflog", f"{where} names turn {e.turn}, which is not stored", e.turn))
                 elif types[e.turn] != "turn":
-                    add(Problem("error", "bad_reflog", f"{path.relative_to(repo.path)} names {e.turn} as a turn; it is a {types[e.turn]}", e.turn))
+                    add(Problem("error", "bad_reflog", f"{where} names {e.turn} as a turn; it is a {types[e.turn]}", e.turn))
                 elif name is not None:
                     roots.append(e.turn)
 
@@ -319,3 +317,51 @@ def _check_index(repo) -> list[str]:
 
 
 __all__ = ["FsckReport", "Problem", "fsck", "Blob", "ObjectMissing", "THREADS"]
+
+
+def _check_packed_logs(repo, add) -> bool:
+    """``packed-logs`` (docs/format.md §4.2): its checksum, every chunk, the order. False when
+    it cannot be read (its reflogs are then reported unreadable as a whole)."""
+    path = repo.path / PACKED_LOGS
+    if path.is_symlink():
+        add(Problem("error", "bad_reflog", f"{PACKED_LOGS} is a symlink (refused; remove it by hand)"))
+        return False
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return True
+    except OSError as e:
+        add(Problem("error", "bad_reflog", f"cannot read {PACKED_LOGS}: {e.strerror}"))
+        return False
+    problems = verify(data)
+    for p in problems:
+        add(Problem("error", "bad_reflog", p + " (gc refuses until it is restored from a backup)"))
+    return not problems
+
+
+def _all_logs(repo, add, packed_ok: bool):
+    """(thread name or None for an archived reflog, where to say it is, its bytes): every live
+    reflog (packed part and loose file) and every archived one."""
+    refs = repo.refs
+    for name, path in refs.iter_log_files():
+        if name is not None and packed_ok:
+            continue  # read below, with its packed part
+        try:
+            raw = path.read_bytes()
+        except OSError as e:
+            add(Problem("error", "bad_reflog", f"cannot read {path}: {e.strerror}"))
+            continue
+        yield name, str(path.relative_to(repo.path)), raw
+    if not packed_ok:
+        return
+    for name in refs.live_log_names():
+        try:
+            raw = refs.log_bytes(name)
+        except (OSError, ConvgitError) as e:
+            add(Problem("error", "bad_reflog", f"cannot read the reflog of {name!r}: {getattr(e, 'message', e)}"))
+            continue
+        loose = refs.log_path(name).exists()
+        packed = refs._packed_log(name) is not None
+        where = f"logs/{THREADS}/{name}" + (" (packed in packed-logs)" if packed and not loose else
+                                            " (and its part in packed-logs)" if packed else "")
+        yield name, where, raw

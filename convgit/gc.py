@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 
 from . import fsio
@@ -33,8 +34,7 @@ from .graph import keep_recording_turns, mark_reachable
 from .ids import check_thread_name, is_oid
 from .objects import Message, Turn
 from .pack import PackWriter
-from .repository import require_format
-from .refs import broken_ref_fix, format_reflog_line, parse_rename, read_log_file
+from .refs import broken_ref_fix, format_reflog_line, parse_log, parse_rename
 
 AUTO_LOOSE_THRESHOLD = 2000  # gc --auto does nothing below this many loose objects
 AUTO_PACK_LIMIT = 16  # ... and while there are no more packs than this
@@ -183,18 +183,19 @@ def _roots(repo, now: float, expire_s: float):
             raise GcRefused(f"gc refused: thread {name!r} points at missing object {tip}", thread=name)
         roots.append(tip)
     rewrites = {}
-    for name, path in refs.iter_log_files():
-        if name is None:
-            # A deleted thread's archived reflog roots nothing: deleting a thread and pruning
-            # frees what no other thread reaches. Its turns that still record a reachable
-            # message are kept by keep_provenance, not by this reflog.
-            continue
+    # A deleted thread's archived reflog roots nothing: deleting a thread and pruning frees
+    # what no other thread reaches. Its turns that still record a reachable message are kept
+    # by keep_provenance, not by this reflog. Live reflogs: loose and packed (docs/format.md §4.2).
+    for name in refs.live_log_names():
+        path = refs.log_path(name) if refs.packed_logs() is None else f"logs/refs/threads/{name}"
         try:
-            raw = path.read_bytes()
+            raw = refs.log_bytes(name)
         except OSError as e:
             raise GcRefused(f"gc refused: cannot read reflog {path}: {e.strerror}") from e
+        except ObjectCorrupt as e:
+            raise GcRefused(f"gc refused: {e.message}") from e
         lines = raw.decode("utf-8", "replace").splitlines()
-        entries = read_log_file(path)
+        entries = parse_log(raw)
         if len(entries) != sum(1 for ln in lines if ln.strip()):
             raise GcRefused(f"gc refused: reflog {path} has unreadable lines")
         keep = []
@@ -208,9 +209,9 @@ def _roots(repo, now: float, expire_s: float):
                 if oid is not None:
                     roots.append(oid)
             if e.turn is not None and not repo.objects.contains(e.turn):
-                raise GcRefused(f"gc refused: reflog {path.name} names missing turn {e.turn}")
+                raise GcRefused(f"gc refused: reflog {Path(path).name} names missing turn {e.turn}")
         if len(keep) != len(entries):
-            rewrites[path] = keep
+            rewrites[name] = (len(entries), keep)
     return roots, rewrites
 
 
@@ -267,10 +268,9 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
         raise GcRefused(f"gc refused: damaged pack(s): {'; '.join(damaged)}; run convgit fsck")
     expire_s = repo.config.reflog_expire_days * 86400
     roots, rewrites = _roots(repo, now, expire_s)
+    expired: dict[str, bytes] = {}
     stats.lap("scan", clock)
-    stats.reflog_expired = sum(
-        len(read_log_file(p)) - len(keep) for p, keep in rewrites.items()
-    )
+    stats.reflog_expired = sum(n - len(keep) for n, keep in rewrites.values())
 
     def missing(oid, by):
         # A reachable object is missing: the store is already damaged. Fail closed.
@@ -348,10 +348,10 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
         else:
             old_packs = []
 
-        # 1. Reflog expiry (the entries dropped hold nothing gc still needs).
-        for path, keep in rewrites.items():
-            data = "".join(format_reflog_line(e.old, e.new, e.time_ms, e.turn, e.message) for e in keep).encode()
-            fsio.replace_file(path, data, fsync=repo.config.fsync)
+        # 1. Reflog expiry (the entries dropped hold nothing gc still needs): the reflogs
+        #    rewritten are packed so, with the others, in step 4.
+        expired = {name: "".join(format_reflog_line(e.old, e.new, e.time_ms, e.turn, e.message) for e in keep).encode()
+                   for name, (_, keep) in rewrites.items()}
 
         # 2. The new pack, durable before anything it replaces is deleted.
         writer.finish()
@@ -384,12 +384,11 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
             fsio.unlink(p.pack_path)
     _remove_empty_fanout(objects)
     stats.temp_removed = _remove_stale_temp(repo, grace if grace is not None else float("inf"), now)
-    # 4. Refs: every loose ref into packed-refs (values unchanged: no journal line needed, the
-    #    journal is rotated just below, so every index reads every ref once).
+    # 4. Refs: every loose ref into packed-refs, every live reflog into packed-logs (with the
+    #    expiry's rewrites; values unchanged: no journal line needed, the journal is rotated
+    #    just below, so every index reads every ref once). Format 3 is declared first.
     try:
-        if repo.refs.has_loose_refs():
-            require_format(repo.path, 2, fsync=repo.config.fsync)  # before packed-refs: an older convgit refuses the store
-        stats.refs_packed = repo.refs.pack_refs()
+        stats.refs_packed = repo.pack_refs(rewrites=expired)
     except ObjectCorrupt as e:  # checked by _roots already; changed since only behind our back
         raise GcRefused(f"gc refused: {e.message} ({broken_ref_fix(e.details.get('ref'))})") from e
     repo.refs.rotate_journal()  # no writer runs: a fresh journal (every index reads every ref once)

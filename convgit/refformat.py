@@ -80,20 +80,123 @@ def parse_reflog_line(line: str) -> ReflogEntry | None:
     )
 
 
-@dataclass(frozen=True)
+PACKED_SCAN_BYTES = 256 * 1024  # a larger packed-refs is searched (bisect), not parsed, for one name
+
+
 class _Packed:
     """The content of ``packed-refs``: name -> tip (None: the line's tip is not an id), the
     lines no reader can use (kept as they are when the file is rewritten: fsck names them,
-    gc refuses while there are any), and whether the header names this format."""
+    gc refuses while there are any), and whether the header names this format.
 
-    refs: dict[str, str | None]
-    bad: list[tuple[str | None, str]]  # (the name, when the line has a valid one; the line)
-    header_ok: bool
+    ``refs`` and ``bad`` parse the whole file (on first use); ``get``, ``__contains__`` and
+    ``has_under`` of a file over PACKED_SCAN_BYTES find the name by binary search in the
+    sorted lines instead (docs/format.md §4.1), so a store of 100,000 packed threads does not
+    parse 9 MB to read one ref."""
+
+    def __init__(self, refs: dict | None, bad: list | None, header_ok: bool, data: bytes = b"") -> None:
+        self._refs = refs
+        self._bad = bad
+        self.header_ok = header_ok
+        self._data = data
+        self._names: list[str] | None = None
+
+    @property
+    def refs(self) -> dict[str, str | None]:
+        if self._refs is None:
+            self._parse()
+        return self._refs  # type: ignore[return-value]
+
+    @property
+    def bad(self) -> list[tuple[str | None, str]]:  # (the name, when the line has a valid one; the line)
+        if self._bad is None:
+            self._parse()
+        return self._bad  # type: ignore[return-value]
+
+    def _parse(self) -> None:
+        p = parse_packed_refs(self._data)
+        self._refs, self._bad = p._refs, p._bad
+
+    def _searching(self) -> bool:
+        return self._refs is None and self.header_ok and len(self._data) > PACKED_SCAN_BYTES
+
+    def _lower_bound(self, key: bytes) -> tuple[int, bytes | None]:
+        """(start, line) of the first line whose name is >= ``key`` (None: past the end)."""
+        data = self._data
+        lo, hi = len(PACKED_HEADER), len(data)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            s = max(lo, data.rfind(b"\n", lo, mid) + 1)
+            e = data.find(b"\n", s)
+            e = len(data) if e < 0 else e
+            if data[s:e].partition(b" ")[2] < key:
+                lo = e + 1
+            else:
+                hi = s
+        if lo >= len(data):
+            return lo, None
+        e = data.find(b"\n", lo)
+        return lo, data[lo:len(data) if e < 0 else e]
+
+    def _find(self, name: str) -> tuple[bool, str | None]:
+        _, line = self._lower_bound(name.encode())
+        if line is None:
+            return False, None
+        tip, _, n = line.decode("utf-8", "replace").partition(" ")
+        return (n == name), (tip if is_oid(tip) else None)
+
+    def __contains__(self, name: str) -> bool:
+        if self._searching():
+            return self._find(name)[0]
+        return name in self.refs
+
+    def with_changes(self, changes: dict[str, str | None]) -> bytes:
+        """The bytes of this file with ``changes`` made (name -> its new tip, or None to take
+        it out). Unreadable lines are kept (but those naming a changed thread). A large file
+        is merged line by line as bytes, never parsed: O(changes × log n) searches and one
+        copy."""
+        if not self._searching():
+            refs = {n: t for n, t in self.refs.items() if t is not None}
+            for n, t in changes.items():
+                if t is None:
+                    refs.pop(n, None)
+                else:
+                    refs[n] = t
+            return format_packed_refs(refs, [ln for n, ln in self.bad if n is None or n not in changes])
+        data = self._data
+        out = [data[:len(PACKED_HEADER)]]
+        cur = len(PACKED_HEADER)
+        for name in sorted(changes, key=str.encode):
+            start, line = self._lower_bound(name.encode())
+            start = max(start, cur)
+            out.append(data[cur:start])
+            cur = start
+            if line is not None and line.partition(b" ")[2] == name.encode():
+                cur = start + len(line) + 1
+            tip = changes[name]
+            if tip is not None:
+                out.append(f"{tip} {name}\n".encode())
+        out.append(data[cur:])
+        return b"".join(out)
+
+    def mentions(self, names: set[str]) -> bool:
+        """Does a line (a ref, or an unreadable line with a valid name) name one of ``names``?"""
+        if self._searching():
+            return any(n in self for n in names)
+        return any(n in self.refs for n in names) or any(n in names for n, _ in self.bad)
+
+    def __bool__(self) -> bool:
+        """Whether it holds any ref."""
+        if self._searching():
+            return True
+        return bool(self.refs)
 
     def get(self, name: str) -> str | None:
-        if name not in self.refs:
+        if self._searching():
+            found, tip = self._find(name)
+        else:
+            found, tip = name in self.refs, self.refs.get(name)
+        if not found:
             return None
-        tip = self.refs[name]
         if tip is None:
             raise ObjectCorrupt(f"thread {name!r} is corrupt: its line in {PACKED_REFS} is not a valid object id",
                                 ref=name)
@@ -101,16 +204,17 @@ class _Packed:
 
     def has_under(self, name: str) -> bool:
         """Is some packed thread named ``name/…``?"""
+        if self._searching():
+            _, line = self._lower_bound((name + "/").encode())
+            return line is not None and line.partition(b" ")[2].startswith((name + "/").encode())
         names = self._sorted()
         i = bisect.bisect_left(names, name + "/")
         return i < len(names) and names[i].startswith(name + "/")
 
     def _sorted(self) -> list[str]:
-        cached = self.__dict__.get("_names")
-        if cached is None:
-            cached = sorted(self.refs)
-            object.__setattr__(self, "_names", cached)
-        return cached
+        if self._names is None:
+            self._names = sorted(self.refs)
+        return self._names
 
 
 def parse_packed_refs(data: bytes) -> _Packed:
@@ -137,7 +241,15 @@ def parse_packed_refs(data: bytes) -> _Packed:
         refs[name] = tip if is_oid(tip) else None
         if refs[name] is None:
             bad.append((name, line))
-    return _Packed(refs, bad, header_ok)
+    return _Packed(refs, bad, header_ok, data)
+
+
+def open_packed_refs(data: bytes) -> _Packed:
+    """``packed-refs`` as readers use it: parsed at once when small, else searched by name
+    and parsed only when every ref is asked for."""
+    if len(data) <= PACKED_SCAN_BYTES:
+        return parse_packed_refs(data)
+    return _Packed(None, None, data.startswith(PACKED_HEADER.encode()), data)
 
 
 def format_packed_refs(refs: dict[str, str], keep: list[str] = ()) -> bytes:
@@ -155,9 +267,22 @@ def read_log_file(path: Path, offset: int = 0) -> list[ReflogEntry]:
             data = f.read()
     except FileNotFoundError:
         return []
+    return parse_log(data)
+
+
+def parse_log(data: bytes) -> list[ReflogEntry]:
+    """The well-formed entries of a reflog's bytes (a loose file's, or a packed one's)."""
     out = []
     for line in data.decode("utf-8", "replace").splitlines():
         e = parse_reflog_line(line)
         if e is not None:
             out.append(e)
     return out
+
+
+def log_is_clean(data: bytes) -> bool:
+    """Every line of these reflog bytes parses and ends with a newline (what may be packed)."""
+    if data and not data.endswith(b"\n"):
+        return False
+    lines = data.decode("utf-8", "replace").splitlines()
+    return all(parse_reflog_line(ln) is not None for ln in lines)

@@ -11,6 +11,11 @@ directory are the commit point (docs/format.md §6.2). The line formats are in r
 git: a thread's value is its loose ref file if there is one, else its packed line. A move
 always writes a loose ref; a delete takes the thread out of ``packed-refs`` first (under
 ``packed-refs.lock``), then unlinks the loose file (docs/format.md §4.1, §6.4).
+
+``packed-logs`` (convgit.packedlogs, docs/format.md §4.2) holds the reflogs packed with them:
+a thread's reflog is its packed text followed by its loose reflog file (appends always go to
+the loose file). Packing (``pack_refs``) runs only under the exclusive store lock: gc, and a
+writer whose moves left more than ``AUTO_PACK_LOOSE`` loose refs (convgit/transaction.py).
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ from .config import crash_point
 from .errors import (InvalidRefName, NotFound, ObjectCorrupt, ObjectMissing, RefExists, RefStale, StorageFailed,
                      UnsafeSymlink)
 from .ids import check_thread_name, is_oid, short
+from .packedlogs import PACKED_LOGS, PackedLog, PackedLogsReader, absorbed_skip, digest, rewrite_packed_logs
 from .refformat import (  # noqa: F401 (re-exported: the formats live in refformat)
     PACKED_HEADER, PACKED_REFS, RENAME_PREFIX, THREADS, ReflogEntry, _Packed, broken_ref_fix, format_packed_refs,
-    format_reflog_line, parse_packed_refs, parse_reflog_line, parse_rename, read_log_file, rename_message,
+    format_reflog_line, log_is_clean, open_packed_refs, parse_log, parse_packed_refs, parse_reflog_line, parse_rename, read_log_file, rename_message,
 )
 
 ANY = object()  # "do not check the old value"
@@ -39,6 +45,7 @@ JOURNAL = "journal"  # logs/journal: the names of threads about to change, one p
 RENAME_INTENT = "rename-intent.json"  # a rename in progress: rolled forward by the next writer
 BATCH_REFS = 256  # threads locked and moved together by update_many
 NOT_APPLIED = object()  # update_many: a move not made
+AUTO_PACK_LOOSE = 1024  # more loose refs than this after a write: the writer packs them (§6.4)
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,9 @@ class RefStore:
         self.deleted_logs_dir = root / "logs" / "deleted"
         self.journal_path = root / "logs" / JOURNAL
         self.packed_path = root / PACKED_REFS
+        self.packed_logs_path = root / PACKED_LOGS
         self._packed_cache: tuple[tuple, "_Packed"] | None = None
+        self._logs_cache: tuple[tuple, PackedLogsReader, object] | None = None
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -121,7 +130,7 @@ class RefStore:
             return _Packed({}, [], True)
         except OSError as e:
             raise StorageFailed(f"cannot read {self.packed_path}: {e.strerror}") from e
-        packed = parse_packed_refs(data)
+        packed = open_packed_refs(data)
         self._packed_cache = (key, packed)
         return packed
 
@@ -357,6 +366,9 @@ class RefStore:
     def _update_batch(self, moves, batch: list[int], results: list, exists) -> None:
         staged: list[tuple[int, Path, Path, str | None, int | None]] = []  # (i, ref, tmp, old, log size)
         logged: list[tuple[str, int | None]] = []  # reflogs appended to, with their old size
+        # One journal append for the batch (before any of its reflog lines and moves; a name
+        # whose check fails below is read again by the index, harmlessly).
+        self.journal([moves[i].name for i in batch])
         with contextlib.ExitStack() as locks:
             try:
                 for i in batch:
@@ -383,7 +395,6 @@ class RefStore:
                     logged.append((m.name, self._log_size(m.name)))
                     t = m.time_ms if m.time_ms is not None else int(time.time() * 1000)
                     fsio.makedirs(self.log_path(m.name).parent, fsync=True)
-                    self.journal([m.name])
                     lines = [] if old == m.new and m.turn is None else [format_reflog_line(old, m.new, t, m.turn, m.message)]
                     lines += [format_reflog_line(m.new, m.new, t, turn, msg) for turn, msg in m.extra]
                     fsio.append_line(self.log_path(m.name), "".join(lines), fsync=False)
@@ -509,7 +520,7 @@ class RefStore:
         if cur_new is None and cur_old == tip:
             self._rename(old, new)  # it never got past the checks: do it all
         elif cur_new is None and cur_old is None:  # ``a/b`` -> ``a`` stopped between its two steps
-            if self.log_path(old).exists():  # its delete's archiving was cut short: finish it
+            if self.has_log(old):  # its delete's archiving was cut short: finish it
                 self._archive_log(old)
             self._prune_empty_dirs(self.ref_path(old).parent)  # what ``a/b`` left in the way of ``a``
             self.update(new, tip, expected=None, message=rename_message(old, new) + " (completed)")
@@ -533,6 +544,7 @@ class RefStore:
             return self._rename_up(old_name, new_name)
         self._check_df_conflict(dst, new_name)
         fsio.makedirs(dst.parent, fsync=self.fsync)
+        fsio.makedirs(src.parent)  # a packed nested thread's directory may be gone: its lock goes there
         first, second = sorted([src, dst])
         with self._locked(first), self._locked(second):
             tip = self._read_ref(src, old_name)
@@ -543,9 +555,17 @@ class RefStore:
             self.journal([new_name])
             self._append_log(old_name, tip, tip, None, rename_message(old_name, new_name))
             lsrc, ldst = self.log_path(old_name), self.log_path(new_name)
-            if ldst.exists():
+            if ldst.exists() or self._packed_log(new_name) is not None:
                 self._archive_log(new_name)
-            if lsrc.exists():
+            if self._packed_log(old_name) is not None:
+                # The whole reflog (packed part and loose file) becomes the new name's loose
+                # reflog, then the old name's packed part goes: a crash between leaves a
+                # stale reflog under the old name (archived when it is next created).
+                fsio.makedirs(ldst.parent, fsync=self.fsync)
+                fsio.replace_file(ldst, self.log_bytes(old_name), fsync=self.fsync)
+                self._drop_packed_logs({old_name})
+                fsio.unlink(lsrc)
+            elif lsrc.exists():
                 fsio.makedirs(ldst.parent, fsync=self.fsync)
                 fsio.rename(lsrc, ldst)
             tmp = dst.with_name(f"{fsio.TMP_PREFIX}{dst.name}.{os.getpid()}.{time.monotonic_ns()}")
@@ -563,8 +583,7 @@ class RefStore:
         tip = self.read(old_name)
         if tip is None:
             raise NotFound(f"thread {old_name!r} does not exist", thread=old_name)
-        log_src = self.log_path(old_name)
-        saved = log_src.read_bytes() if log_src.exists() else b""
+        saved = self.log_bytes(old_name)
         self.update(old_name, None, expected=tip, message=rename_message(old_name, new_name))
         archived = sorted(self.deleted_logs_dir.glob(f"{old_name}.*"))
         self.update(new_name, tip, expected=None, message=rename_message(old_name, new_name))
@@ -609,32 +628,54 @@ class RefStore:
                 raise RefExists(f"thread {name!r} conflicts with thread {rel!r}", thread=name)
             p = p.parent
         packed = self.packed()
-        if packed.refs:  # the same rule for packed threads
+        if packed:  # the same rule for packed threads
             if packed.has_under(name):
                 raise RefExists(f"thread {name!r} conflicts with threads named {name}/…", thread=name)
             parts = name.split("/")
             for i in range(1, len(parts)):
                 parent = "/".join(parts[:i])
-                if parent in packed.refs:
+                if parent in packed:
                     raise RefExists(f"thread {name!r} conflicts with thread {parent!r}", thread=name)
 
     # -- packed refs ------------------------------------------------------------------------
 
     def has_loose_refs(self) -> bool:
-        """Whether any thread has a loose ref file (what ``pack_refs`` would pack)."""
-        return next(iter(self._loose_names()), None) is not None
+        """Whether any thread has a loose ref file or loose reflog (what ``pack_refs`` packs)."""
+        return (next(iter(self._loose_names()), None) is not None
+                or next((n for n, _ in self.iter_log_files() if n is not None), None) is not None)
 
-    def pack_refs(self) -> int:
-        """Move every loose ref into ``packed-refs`` (gc, under the exclusive store lock;
-        docs/format.md §6.4). Returns how many loose refs were packed.
+    def count_loose_refs(self, limit: int) -> int:
+        """How many loose ref files there are, counting no further than ``limit`` + 1."""
+        n = 0
+        for _dirpath, _dirs, files in os.walk(self.threads_dir):
+            n += sum(1 for f in files if not (f.endswith(".lock") or f.startswith(fsio.TMP_PREFIX)))
+            if n > limit:
+                break
+        return n
 
-        Under ``packed-refs.lock``: the loose refs and the packed ones are merged (a loose ref
-        wins) and written to a temp file, fsynced, renamed over ``packed-refs``, and the
-        directory fsynced: the commit point. Then each loose file is unlinked under its ref's
-        lock, and only if it still holds the value packed. A crash anywhere leaves each
-        thread at its value: before the rename nothing changed; after it the packed line and
-        any loose file left hold the same tip. A ref that cannot be read stops it
-        (ObjectCorrupt) before anything is written."""
+    def pack_refs(self, *, rewrites: dict[str, bytes] | None = None, journal: bool = False) -> int:
+        """Move every loose ref into ``packed-refs`` and every loose reflog into
+        ``packed-logs`` (under the exclusive store lock: gc, or a writer past
+        AUTO_PACK_LOOSE; docs/format.md §6.4). Returns how many loose refs were packed.
+
+        ``rewrites``: name -> the whole new reflog of that thread (gc's reflog expiry), packed
+        in place of what it had. ``journal``: name every thread packed in the refs journal
+        first (values do not change, so the index catches them up in O(threads packed); gc
+        replaces the journal instead).
+
+        Under ``packed-refs.lock``: the loose reflogs are read with their inodes, merged
+        after the packed ones, and ``packed-logs`` is written (temp file, fsync, rename, the
+        directory fsynced), each entry saying which loose file it absorbed; then the loose
+        refs and the packed ones are merged (a loose ref wins) and ``packed-refs`` written
+        the same way: the commit point. Then each loose file is unlinked, only if it still
+        holds what was packed. A crash anywhere leaves each
+        thread at its value and its reflog whole: before a rename nothing changed; after it
+        the packed line and any loose ref left hold the same tip, and a loose reflog left
+        is skipped by the reader as far as its packed entry absorbed it (a loose reflog is
+        unlinked only while it still holds exactly what was absorbed). A ref that cannot
+        be read stops it (ObjectCorrupt) before anything is written; a loose reflog with a
+        line that does not parse stays loose (fsck names it)."""
+        rewrites = dict(rewrites or {})
         with self._packed_locked():
             packed = self.packed()
             if not packed.header_ok:
@@ -648,45 +689,84 @@ class RefStore:
                 tip = self._read_path(self.threads_dir / name, name)
                 if tip is not None:
                     loose[name] = tip
-            if not loose:
-                return 0
-            refs = {n: t for n, t in packed.refs.items() if t is not None}
-            refs.update(loose)
-            keep = [ln for n, ln in packed.bad if n is None or n not in loose]
-            fsio.replace_file(self.packed_path, format_packed_refs(refs, keep), fsync=self.fsync,
-                              point="pack_refs_after_tmp_fsync")
-        crash_point("pack_refs_after_rename")
-        for i, (name, tip) in enumerate(loose.items()):
-            path = self.threads_dir / name
-            with self._locked(path):
+            logs: dict[str, tuple[bytes, int]] = {}  # the loose reflogs absorbed: name -> (bytes, inode)
+            for name, _path in self.iter_log_files():
+                if name is None:
+                    continue
                 try:
-                    same = self._read_path(path, name) == tip
-                except ObjectCorrupt:
-                    same = False  # changed behind our back: a loose ref wins, so it stays
-                if same:
-                    fsio.unlink(path)
-            if i == 0:
-                crash_point("pack_refs_mid_prune")
-            if "/" in name:
-                self._prune_empty_dirs(path.parent)
+                    check_thread_name(name)
+                except InvalidRefName:
+                    continue  # not a thread's reflog (fsck names it): left where it is
+                data, ino = self._loose_log(name)
+                if ino is None:
+                    continue
+                if log_is_clean(data) or name in rewrites:
+                    logs[name] = (data, ino)  # (else left loose: a line that does not parse)
+            if not loose and not logs and not rewrites:
+                return 0
+            if journal:
+                self.journal(sorted(set(loose) | set(logs) | set(rewrites)))
+            old_logs = self.packed_logs()
+            changes: dict[str, PackedLog | None] = {}
+            for name, (data, ino) in logs.items():
+                e = old_logs.get(name) if old_logs is not None else None
+                base = e.data if e is not None else b""
+                changes[name] = PackedLog(name, base + data[absorbed_skip(e, ino, data):], ino, len(data),
+                                          digest(data))
+            for name, data in rewrites.items():
+                e = changes.get(name) or (old_logs.get(name) if old_logs is not None else None)
+                changes[name] = PackedLog(name, data) if e is None else PackedLog(name, data, e.ino, e.absorbed, e.digest)
+            # Only the chunks these land in are rewritten; an entry elsewhere keeps its marker
+            # (harmless once its loose file is gone: a marker names an inode and a digest).
+            fsio.replace_file(self.packed_logs_path, rewrite_packed_logs(old_logs, changes), fsync=self.fsync,
+                              point="pack_logs_after_tmp_fsync")
+            crash_point("pack_logs_after_rename")
+            if loose:
+                fsio.replace_file(self.packed_path, packed.with_changes(dict(loose)), fsync=self.fsync,
+                                  point="pack_refs_after_tmp_fsync")
+        crash_point("pack_refs_after_rename")
+        # 5. The loose files packed go, each only if it still holds what was packed. No
+        # writer runs (the exclusive store lock), so no ref lock is taken: the checks are for
+        # what is not convgit; the unlinks overlap (each can wait ~1 ms on a discarding disk).
+        doomed: list[Path] = []
+        for name, tip in loose.items():
+            path = self.threads_dir / name
+            try:
+                same = self._read_path(path, name) == tip
+            except ObjectCorrupt:
+                same = False  # changed behind our back: a loose ref wins, so it stays
+            if same:
+                doomed.append(path)
+        if doomed:
+            fsio.unlink(doomed[0])
+            crash_point("pack_refs_mid_prune")
+            fsio.unlink_many(doomed[1:])
+        doomed = []
+        for name, (data, ino) in logs.items():
+            now, now_ino = self._loose_log(name)
+            if now_ino == ino and now == data:
+                doomed.append(self.log_path(name))
+        if doomed:
+            fsio.unlink(doomed[0])
+            crash_point("pack_logs_mid_prune")
+            fsio.unlink_many(doomed[1:])
+        for parent in sorted({n.rsplit("/", 1)[0] for n in set(loose) | set(logs) if "/" in n}, reverse=True):
+            self._prune_empty_dirs(self.threads_dir / parent)
         return len(loose)
 
     def _unpack(self, names) -> None:
         """Take ``names`` out of ``packed-refs`` (a delete or a rename; the caller holds their
         ref locks), rewriting it by rename under ``packed-refs.lock``. Nothing is written
-        when none of them is packed (only gc adds packed lines, under the exclusive store
-        lock, so no writer races that check)."""
+        when none of them is packed (only a packing adds packed lines, under the exclusive
+        store lock, so no writer races that check)."""
         names = set(names)
-        current = self.packed()
-        if not any(n in current.refs for n in names) and not any(n in names for n, _ in current.bad):
+        if not self.packed().mentions(names):
             return
         with self._packed_locked():
             packed = self.packed()
             if not packed.header_ok:
                 raise ObjectCorrupt(f"{PACKED_REFS} has an unknown header: not rewritten (run convgit fsck)")
-            refs = {n: t for n, t in packed.refs.items() if t is not None and n not in names}
-            keep = [ln for n, ln in packed.bad if n not in names]
-            fsio.replace_file(self.packed_path, format_packed_refs(refs, keep), fsync=self.fsync)
+            fsio.replace_file(self.packed_path, packed.with_changes(dict.fromkeys(names)), fsync=self.fsync)
 
     def _packed_locked(self):
         return fsio.flock(self.root / (PACKED_REFS + ".lock"), shared=False, timeout=self.lock_timeout, remove=True)
@@ -749,22 +829,122 @@ class RefStore:
         if log.is_symlink():  # never moved into logs/deleted, where readers would follow it
             raise UnsafeSymlink(f"{log} is a symlink: refusing to write through it or keep it "
                                 "(remove it; convgit writes a fresh reflog)", path=str(log))
-        if log.exists():
+        if log.exists() or self._packed_log(name) is not None:
             self._archive_log(name)
 
     def _archive_log(self, name: str) -> None:
-        """A deleted thread's reflog is kept (it names the turns that recorded its history)."""
+        """A deleted thread's reflog is kept (it names the turns that recorded its history).
+        A loose reflog is renamed into ``logs/deleted``; one with a packed part is written
+        there whole (durably), then taken out of ``packed-logs``, then its loose file goes:
+        a crash between two steps leaves the history twice (archived, and a stale live
+        reflog the thread's next creation archives again), never nowhere."""
         src = self.log_path(name)
-        if not src.exists():
+        packed = self._packed_log(name)
+        if packed is None and not src.exists():
             return
         dst = self.deleted_logs_dir / f"{name}.{int(time.time() * 1000)}"
         fsio.check_real_dirs(self.deleted_logs_dir, dst.parent)
         fsio.makedirs(dst.parent, fsync=self.fsync)
-        fsio.rename(src, dst)
+        if packed is None:
+            fsio.rename(src, dst)
+            return
+        fsio.replace_file(dst, self.log_bytes(name), fsync=self.fsync)
+        self._drop_packed_logs({name})
+        fsio.unlink(src)
 
     def read_log(self, name: str) -> list[ReflogEntry]:
-        """The reflog of thread ``name``, oldest first."""
-        return read_log_file(self.log_path(name))
+        """The reflog of thread ``name``, oldest first (its packed part, then its loose file)."""
+        return parse_log(self.log_bytes(name))
+
+    def _loose_log(self, name: str) -> tuple[bytes, int | None]:
+        """(bytes, inode) of the loose reflog of ``name``; (b"", None) when there is none."""
+        try:
+            with open(self.log_path(name), "rb") as f:
+                return f.read(), os.fstat(f.fileno()).st_ino
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return b"", None
+
+    def log_bytes(self, name: str) -> bytes:
+        """The reflog of thread ``name`` as bytes: its packed text, then its loose file (less
+        what the packed entry says it absorbed of that very file). The loose file is read
+        first, ``packed-logs`` after it: a packing renames ``packed-logs`` in before it
+        unlinks a loose reflog it absorbed, so a reader never misses a line nor reads one
+        twice (docs/format.md §4.2)."""
+        loose, ino = self._loose_log(name)
+        packed = self._packed_log(name)
+        if packed is None:
+            return loose
+        return packed.data + loose[absorbed_skip(packed, ino, loose):]
+
+    def log_size(self, name: str) -> int:
+        """The byte length of ``log_bytes(name)`` (what the index remembers it has read)."""
+        if self.packed_logs() is None:
+            try:
+                return os.stat(self.log_path(name)).st_size
+            except (FileNotFoundError, NotADirectoryError):
+                return 0
+        return len(self.log_bytes(name))
+
+    def has_log(self, name: str) -> bool:
+        """Whether thread ``name`` has a live reflog (loose or packed)."""
+        return self.log_path(name).exists() or self._packed_log(name) is not None
+
+    def live_log_names(self) -> list[str]:
+        """Every thread name with a live reflog, loose or packed, sorted."""
+        names = {n for n, _ in self.iter_log_files() if n is not None}
+        pl = self.packed_logs()
+        if pl is not None:
+            names.update(pl.names())
+        return sorted(names)
+
+    def packed_logs(self) -> PackedLogsReader | None:
+        """The reader of ``packed-logs`` (None when there is no such file: an older store, or
+        one never packed). Opened again whenever the file changed (it is only ever replaced
+        by rename); the open file is kept, so a reader never mixes two versions of it."""
+        try:
+            st = os.lstat(self.packed_logs_path)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafeSymlink(f"{self.packed_logs_path} is a symlink: refused", path=str(self.packed_logs_path))
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if self._logs_cache is not None and self._logs_cache[0] == key:
+            return self._logs_cache[1]
+        try:
+            fd = os.open(self.packed_logs_path, os.O_RDONLY | fsio.NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StorageFailed(f"cannot read {self.packed_logs_path}: {e.strerror}") from e
+        f = os.fdopen(fd, "rb")  # closed with the reader (another thread may still be using it)
+        try:
+            size = os.fstat(fd).st_size
+            reader = PackedLogsReader(lambda off, n: os.pread(fd, n, off), size, close=f.close)
+        except BaseException:
+            f.close()
+            raise
+        self._logs_cache = (key, reader, f)
+        return reader
+
+    def close_packed_logs(self) -> None:
+        """Forget the open ``packed-logs`` (Repository.close); its file closes with the last
+        reader using it."""
+        self._logs_cache = None
+
+    def _packed_log(self, name: str) -> PackedLog | None:
+        pl = self.packed_logs()
+        return pl.get(name) if pl is not None else None
+
+    def _drop_packed_logs(self, names: set[str]) -> None:
+        """Take ``names`` out of ``packed-logs`` (their reflogs were archived or moved; the
+        caller holds their ref locks), rewriting it by rename under ``packed-refs.lock``."""
+        if not any(self._packed_log(n) is not None for n in names):
+            return
+        with self._packed_locked():
+            pl = self.packed_logs()
+            if pl is None:
+                return
+            fsio.replace_file(self.packed_logs_path, rewrite_packed_logs(pl, dict.fromkeys(names)), fsync=self.fsync)
 
     def archived_entries(self) -> list[tuple[str, list["ReflogEntry"]]]:
         """(path under logs/deleted, its entries that name a turn) for each deleted thread's

@@ -17,7 +17,8 @@ from .refs import RENAME_INTENT, RefStore
 STORE_DIRNAME = ".convgit"
 FORMAT_MAGIC = "convgit-store"
 FORMAT_VERSION = 1  # what a new store is written as (so that an older convgit opens it)
-FORMAT_VERSIONS = (1, 2)  # what this convgit reads; 2 = 1 + packed-refs (docs/format.md §2.1)
+FORMAT_VERSIONS = (1, 2, 3)  # what this convgit reads; 2 = 1 + packed-refs, 3 = 2 + packed-logs (format.md §2.1)
+PACKED_FORMAT = 3  # declared before the first packing writes packed-logs
 FORMAT_LINE = f"{FORMAT_MAGIC} {FORMAT_VERSION}\n"
 
 
@@ -145,8 +146,34 @@ class Repository:
             self._index = Index(self)
         return self._index
 
+    def pack_refs(self, *, rewrites: dict[str, bytes] | None = None, journal: bool = False) -> int:
+        """Move every loose ref and reflog into ``packed-refs`` / ``packed-logs``
+        (RefStore.pack_refs; the caller holds the store lock exclusively), declaring format
+        version 3 first when there is anything to pack. Returns the refs packed."""
+        if rewrites or self.refs.has_loose_refs():
+            require_format(self.path, PACKED_FORMAT, fsync=self.config.fsync)
+        return self.refs.pack_refs(rewrites=rewrites, journal=journal)
+
+    def auto_pack(self) -> int:
+        """After a write that left more than AUTO_PACK_LOOSE loose refs: pack them, if the
+        store lock can be had exclusively at once (else the next writer does). The journal
+        names what was packed, so every index catches up in O(threads packed). Returns the
+        refs packed (0: nothing done)."""
+        from .errors import ConvgitError
+        from .refs import AUTO_PACK_LOOSE
+
+        if self.refs.count_loose_refs(AUTO_PACK_LOOSE) <= AUTO_PACK_LOOSE:
+            return 0
+        try:
+            with self.exclusive_lock(timeout=0):
+                self.recover_interrupted()
+                return self.pack_refs(journal=True)
+        except ConvgitError:
+            return 0  # busy (another writer, a gc) or unreadable: the write stands, packing waits
+
     def close(self) -> None:
-        """Close the index, if it was opened."""
+        """Close the index, if it was opened, and the packed reflogs' file."""
+        self.refs.close_packed_logs()
         if self._index is not None:
             self._index.close()
             self._index = None

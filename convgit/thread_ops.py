@@ -231,16 +231,16 @@ def reflog(repo: Repository, thread: str | None = None) -> dict:
     reflog, live or archived."""
     name = repo.refs.read_head() if thread is None else thread
     check_thread_name(name)
-    path = repo.refs.log_path(name)
     deleted = False
-    if not path.exists() and repo.refs.read(name) is None:
+    if not repo.refs.has_log(name) and repo.refs.read(name) is None:
         archives = _archived_logs(repo, name)
         if not archives:
             raise NotFound(f"thread {name!r} has no reflog (no such thread, live or deleted)", thread=name)
-        path, deleted = archives[-1], True
-    from .refformat import read_log_file
+        from .refformat import read_log_file
 
-    entries = read_log_file(path)
+        entries, deleted = read_log_file(archives[-1]), True
+    else:
+        entries = repo.refs.read_log(name)  # its packed part, then its loose file
     rows = []
     for i, e in enumerate(reversed(entries)):
         turn = _turn_or_none(repo, e.turn)

@@ -18,6 +18,12 @@ warning (``tx.warnings``), never an error; the next command's catch-up reads the
 When the body raises, nothing more is done: what it moved is in the journal, and the next
 command catches the index up from there.
 
+Once the lock is released, a transaction whose moves took the refs journal past another
+AUTO_PACK_STEP bytes (a cheap sign that loose refs may have piled up: one ``stat``) counts the
+loose refs, and past ``refs.AUTO_PACK_LOOSE`` packs them (Repository.auto_pack, under the
+exclusive store lock if it is free at once): hot threads stay loose, the rest live in
+``packed-refs`` and ``packed-logs`` (docs/format.md §6.4).
+
 Every operation that writes (commit, commit_many, import, merge, fork, rename, delete,
 update-ref, gc) runs in one, so the library and the CLI behave identically.
 tests/test_transaction.py checks that no other module moves a ref or writes HEAD.
@@ -25,6 +31,7 @@ tests/test_transaction.py checks that no other module moves a ref or writes HEAD
 
 from __future__ import annotations
 
+import os
 from contextlib import ExitStack
 from typing import Iterable
 
@@ -36,6 +43,7 @@ from .refs import ANY, RefMove
 # What the index does when the transaction ends: catch up the threads it moved (and the
 # journal's), read every ref, or rebuild from the objects; or nothing (a dry run).
 INDEX_MODES = ("moves", "refresh", "rebuild", "none")
+AUTO_PACK_STEP = 16 * 1024  # journal bytes between two counts of the loose refs (~500 moves)
 
 
 class Transaction:
@@ -70,6 +78,7 @@ class Transaction:
         self._follow: str | None = None
         self._head_after_delete = False
         self._stack: ExitStack | None = None
+        self._journal_at = 0  # the refs journal's size when the transaction began
 
     @property
     def warnings(self) -> list[str]:
@@ -85,6 +94,7 @@ class Transaction:
         stack = ExitStack()
         stack.enter_context(repo.exclusive_lock() if self.exclusive else repo.write_lock())
         self._stack = stack
+        self._journal_at = _size(repo.refs.journal_path)
         try:
             if self.exclusive and self.recover:
                 repo.recover_interrupted()  # a merge or a rename cut short: finish it first
@@ -104,6 +114,13 @@ class Transaction:
             stack.close()
         if exc_type is None and self.index_after_unlock:
             self._finish()
+        if exc_type is None and self.moved and not self.exclusive:
+            now = _size(self.repo.refs.journal_path)
+            from . import refs
+
+            if (now // AUTO_PACK_STEP != self._journal_at // AUTO_PACK_STEP or now < self._journal_at
+                    or len(self.moved) > refs.AUTO_PACK_LOOSE):
+                self.repo.auto_pack()
 
     def _finish(self) -> None:
         crash_point("commit_before_index")
@@ -274,6 +291,13 @@ class Transaction:
                 except ObjectCorrupt:
                     pass  # the index reads it from the store (and reports it) instead
         return out
+
+
+def _size(path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def move_head(repo, thread: str, head: str) -> str | None:

@@ -413,7 +413,7 @@ read) or `jsonl` (one native document per thread). `--all` exports every thread:
 period (`--prune=AGE`, default two weeks; `--prune=now` is unsafe while other processes write,
 `--prune=never` keeps everything), expires reflog entries older than `gc.reflog_expire_days`
 (entries naming a turn are kept: they are the history of calls), removes stale temp files,
-moves every loose ref into `packed-refs` (`refs_packed`; docs/format.md §4.1), and rebuilds the index. gc holds the store lock exclusively, so it never runs beside a commit;
+moves every loose ref into `packed-refs` and every live reflog into `packed-logs` (`refs_packed`; docs/format.md §4.1, §4.2; the store's format becomes version 3), and rebuilds the index. Writers pack too, without gc, once more than 1,024 refs are loose: hot threads stay loose, the rest packed. gc holds the store lock exclusively, so it never runs beside a commit;
 a second gc started meanwhile skips (`"status": "skipped"`). It fails closed with `gc_refused`
 (exit 33) when a ref or reflog is unreadable or names a missing object. `--auto` returns at
 once, silently, unless 2,000 or more loose objects (or more than 16 packs) piled up: made for

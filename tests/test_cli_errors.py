@@ -73,7 +73,7 @@ def _setup_limit(store: Path) -> None:
 
 
 def _setup_format_2(store: Path) -> None:
-    (store / "format").write_text("convgit-store 3\n")
+    (store / "format").write_text("convgit-store 4\n")
 
 
 def _setup_corrupt(store: Path) -> None:

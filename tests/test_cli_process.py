@@ -161,9 +161,9 @@ def test_errors_in_a_process(run, proj):
     assert_error(run("commit", "-", "--thread", "no..pe", input=dumps(native("x"))), "invalid_ref_name")
     assert_error(run("rev-parse", "nope", "--json"), "not_found")
     assert store_state(store) == before
-    (store / "format").write_text("convgit-store 3\n")
+    (store / "format").write_text("convgit-store 4\n")
     doc = assert_error(run("log", "--json"), "not_a_store")
-    assert "version 3" in doc["error_message"]
+    assert "version 4" in doc["error_message"]
     assert_error(run("commit", "-", input=dumps(native("x"))), "not_a_store")
 
 

@@ -301,7 +301,7 @@ def test_objects_and_refs_copied_from_another_store_are_picked_up(rich, tmp_path
 
 @pytest.mark.parametrize(
     "content",
-    ["convgit-store 3\n", "convgit-store 0\n", "convgit-store 10\n", "git-store 1\n", "convgit-store one\n", "", "\x00\x01"],
+    ["convgit-store 4\n", "convgit-store 0\n", "convgit-store 10\n", "git-store 1\n", "convgit-store one\n", "", "\x00\x01"],
 )
 def test_a_store_of_another_format_version_is_not_opened(repo, content):
     path = repo.path
@@ -328,7 +328,7 @@ def test_a_version_2_store_is_refused_before_anything_is_written(repo):
     convgit.commit(repo, {"messages": HISTORY}, thread="main")
     path = repo.path
     repo.close()
-    (path / "format").write_text("convgit-store 3\n")
+    (path / "format").write_text("convgit-store 4\n")
     (path / "index.sqlite").unlink()
     with pytest.raises(errors.NotAStore):
         Repository.open(path)

@@ -364,10 +364,11 @@ def test_a_symlinked_packed_refs_is_refused(repo, tmp_path):
         gc(repo)
 
 
-def test_gc_that_packs_refs_declares_format_2_first(tmp_path):
-    """An older convgit (format 1 only) must refuse a store with packed refs rather than miss
-    its packed threads and let its gc prune their messages: gc declares format 2 before it
-    writes packed-refs, and this convgit opens both versions (a third is refused)."""
+def test_gc_that_packs_refs_declares_format_3_first(tmp_path):
+    """An older convgit (format 1 or 2 only) must refuse a store with packed refs and reflogs
+    rather than miss its packed threads or their reflogs and let its gc prune what they root:
+    gc declares format 3 before it writes packed-logs and packed-refs, and this convgit opens
+    versions 1, 2 and 3 (a fourth is refused)."""
     import convgit
     from convgit import api
     from convgit.errors import NotAStore
@@ -377,14 +378,16 @@ def test_gc_that_packs_refs_declares_format_2_first(tmp_path):
     convgit.commit(repo, {"messages": [{"role": "user", "content": "hi"}]}, thread="t")
     assert (repo.path / "format").read_text() == "convgit-store 1\n"  # a new store opens in older versions
     api.gc(repo, prune="now")
-    assert (repo.path / "format").read_text() == "convgit-store 2\n"
-    assert (repo.path / "packed-refs").exists()
-    assert api.status(repo)["format_version"] == 2
+    assert (repo.path / "format").read_text() == "convgit-store 3\n"
+    assert (repo.path / "packed-refs").exists() and (repo.path / "packed-logs").exists()
+    assert api.status(repo)["format_version"] == 3
     path = repo.path
     repo.close()
     with Repository.open(path) as r:
-        assert r.refs.read("t") is not None
-    (path / "format").write_text("convgit-store 3\n")
+        assert r.refs.read("t") is not None and len(r.refs.read_log("t")) == 1
+    (path / "format").write_text("convgit-store 2\n")  # a version-2 store (packed-refs only) opens too
+    Repository.open(path).close()
+    (path / "format").write_text("convgit-store 4\n")
     import pytest
 
     with pytest.raises(NotAStore):

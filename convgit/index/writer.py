@@ -451,10 +451,7 @@ class IndexWriter:
                 raise
 
     def _log_size(self, name: str) -> int:
-        try:
-            return os.stat(self.repo.refs.log_path(name)).st_size
-        except FileNotFoundError:
-            return 0
+        return self.repo.refs.log_size(name)  # packed part and loose file (docs/format.md §4.2)
 
     def _index_chain(self, reader: "Reader", tip: str) -> None:
         """Queue every message from ``tip`` back to the first one already indexed."""
@@ -567,12 +564,15 @@ class IndexWriter:
         indexed; the rest wait for the next catch-up (their messages are not indexed yet, so
         their turns could not be placed on them).
         """
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                raw = f.read()
-        except FileNotFoundError:
-            return [], 0
+        if thread is not None:
+            raw = self.repo.refs.log_bytes(thread)[offset:]  # a live reflog: packed part, then loose
+        else:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    raw = f.read()
+            except FileNotFoundError:
+                return [], 0
         items = []  # (entry or None, end byte)
         pos = 0
         for line in raw.splitlines(keepends=True):

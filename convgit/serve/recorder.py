@@ -325,8 +325,8 @@ def real_turns(repo, name: str) -> list[str]:
     for a move that never happened: the next line does not start where it ends (or, last,
     the ref is not where it ends), so it is left out."""
     try:
-        text = repo.refs.log_path(name).read_text("utf-8", "replace")
-    except OSError:
+        text = repo.refs.log_bytes(name).decode("utf-8", "replace")  # packed part, then loose
+    except (OSError, ConvgitError):
         return []
     entries = [e for e in (parse_reflog_line(ln) for ln in text.splitlines(keepends=True)) if e is not None]
     tip = repo.refs.read(name)

@@ -264,7 +264,8 @@ CASES = (
     + [("fork", p, v) for p, v in [("object_after_rename", "none"), ("ref_after_lock", "none"),
                                     ("ref_after_tmp_fsync", "none"), ("ref_after_rename", "all")]]
     + [("gc", p, "all") for p in ("gc_after_mark", "gc_after_pack", "gc_mid_sweep", "pack_refs_after_tmp_fsync",
-                                  "pack_refs_after_rename", "pack_refs_mid_prune", "gc_before_index")]
+                                  "pack_refs_after_rename", "pack_refs_mid_prune", "pack_logs_after_tmp_fsync",
+                                  "pack_logs_after_rename", "pack_logs_mid_prune", "gc_before_index")]
     + [("merge", p, v) for p, v in [
         ("merge_after_quarantine", "none"), ("merge_mid_migrate", "none"), ("merge_before_refs", "none"),
         # after the journal: the next writer finishes the merge
