@@ -324,3 +324,20 @@ def load_embed_config(path: Path, **overrides) -> EmbedConfig:
 def secret_from_env(name: str) -> str | None:
     """The value of the environment variable ``name`` (an API key named by config), None when unset."""
     return os.environ.get(name) or None
+
+
+# -- remotes: config.toml [remote.NAME] -----------------------------------------------------
+
+REMOTE_KEYS = ("url", "endpoint", "region")
+
+
+def load_remotes(path: Path) -> dict[str, dict[str, str]]:
+    """The remotes of config.toml (``[remote.NAME]`` tables: ``url``, optional ``endpoint``
+    and ``region``), by name."""
+    table = _table(path, "remote")
+    out = {}
+    for name, t in table.items():
+        if not isinstance(t, dict) or not isinstance(t.get("url"), str):
+            raise InvalidInput(f"{path}: [remote.{name}] must be a table with a url")
+        out[name] = {k: str(t[k]) for k in REMOTE_KEYS if t.get(k) is not None}
+    return out
