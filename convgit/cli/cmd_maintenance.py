@@ -70,12 +70,29 @@ def gc_cmd(
 @app.command("fsck")
 def fsck_cmd(
     repair: bool = typer.Option(False, "--repair", help="Remove unreadable ref files (reflogs kept), rebuild the index, remove stale temp files (never deletes an object)."),
+    remote: Optional[str] = typer.Option(None, "--remote", metavar="NAME", help="Check remote NAME instead: its refs "
+                                         "document, that every pack it names is there and sound, every tip in a pack."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Verify every object (hash, encoding, references), every ref and reflog, every pack and the
     index. Exits 35 (fsck_failed) when anything is corrupt."""
     output.set_json(json_)
     repo = get_repo()
+    if remote is not None:
+        doc = api.fsck_remote(repo, remote)
+        err = None if doc["ok"] else FsckFailed(f"remote {remote}: {len(doc['problems'])} problem(s) found")
+        if json_:
+            output.emit_json({**doc, **(err.to_json() if err else {})})
+        else:
+            for p in doc["problems"]:
+                output.line(f"error: {p}", "red")
+            output.line(f"remote {doc['remote']} ({doc['url']}): generation {doc['generation']}, {doc['packs']} pack(s), "
+                        f"{doc['threads']} thread(s): {'ok' if doc['ok'] else 'corrupt'}")
+        if err:
+            if json_:
+                raise typer.Exit(err.exit_code)
+            raise err
+        return
     with progress.Counter("checking objects", on=progress.enabled(json_=json_)) as tick:
         rep = api.fsck(repo, repair=repair, progress=tick)
     err = None if rep.ok else FsckFailed(f"{len(rep.errors)} problem(s) found")

@@ -94,7 +94,7 @@ def _render(rep, *, json_: bool, quiet: bool, verb: str) -> None:
         return
     if quiet:
         return
-    changed = [t for t in rep.threads if t["action"] not in ("same", "kept", "up-to-date")]
+    changed = [t for t in rep.threads if t["action"] not in ("same", "kept", "up-to-date", "behind")]
     if not changed and not rep.bytes:
         output.line("Already up to date." if verb != "pushed" else "Everything up to date.")
         return

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from ..config import aws_endpoint
 from ..errors import MissingDependency, RemoteFailed
 from .base import CasLost
 
@@ -38,6 +39,7 @@ class S3Remote:
                  region: str | None = None) -> None:
         self.url = url
         self._ob, self._exc, S3Store = _obstore()
+        endpoint = endpoint or aws_endpoint()
         kwargs: dict = {}
         client: dict = {"timeout": timedelta(seconds=60), "connect_timeout": timedelta(seconds=10)}
         if endpoint:
