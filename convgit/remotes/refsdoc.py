@@ -1,4 +1,4 @@
-"""The refs document of remote format 1 (``refs.json``, docs/format.md §12.3): the one
+"""The refs document of remote format 1 (``refs.json``, docs/format.md §13.3): the one
 mutable key of a remote, naming every thread's tip and every pack, with a generation number
 that grows by one on every write. Parsed strictly: a remote is input from elsewhere, so a
 thread name that is not a valid thread name (``../../x``, a control character), a tip that
@@ -40,7 +40,7 @@ class RefsDoc:
     def dump(self) -> bytes:
         """The document's bytes (sorted keys, one line per thread: diffable, stable)."""
         doc = {"format": FORMAT, "generation": self.generation, "head": self.head,
-               "threads": dict(sorted(self.threads.items())), "packs": sorted(self.packs), "forced": self.forced[-MAX_FORCED:]}
+               "threads": dict(sorted(self.threads.items())), "packs": list(self.packs), "forced": self.forced[-MAX_FORCED:]}
         return (json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 

@@ -2,7 +2,7 @@
 through obstore (the Rust ``object_store`` crate: request signing, retries, conditional puts;
 the ``[remote]`` extra). No signing is written here.
 
-Where the settings come from: obstore's own reading of the standard AWS environment
+Where the settings come from: obstore's own reading of the standard AWS variables
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``,
 ``AWS_ENDPOINT_URL``, web identity and instance metadata), overridden by config.toml's
 ``[remote.NAME]`` ``endpoint`` and ``region``.
