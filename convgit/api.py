@@ -45,6 +45,7 @@ _REEXPORTS = {"CommitResult": "commit", "check_on_conflict": "commit", "Payload"
 # Remotes (push, fetch, pull, clone; docs/remotes.md): convgit.sync, loaded by the commands that sync.
 _REEXPORTS.update({n: "sync" for n in ("SyncReport", "add_remote", "clone", "fetch", "fsck_remote", "list_remotes",
                                       "pull", "push", "remove_remote", "rename_remote", "tracking_refs")})
+_REEXPORTS["gc_remote"] = "remote_gc"
 
 
 def __getattr__(name: str):
@@ -730,5 +731,5 @@ __all__ = [
     "bundle_create", "bundle_verify", "fsck", "gc", "is_llm_db", "merge", "reindex",
     # remotes
     "SyncReport", "add_remote", "clone", "fetch", "fsck_remote", "list_remotes", "pull", "push", "remove_remote",
-    "rename_remote", "tracking_refs",
+    "rename_remote", "tracking_refs", "gc_remote",
 ]

@@ -21,6 +21,7 @@ in as one local pack; then record the remote's tips as remote-tracking refs
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -598,9 +599,10 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
                                "old": doc.threads.get(n), "new": tips[n]} for n in names]
             if not moving:
                 break
-            new = RefsDoc(doc.generation + 1, dict(doc.threads), list(doc.packs), doc.head or _head(repo, tips),
-                          list(doc.forced))
+            new = dataclasses.replace(doc, generation=doc.generation + 1, threads=dict(doc.threads), packs=list(doc.packs),
+                                      head=doc.head or _head(repo, tips), forced=list(doc.forced), tag=None)
             new.packs += [p for p in uploaded if p not in new.packs]
+            new.retired = {k: v for k, v in doc.retired.items() if k not in new.packs}
             for n in moving:
                 if moving[n] == "forced":
                     new.forced.append({"thread": n, "old": doc.threads.get(n), "new": tips[n],

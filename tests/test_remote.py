@@ -285,3 +285,70 @@ def test_an_unreachable_s3_remote_is_remote_failed(tmp_path, cli):
     doc = assert_error(r, "remote_failed")
     assert "127.0.0.1:9" in doc["error_message"] or "nowhere" in doc["error_message"]
     assert convgit.tracking_refs(convgit.open_repo(tmp_path / "a")) == []
+
+
+def _many_pushes(tmp_path, url: str, n: int):
+    a = convgit.init(tmp_path / "a")
+    convgit.add_remote(a, "origin", url)
+    for i in range(n):
+        convgit.commit(a, {"messages": [{"role": "user", "content": f"thread {i}"}]}, thread=f"t{i}")
+        convgit.push(a)
+    return a
+
+
+def test_gc_remote_repacks_small_packs_and_deletes_only_what_nothing_names(tmp_path, cli, remote_url):
+    a = _many_pushes(tmp_path, remote_url, 9)
+    before = convgit.fsck_remote(a)
+    assert before["ok"] and before["packs"] == 9
+    dry = convgit.gc_remote(a, dry_run=True)
+    assert dry.deleted == [] and dry.repacked == 0 and convgit.fsck_remote(a)["packs"] == 9
+    rep = convgit.gc_remote(a)  # default grace (two weeks): repack, delete nothing yet
+    assert rep.repacked == 9 and rep.packs_after == 1 and rep.deleted == [] and rep.kept_young == 9
+    assert convgit.fsck_remote(a)["ok"] and convgit.fsck_remote(a)["packs"] == 1
+    now = convgit.gc_remote(a, grace_seconds=0)
+    assert len(now.deleted) == 9 and now.bytes_deleted > 0
+    b = convgit.clone(remote_url, tmp_path / "b")[0]
+    assert sorted(convgit.show_refs(b)) == [f"t{i}" for i in range(9)] and convgit.fsck(b).ok
+    assert convgit.log(b, "t3")[0].turn is not None  # the turns manifests were carried into the new pack
+    assert convgit.push(a).bytes == 0 and convgit.pull(b).bytes == 0
+
+
+def test_gc_remote_deletes_nothing_when_the_refs_move_meanwhile(tmp_path, monkeypatch):
+    url = str(tmp_path / "remote")
+    a = _many_pushes(tmp_path, url, 2)
+    # an orphan: a push killed after its pack was uploaded, never named by the refs document
+    convgit.commit(a, {"messages": [{"role": "user", "content": "orphan"}]}, thread="orphan")
+    from convgit.remotes.directory import DirectoryRemote
+    real_put = DirectoryRemote.put_if_match
+    monkeypatch.setattr(DirectoryRemote, "put_if_match", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        convgit.push(a, None, ["orphan"])
+    monkeypatch.setattr(DirectoryRemote, "put_if_match", real_put)
+    other = convgit.clone(url, tmp_path / "other")[0]
+    real_list = DirectoryRemote.list
+
+    def list_then_someone_pushes(self, prefix):
+        out = real_list(self, prefix)
+        convgit.commit(other, {"messages": [{"role": "user", "content": "meanwhile"}]}, thread="meanwhile")
+        convgit.push(other, None, ["meanwhile"])
+        return out
+
+    monkeypatch.setattr(DirectoryRemote, "list", list_then_someone_pushes)
+    rep = convgit.gc_remote(a, grace_seconds=0)
+    assert rep.deleted == [] and rep.skipped and "generation" in rep.skipped
+    monkeypatch.setattr(DirectoryRemote, "list", real_list)
+    rep = convgit.gc_remote(a, grace_seconds=0)
+    assert len(rep.deleted) == 1  # the orphan, now that nobody moved the refs meanwhile
+    assert convgit.fsck_remote(a)["ok"]
+    assert sorted(convgit.show_refs(convgit.clone(url, tmp_path / "c")[0])) == ["meanwhile", "t0", "t1"]
+
+
+def test_gc_remote_refuses_a_remote_in_doubt(tmp_path, cli):
+    url = tmp_path / "remote"
+    _pushed(tmp_path, str(url))
+    for f in (url / "packs").glob("*.idx"):
+        f.unlink()
+    ok(cli("init", cwd=tmp_path / "c"))
+    ok(cli("remote", "add", "origin", str(url), cwd=tmp_path / "c"))
+    assert_error(cli("gc", "--remote", "origin", "--prune=now", "--json", cwd=tmp_path / "c"), "gc_refused")
+    assert list((url / "packs").glob("*.pack"))  # nothing deleted

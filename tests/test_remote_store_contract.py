@@ -10,6 +10,7 @@ compare-and-swap on one key, which is what this suite holds each backend to.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import pytest
@@ -95,7 +96,9 @@ def test_of_racing_swaps_from_one_version_exactly_one_wins(backend):
 def test_delete_and_list(backend):
     backend.put_new("packs/x.pack", b"1")
     backend.put_new("packs/y.idx", b"2")
-    assert backend.list("packs") == ["packs/x.pack", "packs/y.idx"]
+    listed = backend.list("packs")
+    assert list(listed) == ["packs/x.pack", "packs/y.idx"]
+    assert all(abs(t - time.time()) < 600 for t in listed.values())  # last-modified times, in epoch seconds
     backend.delete("packs/x.pack")
     backend.delete("packs/x.pack")  # absent: nothing to do
-    assert backend.list("packs") == ["packs/y.idx"] and backend.get("packs/x.pack") is None
+    assert list(backend.list("packs")) == ["packs/y.idx"] and backend.get("packs/x.pack") is None

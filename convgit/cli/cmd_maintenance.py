@@ -34,6 +34,8 @@ def gc_cmd(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Report what would be done; change nothing."),
     auto: bool = typer.Option(False, "--auto", help="Do nothing (fast, silent) unless enough loose objects piled up: for cron."),
+    remote: Optional[str] = typer.Option(None, "--remote", metavar="NAME", help="gc remote NAME instead: repack its small "
+                                         "packs, delete packs nothing names once past the grace period (fails closed)."),
     quiet: bool = QUIET_OPT,
     json_: bool = JSON_OPT,
 ) -> None:
@@ -41,6 +43,25 @@ def gc_cmd(
     entries, remove stale temp files, rebuild the index. Safe while others commit."""
     output.set_json(json_)
     repo = get_repo()
+    if remote is not None:
+        from ..config import parse_age
+
+        grace = None
+        if prune is not None:
+            grace = parse_age(prune, "--prune")
+            grace = float("inf") if grace is None else grace  # --prune=never
+        with progress.Spinner(f"gc {remote}", on=progress.enabled(json_=json_, quiet=quiet)):
+            rep = api.gc_remote(repo, remote, grace_seconds=grace, dry_run=dry_run)
+        if json_:
+            output.emit_json(rep.to_json())
+        elif not quiet:
+            if rep.skipped:
+                output.info(f"convgit: gc --remote deleted nothing: {rep.skipped}")
+            verb = "would delete" if dry_run else "deleted"
+            output.line(f"gc {remote}: repacked {rep.repacked} pack(s), {verb} {len(rep.deleted)} unreferenced pack(s) "
+                        f"({_size(rep.bytes_deleted)}), kept {rep.kept_young} young; packs {rep.packs_before} -> "
+                        f"{rep.packs_after}, generation {rep.generation}")
+        return
     with progress.Spinner("gc", on=progress.enabled(json_=json_, quiet=quiet or auto)):
         s = api.gc(repo, prune=prune, dry_run=dry_run, auto=auto)
     for w in s.warnings:

@@ -30,5 +30,6 @@ class RemoteStore(Protocol):
     def delete(self, key: str) -> None:
         """Remove ``key`` (absent: nothing to do)."""
 
-    def list(self, prefix: str) -> list[str]:
-        """Every key under ``prefix`` (gc --remote only: never on the hot path)."""
+    def list(self, prefix: str) -> dict[str, float]:
+        """Every key under ``prefix`` and when it was last written (epoch seconds): gc
+        --remote only, never on the hot path."""

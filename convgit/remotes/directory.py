@@ -104,13 +104,18 @@ class DirectoryRemote:
         """Remove ``key``."""
         fsio.unlink(self._path(key))
 
-    def list(self, prefix: str) -> list[str]:
-        """Every key under ``prefix`` (a directory part), sorted."""
+    def list(self, prefix: str) -> dict[str, float]:
+        """Every key under ``prefix`` (a directory part) and its mtime, sorted by key."""
         base = self._path(prefix.rstrip("/")) if prefix.strip("/") else self.root
-        out = []
+        out = {}
         for dirpath, _dirs, files in os.walk(base):
             for fn in files:
                 if fn.startswith(_TMP) or fn.endswith(".lock"):
                     continue
-                out.append(os.path.relpath(os.path.join(dirpath, fn), self.root).replace(os.sep, "/"))
-        return sorted(out)
+                p = os.path.join(dirpath, fn)
+                try:
+                    mtime = os.stat(p).st_mtime
+                except FileNotFoundError:
+                    continue
+                out[os.path.relpath(p, self.root).replace(os.sep, "/")] = mtime
+        return dict(sorted(out.items()))

@@ -35,12 +35,15 @@ class RefsDoc:
     packs: list[str] = field(default_factory=list)
     head: str | None = None
     forced: list[dict] = field(default_factory=list)
+    retired: dict[str, int] = field(default_factory=dict)  # pack → when gc --remote stopped naming it (ms)
     tag: str | None = None
 
     def dump(self) -> bytes:
         """The document's bytes (sorted keys, one line per thread: diffable, stable)."""
         doc = {"format": FORMAT, "generation": self.generation, "head": self.head,
                "threads": dict(sorted(self.threads.items())), "packs": list(self.packs), "forced": self.forced[-MAX_FORCED:]}
+        if self.retired:
+            doc["retired"] = dict(sorted(self.retired.items()))
         return (json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
@@ -74,4 +77,8 @@ def parse(data: bytes, where: str) -> RefsDoc:
     if head is not None and (not isinstance(head, str) or head not in threads):
         head = None  # a stale head only loses the clone's default thread
     forced = [f for f in doc.get("forced") or [] if isinstance(f, dict)]
-    return RefsDoc(gen, dict(threads), list(dict.fromkeys(packs)), head, forced)
+    retired = doc.get("retired") or {}
+    if not isinstance(retired, dict) or not all(isinstance(k, str) and _PACK_RE.match(k) and isinstance(v, int)
+                                               for k, v in retired.items()):
+        raise bad("has a malformed retired list")
+    return RefsDoc(gen, dict(threads), list(dict.fromkeys(packs)), head, forced, dict(retired))

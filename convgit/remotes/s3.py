@@ -115,9 +115,10 @@ class S3Remote:
         except Exception as e:
             raise self._fail("delete", key, e) from e
 
-    def list(self, prefix: str) -> list[str]:
-        """Every key under ``prefix`` (gc --remote only)."""
+    def list(self, prefix: str) -> dict[str, float]:
+        """Every key under ``prefix`` and its last-modified time (gc --remote only)."""
         try:
-            return sorted(m["path"] for batch in self._ob.list(self._store, prefix or None) for m in batch)
+            return dict(sorted((m["path"], m["last_modified"].timestamp())
+                               for batch in self._ob.list(self._store, prefix or None) for m in batch))
         except Exception as e:
             raise self._fail("list", prefix, e) from e
