@@ -386,18 +386,24 @@ def fetch(repo, remote: str | None = None, *, progress=None) -> SyncReport:
 def _pull_refs(tx, remote: str, report: SyncReport) -> None:
     """merge's ref rules from the tracking refs of ``remote`` onto the threads."""
     tracking = tx.tracking(remote)
-    incoming = tracking.read_all()
+    everything = tracking.read_all()
+    tx.read_head()
+    before = tx.repo.refs.read_all()
+    # A thread already at the remote's tip has nothing to take (its turns came with it): only
+    # the others are merged, so a pull with nothing new reads no reflog.
+    incoming = {n: t for n, t in everything.items() if before.get(n) != t}
     turns = {n: list(dict.fromkeys(e.turn for e in tracking.read_log(n) if e.turn and tx.repo.objects.contains(e.turn)))
              for n in incoming}
     seen = {t for ts in turns.values() for t in ts}
     mr = MergeReport(remote)
-    tx.read_head()
-    before = tx.repo.refs.read_all()
-    apply_refs(tx, None, incoming, turns, seen, mr, False)
+    if incoming:
+        apply_refs(tx, None, incoming, turns, seen, mr, False)
     # (a diverged thread pulled before is already there under its -merged- name: nothing moved)
-    report.threads = [{"thread": e["thread"], "old": e["local"], "new": e["incoming"], "as": e["as"],
-                       "action": "same" if e["action"] == "diverged" and before.get(e["as"]) == e["incoming"] else e["action"]}
-                      for e in mr.refs]
+    rows = {e["thread"]: {"thread": e["thread"], "old": e["local"], "new": e["incoming"], "as": e["as"],
+                          "action": "same" if e["action"] == "diverged" and before.get(e["as"]) == e["incoming"]
+                          else e["action"]} for e in mr.refs}
+    report.threads = [rows.get(n) or {"thread": n, "old": t, "new": t, "as": n, "action": "same"}
+                      for n, t in sorted(everything.items())]
 
 
 def pull(repo, remote: str | None = None, *, progress=None) -> SyncReport:
@@ -435,17 +441,23 @@ def clone(url: str, path: str | Path | None = None, *, endpoint: str | None = No
     store = path / ".convgit"
     if path.exists() and any(path.iterdir()):
         raise InvalidInput(f"cannot clone into {path}: it exists and is not empty")
+    created = not path.exists()
     repo = Repository.init(store)
-    add_remote(repo, "origin", url, endpoint=endpoint, region=region)
-    report = pull(repo, "origin", progress=progress)
-    report.operation = "clone"
-    report.path = str(path)
-    doc_head = _Remote(repo, "origin", get_remote(repo, "origin")[1]).read_doc().head
-    threads = repo.refs.read_all()
-    head = doc_head if doc_head in threads else (sorted(threads)[0] if threads else None)
-    if head:
-        with repo.transaction(index="none") as tx:
-            tx.write_head(head)
+    try:
+        add_remote(repo, "origin", url, endpoint=endpoint, region=region)
+        report = pull(repo, "origin", progress=progress)
+        report.operation = "clone"
+        report.path = str(path)
+        doc_head = _Remote(repo, "origin", get_remote(repo, "origin")[1]).read_doc().head
+        threads = repo.refs.read_all()
+        head = doc_head if doc_head in threads else (sorted(threads)[0] if threads else None)
+        if head:
+            with repo.transaction(index="none") as tx:
+                tx.write_head(head)
+    except BaseException:
+        repo.close()  # a clone that failed leaves nothing behind (as git's)
+        fsio.rmtree(path if created else store)
+        raise
     return repo, report
 
 
@@ -623,8 +635,10 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
         fsio.rmtree(repo.path / CACHE / r.name / "outgoing")
         with repo.transaction(index="none") as tx:
             forced = {t["thread"] for t in report.threads if t["action"] == "forced"}
+            known = tx.tracking(r.name).read_all(broken={})
             moves = [RefMove(n, doc.threads[n], message=f"push {r.name}" + (" --force" if n in forced else ""))
-                     for n in names if n in doc.threads and repo.objects.contains(doc.threads[n])]
+                     for n in names if n in doc.threads and known.get(n) != doc.threads[n]
+                     and repo.objects.contains(doc.threads[n])]
             for res in tx.move_tracking(r.name, moves):
                 if isinstance(res, Exception):
                     raise res

@@ -417,6 +417,10 @@ a second gc started meanwhile skips (`"status": "skipped"`). It fails closed wit
 (exit 33) when a ref or reflog is unreadable or names a missing object. `--auto` returns at
 once, silently, unless 2,000 or more loose objects (or more than 16 packs) piled up: made for
 cron. `--dry-run` reports without changing anything. `-q` prints nothing but warnings.
+`--remote NAME` gcs that remote instead (docs/remotes.md): small packs repacked into one,
+packs nothing names deleted once past the grace period and only if the remote's refs did
+not move meanwhile; it refuses (`gc_refused`) a remote whose refs document names a missing
+pack.
 """,
     ("fsck",): """Re-hashes every loose and packed object, checks its canonical encoding and that every parent,
 blob and turn reference resolves to an object of the right type, that refs and `HEAD` are
@@ -426,6 +430,8 @@ with its object id; unreachable objects and leftover temp files are information,
 Exits 35 (`fsck_failed`) when anything is corrupt. `--repair` removes unreadable ref files
 (each one's reflog archived, as `threads delete` does, and its last recorded tip reported),
 rebuilds the index and removes temp files older than an hour; it never deletes an object.
+`--remote NAME` checks that remote instead (its refs document, every pack it names, every
+tip): docs/remotes.md.
 """,
     ("merge",): """Takes another store's (a directory) or a bundle's threads and objects. Refs are read first,
 then every object they reach that is new here is re-hashed and decoded: one bad object and

@@ -15,8 +15,9 @@ import pytest
 import convgit
 from convgit.errors import NonFastForward
 from convgit.objects import Message
+from convgit.remotes import open_remote
 from convgit.remotes.refsdoc import parse
-from cli_helpers import assert_error, cli, cli_env, env, ok, run, run_process  # noqa: F401 (fixtures)
+from cli_helpers import assert_error, cli, env, ok, run  # noqa: F401 (fixtures)
 
 H = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
 
@@ -161,8 +162,6 @@ def test_four_concurrent_pushers_lose_no_acknowledged_push(tmp_path, remote_url)
             errors.append(repr(e))
 
     def reader() -> None:
-        from convgit.remotes import open_remote
-
         store = open_remote(remote_url)
         while not stop.is_set():
             got = store.get("refs.json")
@@ -219,6 +218,8 @@ def test_a_corrupted_pack_on_the_remote_is_rejected_and_nothing_is_stored(tmp_pa
     assert list(b.objects.iter_oids()) == [] and convgit.tracking_refs(b) == []
     assert_error(cli("pull", "--json", cwd=tmp_path / "b"), "remote_corrupt")
     assert convgit.show_refs(b) == {}
+    assert_error(cli("clone", str(url), str(tmp_path / "c"), "--json", cwd=tmp_path), "remote_corrupt")
+    assert not (tmp_path / "c").exists()  # a failed clone leaves nothing behind
 
 
 def test_a_refs_document_naming_a_missing_pack(tmp_path, cli):
@@ -352,3 +353,33 @@ def test_gc_remote_refuses_a_remote_in_doubt(tmp_path, cli):
     ok(cli("remote", "add", "origin", str(url), cwd=tmp_path / "c"))
     assert_error(cli("gc", "--remote", "origin", "--prune=now", "--json", cwd=tmp_path / "c"), "gc_refused")
     assert list((url / "packs").glob("*.pack"))  # nothing deleted
+
+
+def test_a_push_that_loses_the_race_rereads_and_retries_never_overwriting(tmp_path, monkeypatch, remote_url):
+    a = _pushed(tmp_path, remote_url)
+    b = convgit.clone(remote_url, tmp_path / "b")[0]
+    convgit.commit(a, {"messages": [{"role": "user", "content": "from a"}]}, thread="x")
+    convgit.commit(b, {"messages": [{"role": "user", "content": "from b"}]}, thread="y")
+    convgit.commit(b, {"messages": H + [{"role": "user", "content": "b moves main"}]}, thread="main")
+    backend = type(open_remote(remote_url))
+    real = backend.put_if_match
+    calls = []
+
+    def b_gets_there_first(self, key, data, tag):
+        if not calls:
+            calls.append(key)
+            convgit.push(b)  # another machine's push lands between a's read and a's write
+        return real(self, key, data, tag)
+
+    monkeypatch.setattr(backend, "put_if_match", b_gets_there_first)
+    rep = convgit.push(a, None, ["x"])
+    assert rep.retries == 1 and rep.threads[0]["action"] == "new"
+    monkeypatch.setattr(backend, "put_if_match", real)
+    final = convgit.clone(remote_url, tmp_path / "c")[0]
+    assert sorted(convgit.show_refs(final)) == ["main", "x", "y"]
+    assert _text(final, "main")[-1] == "b moves main" and _text(final, "x") == ["from a"]
+    # a's main is now behind the remote: pushing everything refuses nothing known and moves nothing back
+    with pytest.raises(NonFastForward):
+        convgit.push(a)  # main: the remote moved it and a has not fetched: told to pull
+    convgit.fetch(a)
+    assert {t["thread"]: t["action"] for t in convgit.push(a).threads}["main"] == "behind"
