@@ -52,11 +52,16 @@ class Weed:
         self.dir.mkdir(parents=True)
         ports = dict(zip(PORT_FLAGS, _free_ports(len(PORT_FLAGS))))
         self.endpoint = f"http://127.0.0.1:{ports['s3.port']}"
-        args = [binary, "mini", f"-dir={self.dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                "-admin.ui=false", "-webdav=false", "-s3.autoCreateBucket=true"] + [f"-{k}={v}" for k, v in ports.items()]
+        self.args = [binary, "mini", f"-dir={self.dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                     "-admin.ui=false", "-webdav=false", "-s3.autoCreateBucket=true"] + [f"-{k}={v}" for k, v in ports.items()]
+        self.workdir = workdir
+        self.log = open(workdir / "weed.log", "ab")
+        self._start()
+
+    def _start(self) -> None:
+        workdir = self.workdir
         env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
-        self.log = open(workdir / "weed.log", "wb")
-        self.proc = subprocess.Popen(args, cwd=workdir, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.args, cwd=workdir, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while True:
             if self.proc.poll() is not None:
@@ -76,6 +81,16 @@ class Weed:
         """The AWS variables a client needs for this server."""
         return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": "us-east-1",
                 "AWS_ENDPOINT_URL": self.endpoint, "AWS_ALLOW_HTTP": "true"}
+
+    def kill(self) -> None:
+        """Kill the server outright (SIGKILL), as a crash would; ``restart`` brings it back on
+        the same ports and data."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def restart(self) -> None:
+        """Start the server again after ``kill`` (same flags, ports and data directory)."""
+        self._start()
 
     def stop(self) -> None:
         """Stop the server (and wait for it)."""

