@@ -24,14 +24,12 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from blake3 import blake3
-
 from . import codec, fsio
 from .errors import GcRefused, RemoteCorrupt
 from .pack import Pack, PackWriter
 from .remotes import CasLost
 from .remotes.refsdoc import DOC_KEY, PACKS, pack_key
-from .sync import CACHE, _open
+from .sync import CACHE, SyncReport, _open, _RemoteSource
 
 SMALL_PACK = 4 << 20
 MIN_PACKS = 8
@@ -133,13 +131,12 @@ def _repack(r, doc, smalls: list[str], rep: RemoteGcReport, now: float | None):
     w = PackWriter(out, fsync=False)
     turns: list = []
     try:
+        source = _RemoteSource(r, SyncReport("gc", r.name, r.url))
         for name in smalls:
-            got = r.store.get(pack_key(name, "pack"))
-            if got is None or blake3(got[0][:-32]).digest() != got[0][-32:] or got[0][-32:].hex() != name[5:]:
-                raise GcRefused(f"gc --remote refused: pack {name} is missing or corrupt (convgit fsck --remote {r.name})")
-            dst = r.cache / f"{name}.pack"
-            fsio.replace_file(dst, got[0], fsync=False, tmp=dst.with_name(f"{fsio.TMP_PREFIX}{name}.gc"))
-            r.downloaded.add(name)
+            try:
+                source._download(r.packs[name])  # into the operation's quarantine, checked against its name
+            except RemoteCorrupt as e:
+                raise GcRefused(f"gc --remote refused: {e.message} (convgit fsck --remote {r.name})") from e
             p: Pack = r.packs[name]
             for oid in p.ids_in_pack_order():
                 data = p.read(oid)  # re-hashed against its id

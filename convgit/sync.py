@@ -34,8 +34,8 @@ from blake3 import blake3
 
 from . import fsio
 from .config import crash_point, load_remotes, push_pack_bytes
-from .errors import (ConvgitError, InvalidInput, NonFastForward, NotFound, ObjectCorrupt, RefExists, RemoteCorrupt,
-                     SourceCorrupt)
+from .errors import (ConvgitError, InvalidInput, NonFastForward, NotFound, ObjectCorrupt, RefExists, RefStale,
+                     RemoteCorrupt, SourceCorrupt)
 from .graph import typed_references
 from .ids import check_thread_name, is_oid
 from .merge import MergeReport, apply_refs, take_objects
@@ -197,6 +197,7 @@ class _Remote:
         self.cache = repo.path / CACHE / name / "packs"
         self.packs: dict[str, Pack] = {}
         self.downloaded: set[str] = set()
+        self.quarantine: Path | None = None  # this operation's downloads (fetch), removed at close
         self.manifests: dict[str, list] = {}
 
     def read_doc(self) -> RefsDoc:
@@ -257,13 +258,15 @@ class _Remote:
     def close(self) -> None:
         for p in self.packs.values():
             p.close()
-        for name in self.downloaded:  # the packs fetched (their objects are in a local pack now)
-            fsio.unlink_quiet(self.cache / f"{name}.pack")
+        if self.quarantine is not None:  # the packs fetched (their objects are in a local pack now)
+            fsio.rmtree(self.quarantine)
 
 
 class _RemoteSource:
     """A remote read as merge reads a source: objects come from its packs, each downloaded
-    whole into the cache (the quarantine) when first needed and checked against its name."""
+    whole, when first needed, into this operation's quarantine directory (beside a link to
+    its cached index) and checked against its name. (Per operation: two fetches into one
+    store never share a file.)"""
 
     def __init__(self, remote: _Remote, report: SyncReport, progress=None) -> None:
         self.r, self.report, self.progress = remote, report, progress
@@ -284,6 +287,7 @@ class _RemoteSource:
             return None
         if p.name not in self.r.downloaded:
             self._download(p)
+            p = self.r.packs[p.name]
         try:
             return p.read(oid)
         except ObjectCorrupt as e:
@@ -297,9 +301,16 @@ class _RemoteSource:
         if len(data) < 44 or blake3(data[:-32]).digest() != data[-32:] or data[-32:].hex() != p.name[5:]:
             raise RemoteCorrupt(f"remote {self.r.name}: pack {p.name} is corrupt (its bytes do not hash to its name); "
                                 "nothing was taken", pack=p.name)
-        dst = p.pack_path
-        fsio.replace_file(dst, data, fsync=False, tmp=dst.with_name(f"{fsio.TMP_PREFIX}{p.name}.{os.getpid()}"))
-        self.r.downloaded.add(p.name)
+        r = self.r
+        if r.quarantine is None:
+            r.quarantine = r.repo.path / CACHE / r.name / f"incoming-{os.getpid()}-{time.monotonic_ns()}"
+            fsio.makedirs(r.quarantine)
+        idx = r.quarantine / p.idx_path.name
+        os.link(p.idx_path, idx)
+        fsio.write_new_file(idx.with_suffix(".pack"), data)
+        r.packs[p.name] = Pack(idx)  # the same index (checked when it was cached), beside its pack
+        p.close()
+        r.downloaded.add(p.name)
         self.report.bytes += len(data)
         self.report.packs += 1
         if self.progress:
@@ -517,8 +528,7 @@ def _outgoing(repo, remote: _Remote, tips: dict[str, str], local_of: dict[str, s
 def _build_packs(repo, remote: _Remote, order: list[str], turn_of: dict[str, str]):
     """The outgoing objects as packs of up to PUSH_PACK_BYTES, written under the cache's
     ``outgoing/`` (name → (idx path, manifest bytes))."""
-    out_dir = repo.path / CACHE / remote.name / "outgoing"
-    fsio.rmtree(out_dir)
+    out_dir = repo.path / CACHE / remote.name / f"outgoing-{os.getpid()}-{time.monotonic_ns()}"
     fsio.makedirs(out_dir)
     packs = []
     w, fill, turns = None, 0, []
@@ -551,9 +561,14 @@ def _upload(remote: _Remote, packs, report: SyncReport, progress=None) -> list[s
     names = []
     total = sum(idx.with_suffix(".pack").stat().st_size for idx, _ in packs)
     done = 0
+    fsio.makedirs(remote.cache)
     for idx, manifest in packs:
         name = idx.stem
         names.append(name)
+        for ext, data in (("idx", idx.read_bytes()), ("turns", manifest)):  # cached: the next push need not fetch them
+            f = remote.cache / f"{name}.{ext}"
+            if not f.exists():
+                fsio.replace_file(f, data, fsync=False, tmp=f.with_name(f"{fsio.TMP_PREFIX}{name}.{ext}.{os.getpid()}"))
         if remote.store.size(pack_key(name, "idx")) is not None:
             report.packs_skipped += 1  # whole already (an interrupted push, or another pusher)
             continue
@@ -604,7 +619,12 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
             order, turn_of = _outgoing(repo, r, {n: tips[n] for n in moving}, local_of)
             report.objects = len(order)
             if order:
-                uploaded = _upload(r, _build_packs(repo, r, order, turn_of), report, progress)
+                built = _build_packs(repo, r, order, turn_of)
+                try:
+                    uploaded = _upload(r, built, report, progress)
+                finally:
+                    if built:
+                        fsio.rmtree(built[0][0].parent)
         for attempt in range(MAX_CAS_RETRIES):
             moving = _plan_push(repo, r, doc, tips, force)
             report.threads = [{"thread": n, "action": moving.get(n, "up-to-date" if doc.threads.get(n) == tips[n] else "behind"),
@@ -630,9 +650,8 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
                 doc = r.read_doc()  # another writer moved the refs: check again, never overwrite
                 r.load_indexes(doc)
         else:
-            raise ConvgitError(f"push to {r.name}: the refs document kept changing ({MAX_CAS_RETRIES} tries); try again")
+            raise RefStale(f"push to {r.name}: the refs document kept changing ({MAX_CAS_RETRIES} tries); try again")
         report.generation = doc.generation
-        fsio.rmtree(repo.path / CACHE / r.name / "outgoing")
         with repo.transaction(index="none") as tx:
             forced = {t["thread"] for t in report.threads if t["action"] == "forced"}
             known = tx.tracking(r.name).read_all(broken={})
@@ -705,6 +724,10 @@ def fsck_remote(repo, remote: str | None = None) -> dict:
         except RemoteCorrupt as e:
             problems.append(e.message)
         for name in doc.packs:
+            missing = [ext for ext in ("pack", "idx") if r.store.size(pack_key(name, ext)) is None]
+            if missing:  # asked of the remote itself, whatever this store has cached
+                problems.append(f"the refs document names pack {name}, whose {' and '.join(missing)} the remote lacks")
+                continue
             try:
                 r.load_indexes(RefsDoc(packs=[name]))
             except RemoteCorrupt as e:
