@@ -38,6 +38,9 @@ _API = (
     "bundle_create", "bundle_verify", "fsck", "gc", "merge", "reindex",
     # the everyday CLI (issue 11): reflog, restoring deleted threads, merging llm logs.db, the tree as JSON
     "deleted_threads", "find_conversation", "is_llm_db", "nest_tree", "reflog", "restore_thread", "store_path", "turns",
+    # remotes (issue 15): docs/remotes.md
+    "SyncReport", "add_remote", "clone", "fetch", "fsck_remote", "list_remotes", "pull", "push", "remove_remote",
+    "rename_remote", "tracking_refs", "gc_remote",
 )
 # name -> the module that defines it (each imported when the name is first used)
 _LAZY = {name: "api" for name in _API if name != "ConvgitError"}

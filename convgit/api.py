@@ -42,6 +42,10 @@ SEARCH_DEFAULT_IN = ("user", "assistant")
 # Names re-exported from modules that reading commands never need (commit, the input parsers):
 # imported on first use (PEP 562), so `convgit log` does not load them.
 _REEXPORTS = {"CommitResult": "commit", "check_on_conflict": "commit", "Payload": "ingest", "TurnInfo": "ingest"}
+# Remotes (push, fetch, pull, clone; docs/remotes.md): convgit.sync, loaded by the commands that sync.
+_REEXPORTS.update({n: "sync" for n in ("SyncReport", "add_remote", "clone", "fetch", "fsck_remote", "list_remotes",
+                                      "pull", "push", "remove_remote", "rename_remote", "tracking_refs")})
+_REEXPORTS["gc_remote"] = "remote_gc"
 
 
 def __getattr__(name: str):
@@ -742,4 +746,7 @@ __all__ = [
     "embed", "embed_status",
     # maintenance
     "bundle_create", "bundle_verify", "fsck", "gc", "is_llm_db", "merge", "reindex",
+    # remotes
+    "SyncReport", "add_remote", "clone", "fetch", "fsck_remote", "list_remotes", "pull", "push", "remove_remote",
+    "rename_remote", "tracking_refs", "gc_remote",
 ]

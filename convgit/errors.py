@@ -127,6 +127,14 @@ class UnauthorizedUpdate(ConvgitError):
     exit_code = 25
 
 
+class NonFastForward(ConvgitError):
+    """``push``: the remote's thread holds messages this store lacks or has diverged from it
+    (``convgit pull`` first, or ``push --force``): that thread was not moved."""
+
+    code = "non_fast_forward"
+    exit_code = 26
+
+
 # -- integrity: 30-39 -----------------------------------------------------------------------
 
 
@@ -172,7 +180,15 @@ class FsckFailed(ConvgitError):
     exit_code = 35
 
 
-# -- I/O: 40-41 -----------------------------------------------------------------------------
+class RemoteCorrupt(SourceCorrupt):
+    """A remote's refs document or packs are damaged or hostile (a bad name, a pack it names
+    is missing or does not verify): nothing was taken from it or built on it."""
+
+    code = "remote_corrupt"
+    exit_code = 36
+
+
+# -- I/O: 40-42 -----------------------------------------------------------------------------
 
 
 class StorageFailed(ConvgitError):
@@ -188,6 +204,14 @@ class UnsafeSymlink(StorageFailed):
 
     code = "unsafe_symlink"
     exit_code = 41
+
+
+class RemoteFailed(StorageFailed):
+    """A remote could not be reached or refused a request (network, credentials, a missing
+    bucket): the operation did not complete; what it uploaded is never referenced."""
+
+    code = "remote_failed"
+    exit_code = 42
 
 
 # -- embeddings: 50-51 ----------------------------------------------------------------------
@@ -264,14 +288,17 @@ ALL_ERRORS: tuple[type[ConvgitError], ...] = (
     RefExists,
     Locked,
     UnauthorizedUpdate,
+    NonFastForward,
     ObjectCorrupt,
     ObjectMissing,
     NotAStore,
     GcRefused,
     SourceCorrupt,
     FsckFailed,
+    RemoteCorrupt,
     StorageFailed,
     UnsafeSymlink,
+    RemoteFailed,
     EmbeddingFailed,
     EmbeddingUnavailable,
     MissingDependency,

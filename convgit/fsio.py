@@ -514,3 +514,19 @@ def _acquire(fd: int, kind: int, timeout: float, path: Path) -> None:
             # Short, jittered polls: a waiter must notice a brief gap between other holders.
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.01)
+
+
+def link_new(tmp: os.PathLike | str, final: os.PathLike | str) -> bool:
+    """Give the complete file ``tmp`` the name ``final`` only if no file has that name yet
+    (a hard link: atomic create-only, the directory remote's ``If-None-Match: *``), then
+    drop the temp name. True if ``final`` was created, False if it existed already."""
+    try:
+        os.link(tmp, final)
+        created = True
+    except FileExistsError:
+        created = False
+    except OSError as e:
+        _unlink_quiet(tmp)
+        raise _storage_error("link", final, e) from e
+    _unlink_quiet(tmp)
+    return created

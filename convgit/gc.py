@@ -35,6 +35,7 @@ from .ids import check_thread_name, is_oid
 from .objects import Message, Turn
 from .pack import PackWriter
 from .refs import broken_ref_fix, format_reflog_line, parse_log, parse_rename
+from .remotes.tracking import TrackingRefs, remote_names
 
 AUTO_LOOSE_THRESHOLD = 2000  # gc --auto does nothing below this many loose objects
 AUTO_PACK_LIMIT = 16  # ... and while there are no more packs than this
@@ -182,6 +183,17 @@ def _roots(repo, now: float, expire_s: float):
         if not repo.objects.contains(tip):
             raise GcRefused(f"gc refused: thread {name!r} points at missing object {tip}", thread=name)
         roots.append(tip)
+    # Remote-tracking refs (refs/remotes/NAME/THREAD) root what a fetch brought and no
+    # thread names yet (pulled later): the same fail-closed rules as threads.
+    for remote in remote_names(repo.path):
+        try:
+            tracked = TrackingRefs(repo.path, remote).read_all()
+        except ObjectCorrupt as e:
+            raise GcRefused(f"gc refused: remote-tracking ref of {remote}: {e.message}") from e
+        for name, tip in tracked.items():
+            if not repo.objects.contains(tip):
+                raise GcRefused(f"gc refused: remote-tracking ref {remote}/{name} points at missing object {tip}")
+            roots.append(tip)
     rewrites = {}
     # A deleted thread's archived reflog roots nothing: deleting a thread and pruning frees
     # what no other thread reaches. Its turns that still record a reachable message are kept

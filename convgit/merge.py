@@ -246,6 +246,18 @@ def _merge(tx, source, report: MergeReport, dry_run: bool) -> None:
     # names it any more (a deleted thread's turns that a fork's messages still need): the
     # same rule as gc's (format.md §10), applied to what this merge makes reachable.
     carried = _provenance_to_carry(repo, source, incoming)
+    seen = take_objects(tx, source, incoming, turns, report, dry_run, carried=carried)
+    apply_refs(tx, source, incoming, turns, seen, report, dry_run, carried=carried)
+
+
+def take_objects(tx, source, incoming: dict[str, str], turns: dict[str, list[str]], report, dry_run: bool, *,
+                 carried: list = (), limit: int | None = None) -> set[str]:
+    """Every object the ``incoming`` tips and ``turns`` reach that is new here, read from
+    ``source`` (``size``/``read_raw``), verified (re-hashed, decoded, canonical, of the type it
+    is named as, within the size limit) and staged in a quarantine pack that is moved in only
+    once the whole walk has passed; one bad object and nothing is taken (SourceCorrupt).
+    Returns the ids taken. (merge, and fetch from a remote: docs/remotes.md.)"""
+    repo = tx.repo
     # 2. Every object new here, re-hashed and decoded; one bad object and nothing is taken.
     # Each is read once: the bytes just verified go straight into a pack staged in a
     # quarantine directory (streamed, so memory stays bounded at any size), which is moved in
@@ -263,7 +275,7 @@ def _merge(tx, source, report: MergeReport, dry_run: bool) -> None:
         # turn a turn; each object's references are typed by graph.typed_references.
         todo = [(t, "thread", "message") for t in incoming.values()] + [(t, "turn", "turn") for ts in turns.values() for t in ts]
         todo += [(e.turn, "a deleted thread's reflog", "turn") for _, es in carried for e in es]
-        limit = _limit(repo)
+        limit = limit if limit is not None else _limit(repo)
         while todo:
             oid, by, want = todo.pop()
             if not is_oid(oid):
@@ -320,6 +332,17 @@ def _merge(tx, source, report: MergeReport, dry_run: bool) -> None:
         if writer is not None:
             writer.abort()
         fsio.rmtree(quarantine)
+    return seen
+
+
+def apply_refs(tx, source, incoming: dict[str, str], turns: dict[str, list[str]], seen: set[str], report,
+               dry_run: bool, *, carried: list = ()) -> None:
+    """The ref rules of merge for ``incoming`` (thread → tip, every tip stored here by now):
+    new → created, same → nothing, behind → fast-forward, ahead → kept, diverged → kept as
+    ``NAME-merged-<tip>``; each entry reported in ``report.refs``; all or nothing (a journal,
+    rolled forward after a crash). ``seen``: the objects just taken, whose ``turns`` are
+    recorded in the reflogs."""
+    repo = tx.repo
     crash_point("merge_before_refs")
 
     # 4. The ref plan.
@@ -519,4 +542,4 @@ def _move_for(repo, e) -> RefMove | None:
     return RefMove(name, new, expected=old, message=f"merge: {e['action']}", turn=first, extra=extra)
 
 
-__all__ = ["JOURNAL", "MergeReport", "merge", "open_source", "recover", "ANY"]
+__all__ = ["JOURNAL", "MergeReport", "apply_refs", "merge", "open_source", "recover", "take_objects", "ANY"]

@@ -1,4 +1,5 @@
-"""Revisions → ids: full ids, unique prefixes (4+ hex), thread names, HEAD, NAME~N, NAME^."""
+"""Revisions → ids: full ids, unique prefixes (4+ hex), thread names, remote-tracking refs
+(``origin/main``), HEAD, NAME~N, NAME^."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 from .errors import InvalidRefName, NotFound
 from .graph import read_message
 from .ids import check_thread_name, is_oid, is_oid_prefix
+from .remotes.tracking import read_tracking
 
 _SUFFIX = re.compile(r"(~\d*|\^+)+\Z")
 
@@ -36,6 +38,10 @@ def resolve_base(repo, base: str) -> tuple[str, str | None]:
         tip = repo.refs.read(base)
         if tip is not None:
             return tip, base
+        if "/" in base:  # a remote-tracking ref (NAME/THREAD, remotes/NAME/THREAD): after the threads, as in git
+            found = read_tracking(repo.path, base)
+            if found is not None:
+                return found[0], None
     except InvalidRefName:
         pass
     if ":" in base:

@@ -219,6 +219,43 @@ class Transaction:
             self._head_after_delete = True
         return tip
 
+    # -- remote-tracking refs -----------------------------------------------------------------
+
+    def tracking(self, remote: str):
+        """The remote-tracking refs of ``remote`` (refs/remotes/REMOTE/, remotes/tracking.py)."""
+        from .remotes.tracking import TrackingRefs
+
+        cfg = self.repo.config
+        return TrackingRefs(self.repo.path, remote, fsync=cfg.fsync, lock_timeout=cfg.lock_timeout)
+
+    def move_tracking(self, remote: str, moves: list[RefMove], deletes: Iterable[str] = ()) -> list:
+        """Move remote-tracking refs (fetch, push): ``moves`` as RefStore.update_many (each
+        durable, reflogged, its tip a stored object), then ``deletes`` (threads the remote no
+        longer has). They are not threads: the index does not follow them."""
+        refs = self.tracking(remote)
+        out = refs.update_many(moves, exists=self.repo.objects.contains) if moves else []
+        for name in deletes:
+            refs.update(name, None, message="fetch: gone from the remote")
+        return out
+
+    def drop_tracking(self, remote: str, rename_to: str | None = None) -> None:
+        """Remove every tracking ref (and reflog) of ``remote``, or move them to ``rename_to``
+        (``remote remove`` / ``remote rename``)."""
+        from . import fsio
+        from .remotes.tracking import REMOTES
+
+        root = self.repo.path
+        pairs = [(root / REMOTES / remote, root / REMOTES / (rename_to or "")),
+                 (root / "logs" / REMOTES / remote, root / "logs" / REMOTES / (rename_to or ""))]
+        for src, dst in pairs:
+            if not src.exists():
+                continue
+            if rename_to is None:
+                fsio.rmtree(src)
+            else:
+                fsio.makedirs(dst.parent)
+                fsio.rename(src, dst)
+
     # -- HEAD -------------------------------------------------------------------------------
 
     def read_head(self) -> str:

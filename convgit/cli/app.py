@@ -38,8 +38,10 @@ COMMANDS = {
     "serve": "cmd_serve",
     "status": "cmd_status",
     "switch": "cmd_threads", "fork": "cmd_threads", "reflog": "cmd_threads",
+    "push": "cmd_remote", "fetch": "cmd_remote", "pull": "cmd_remote", "clone": "cmd_remote",
     "bundle": "cmd_maintenance",
     "threads": "cmd_threads",
+    "remote": "cmd_remote",
     "mcp": "cmd_mcp",
 }
 

@@ -34,6 +34,8 @@ def gc_cmd(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Report what would be done; change nothing."),
     auto: bool = typer.Option(False, "--auto", help="Do nothing (fast, silent) unless enough loose objects piled up: for cron."),
+    remote: Optional[str] = typer.Option(None, "--remote", metavar="NAME", help="gc remote NAME instead: repack its small "
+                                         "packs, delete packs nothing names once past the grace period (fails closed)."),
     quiet: bool = QUIET_OPT,
     json_: bool = JSON_OPT,
 ) -> None:
@@ -41,6 +43,25 @@ def gc_cmd(
     entries, remove stale temp files, rebuild the index. Safe while others commit."""
     output.set_json(json_)
     repo = get_repo()
+    if remote is not None:
+        from ..config import parse_age
+
+        grace = None
+        if prune is not None:
+            grace = parse_age(prune, "--prune")
+            grace = float("inf") if grace is None else grace  # --prune=never
+        with progress.Spinner(f"gc {remote}", on=progress.enabled(json_=json_, quiet=quiet)):
+            rep = api.gc_remote(repo, remote, grace_seconds=grace, dry_run=dry_run)
+        if json_:
+            output.emit_json(rep.to_json())
+        elif not quiet:
+            if rep.skipped:
+                output.info(f"convgit: gc --remote deleted nothing: {rep.skipped}")
+            verb = "would delete" if dry_run else "deleted"
+            output.line(f"gc {remote}: repacked {rep.repacked} pack(s), {verb} {len(rep.deleted)} unreferenced pack(s) "
+                        f"({_size(rep.bytes_deleted)}), kept {rep.kept_young} young; packs {rep.packs_before} -> "
+                        f"{rep.packs_after}, generation {rep.generation}")
+        return
     with progress.Spinner("gc", on=progress.enabled(json_=json_, quiet=quiet or auto)):
         s = api.gc(repo, prune=prune, dry_run=dry_run, auto=auto)
     for w in s.warnings:
@@ -70,12 +91,29 @@ def gc_cmd(
 @app.command("fsck")
 def fsck_cmd(
     repair: bool = typer.Option(False, "--repair", help="Remove unreadable ref files (reflogs kept), rebuild the index, remove stale temp files (never deletes an object)."),
+    remote: Optional[str] = typer.Option(None, "--remote", metavar="NAME", help="Check remote NAME instead: its refs "
+                                         "document, that every pack it names is there and sound, every tip in a pack."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Verify every object (hash, encoding, references), every ref and reflog, every pack and the
     index. Exits 35 (fsck_failed) when anything is corrupt."""
     output.set_json(json_)
     repo = get_repo()
+    if remote is not None:
+        doc = api.fsck_remote(repo, remote)
+        err = None if doc["ok"] else FsckFailed(f"remote {remote}: {len(doc['problems'])} problem(s) found")
+        if json_:
+            output.emit_json({**doc, **(err.to_json() if err else {})})
+        else:
+            for p in doc["problems"]:
+                output.line(f"error: {p}", "red")
+            output.line(f"remote {doc['remote']} ({doc['url']}): generation {doc['generation']}, {doc['packs']} pack(s), "
+                        f"{doc['threads']} thread(s): {'ok' if doc['ok'] else 'corrupt'}")
+        if err:
+            if json_:
+                raise typer.Exit(err.exit_code)
+            raise err
+        return
     with progress.Counter("checking objects", on=progress.enabled(json_=json_)) as tick:
         rep = api.fsck(repo, repair=repair, progress=tick)
     err = None if rep.ok else FsckFailed(f"{len(rep.errors)} problem(s) found")

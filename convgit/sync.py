@@ -1,0 +1,756 @@
+"""Remotes: ``remote add|list|remove|rename``, ``push``, ``fetch``, ``pull``, ``clone`` and
+``fsck --remote`` over remote format 1 (docs/format.md §13, docs/remotes.md).
+
+push: read the refs document; check every thread to push is new or a fast-forward of the
+remote's tip (else non_fast_forward, unless ``force``); walk what the pushed tips and their
+turns reach, stopping at what the remote's packs hold (their indexes, cached here: a pack is
+immutable); write that as packs of bounded size, each named by its hash, and upload each
+once (pack, then its turns manifest, then its index: an index on the remote means its pack
+is whole); then move the remote's refs by one compare-and-swap of the refs document that
+also names the new packs. A pack is referenced only after it is whole; a lost race re-reads
+the document, checks the fast-forwards again and retries with the same packs (never an
+overwrite); an interrupted push re-run builds the same packs (same objects, same order,
+same bytes) and skips the ones already there.
+
+fetch: read the refs document; download only the packs that hold an object missing here,
+next to their cached indexes (the quarantine); verify every object exactly as merge does
+(merge.take_objects: re-hash, decode, canonical form, type rules, size limit) and move them
+in as one local pack; then record the remote's tips as remote-tracking refs
+(refs/remotes/NAME/THREAD). pull: fetch, then merge's ref rules (merge.apply_refs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from blake3 import blake3
+
+from . import fsio
+from .config import crash_point, load_remotes, push_pack_bytes
+from .errors import (ConvgitError, InvalidInput, NonFastForward, NotFound, ObjectCorrupt, RefExists, RefStale,
+                     RemoteCorrupt, SourceCorrupt)
+from .graph import typed_references
+from .ids import check_thread_name, is_oid
+from .merge import MergeReport, apply_refs, take_objects
+from .objects import Message
+from .pack import Pack, PackWriter
+from .refs import RefMove
+from .remotes import CasLost, check_remote_name, open_remote, parse_url
+from .remotes.refsdoc import DOC_KEY, RefsDoc, pack_key, parse
+from .remotes.tracking import REMOTES, TrackingRefs
+
+PUSH_PACK_BYTES = 32 << 20  # objects (uncompressed) per uploaded pack: a resumed push re-sends at most one
+MAX_CAS_RETRIES = 50
+CACHE = "remotes"  # .convgit/remotes/NAME/: the remote's pack indexes, and packs in flight
+
+
+@dataclass
+class SyncReport:
+    """What a push, fetch, pull or clone moved: bytes and packs each way, the threads."""
+
+    operation: str
+    remote: str
+    url: str
+    bytes: int = 0  # payload bytes moved (uploaded by push, downloaded by fetch), the refs document excluded
+    packs: int = 0  # packs uploaded or downloaded
+    packs_skipped: int = 0  # push: packs already on the remote (a resumed push)
+    objects: int = 0  # objects sent (push) or taken (fetch)
+    threads: list[dict] = field(default_factory=list)
+    generation: int = 0  # the remote's refs generation after the operation
+    retries: int = 0  # push: lost compare-and-swaps retried
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    path: str | None = None  # clone: the new store
+
+    @property
+    def moved(self) -> int:
+        """Threads that moved (created, fast-forwarded, forced, diverged copies)."""
+        return sum(1 for t in self.threads if t["action"] not in ("same", "kept", "up-to-date", "behind"))
+
+    def to_json(self) -> dict:
+        """The ``--json`` document of push, fetch, pull and clone (docs/json.md)."""
+        out = {"status": "ok", "operation": self.operation, "remote": self.remote, "url": self.url, "bytes": self.bytes,
+               "packs": self.packs, "packs_skipped": self.packs_skipped, "objects": self.objects, "moved": self.moved,
+               "threads": self.threads, "generation": self.generation, "retries": self.retries, "seconds": self.seconds}
+        if self.path is not None:
+            out["path"] = self.path
+        if self.warnings:
+            out["warnings"] = self.warnings
+        return out
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+def _config(repo) -> Path:
+    return repo.path / "config.toml"
+
+
+def list_remotes(repo) -> list[dict]:
+    """Every configured remote: name, url, endpoint and region when set."""
+    return [{"name": n, **v} for n, v in sorted(load_remotes(_config(repo)).items())]
+
+
+def get_remote(repo, name: str | None) -> tuple[str, dict]:
+    """``(name, settings)`` of remote ``name``; None: ``origin``, or the only remote."""
+    remotes = load_remotes(_config(repo))
+    if name is None:
+        if "origin" in remotes:
+            name = "origin"
+        elif len(remotes) == 1:
+            name = next(iter(remotes))
+        else:
+            raise NotFound("no remote given and no remote named origin (convgit remote add NAME URL)"
+                           if not remotes else f"which remote? {', '.join(sorted(remotes))}")
+    if name not in remotes:
+        raise NotFound(f"no remote named {name!r} (convgit remote list)", remote=name)
+    return name, remotes[name]
+
+
+def add_remote(repo, name: str, url: str, *, endpoint: str | None = None, region: str | None = None) -> dict:
+    """Add remote ``name`` at ``url`` (a directory, ``file://`` or ``s3://bucket/prefix``)."""
+    check_remote_name(name)
+    parse_url(url)
+    if name in load_remotes(_config(repo)):
+        raise RefExists(f"remote {name!r} exists already", remote=name)
+    values = {"url": url, "endpoint": endpoint, "region": region}
+    write_remote(_config(repo), name, values, fsync=repo.config.fsync)
+    return {"name": name, **{k: v for k, v in values.items() if v}}
+
+
+def remove_remote(repo, name: str) -> dict:
+    """Remove remote ``name``: its config table, tracking refs and cache."""
+    name, settings = get_remote(repo, name)
+    with repo.transaction(index="none") as tx:
+        write_remote(_config(repo), name, None, fsync=repo.config.fsync)
+        tx.drop_tracking(name)
+    fsio.rmtree(repo.path / CACHE / name)
+    return {"name": name, "url": settings["url"], "removed": True}
+
+
+def rename_remote(repo, old: str, new: str) -> dict:
+    """Rename remote ``old`` to ``new`` (its tracking refs and cache follow)."""
+    old, settings = get_remote(repo, old)
+    check_remote_name(new)
+    if new in load_remotes(_config(repo)):
+        raise RefExists(f"remote {new!r} exists already", remote=new)
+    with repo.transaction(index="none") as tx:
+        write_remote(_config(repo), new, settings, fsync=repo.config.fsync)
+        write_remote(_config(repo), old, None, fsync=repo.config.fsync)
+        tx.drop_tracking(old, rename_to=new)
+    cache = repo.path / CACHE / old
+    if cache.exists():
+        fsio.rename(cache, repo.path / CACHE / new)
+    return {"name": new, "old": old, "url": settings["url"]}
+
+
+def _remote_header(line: str) -> str | None:
+    import re
+
+    m = re.match(r'\[\s*remote\s*\.\s*("?)([A-Za-z0-9_-]+)\1\s*\]\s*(#.*)?\Z', line.strip())
+    return m.group(2) if m else None
+
+
+def write_remote(path: Path, name: str, values: dict | None, *, fsync: bool = True) -> None:
+    """Set (``values``) or remove (None) the ``[remote.NAME]`` table of config.toml, leaving
+    every other line as it is; checked to be TOML before it replaces the file (atomically)."""
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        text = ""
+    out, skipping = [], False
+    for line in text.splitlines(keepends=True):
+        if line.lstrip().startswith("["):
+            skipping = _remote_header(line) == name
+        if not skipping:
+            out.append(line)
+    new = "".join(out)
+    if values:
+        if new and not new.endswith("\n"):
+            new += "\n"
+        block = f"[remote.{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items() if v)
+        new += ("\n" if new.strip() else "") + block
+    try:
+        tomllib.loads(new)
+    except tomllib.TOMLDecodeError as e:
+        raise InvalidInput(f"{path}: cannot be updated as TOML ({e}); edit [remote.{name}] by hand") from e
+    fsio.replace_file(path, new.encode("utf-8"), fsync=fsync)
+
+
+# -- the remote, as this store sees it ------------------------------------------------------
+
+
+class _Remote:
+    """A remote opened for one operation: its backend, the refs document, the pack indexes
+    (cached under .convgit/remotes/NAME/packs/: immutable, downloaded once)."""
+
+    def __init__(self, repo, name: str, settings: dict) -> None:
+        self.repo, self.name, self.url = repo, name, settings["url"]
+        self.store = open_remote(self.url, endpoint=settings.get("endpoint"), region=settings.get("region"))
+        self.cache = repo.path / CACHE / name / "packs"
+        self.packs: dict[str, Pack] = {}
+        self.downloaded: set[str] = set()
+        self.quarantine: Path | None = None  # this operation's downloads (fetch), removed at close
+        self.manifests: dict[str, list] = {}
+
+    def read_doc(self) -> RefsDoc:
+        got = self.store.get(DOC_KEY)
+        if got is None:
+            return RefsDoc()
+        doc = parse(got[0], self.url)
+        doc.tag = got[1]
+        return doc
+
+    def load_indexes(self, doc: RefsDoc) -> None:
+        """Every pack the document names, its index cached and checked; a pack the document
+        names but the remote lacks is RemoteCorrupt (nothing is built on such a remote)."""
+        fsio.makedirs(self.cache)
+        for name in doc.packs:
+            if name in self.packs:
+                continue
+            idx = self.cache / f"{name}.idx"
+            if not idx.exists():
+                got = self.store.get(pack_key(name, "idx"))
+                if got is None or self.store.size(pack_key(name, "pack")) is None:
+                    raise RemoteCorrupt(f"remote {self.name}: the refs document names pack {name}, which the remote "
+                                        f"lacks: refused (convgit fsck --remote {self.name})", pack=name)
+                tmp = idx.with_name(f"{fsio.TMP_PREFIX}{name}.{os.getpid()}")
+                fsio.replace_file(idx, got[0], fsync=False, tmp=tmp)
+            try:
+                p = Pack(idx)
+                ok = p.idx_ok() and p.checksum.hex() == name[5:]
+            except ObjectCorrupt:
+                ok, p = False, None
+            if not ok:
+                if p is not None:
+                    p.close()
+                fsio.unlink(idx)
+                raise RemoteCorrupt(f"remote {self.name}: the index of pack {name} is damaged", pack=name)
+            self.packs[name] = p
+
+    def manifest(self, name: str) -> list:
+        """The (thread, turn) pairs pack ``name`` carries (its ``.turns`` manifest)."""
+        if name not in self.manifests:
+            f = self.cache / f"{name}.turns"
+            data = f.read_bytes() if f.exists() else None
+            if data is None:
+                got = self.store.get(pack_key(name, "turns"))
+                data = got[0] if got else b'{"turns": []}'
+                fsio.replace_file(f, data, fsync=False, tmp=f.with_name(f"{fsio.TMP_PREFIX}{name}.t{os.getpid()}"))
+            try:
+                pairs = json.loads(data).get("turns", [])
+                pairs = [(str(a), str(b)) for a, b in pairs]
+            except (ValueError, TypeError, AttributeError):
+                raise RemoteCorrupt(f"remote {self.name}: the turns manifest of pack {name} does not parse") from None
+            self.manifests[name] = pairs
+        return self.manifests[name]
+
+    def has(self, oid: str) -> bool:
+        return any(p.contains(oid) for p in self.packs.values())
+
+    def close(self) -> None:
+        for p in self.packs.values():
+            p.close()
+        if self.quarantine is not None:  # the packs fetched (their objects are in a local pack now)
+            fsio.rmtree(self.quarantine)
+
+
+class _RemoteSource:
+    """A remote read as merge reads a source: objects come from its packs, each downloaded
+    whole, when first needed, into this operation's quarantine directory (beside a link to
+    its cached index) and checked against its name. (Per operation: two fetches into one
+    store never share a file.)"""
+
+    def __init__(self, remote: _Remote, report: SyncReport, progress=None) -> None:
+        self.r, self.report, self.progress = remote, report, progress
+
+    def _pack_of(self, oid: str) -> Pack | None:
+        for p in self.r.packs.values():
+            if p.contains(oid):
+                return p
+        return None
+
+    def size(self, oid: str) -> int | None:
+        p = self._pack_of(oid)
+        return p.size(oid) if p is not None else None
+
+    def read_raw(self, oid: str) -> bytes | None:
+        p = self._pack_of(oid)
+        if p is None:
+            return None
+        if p.name not in self.r.downloaded:
+            self._download(p)
+            p = self.r.packs[p.name]
+        try:
+            return p.read(oid)
+        except ObjectCorrupt as e:
+            raise SourceCorrupt(f"merge source: {e.message}", oid=oid) from e
+
+    def _download(self, p: Pack) -> None:
+        got = self.r.store.get(pack_key(p.name, "pack"))
+        if got is None:
+            raise RemoteCorrupt(f"remote {self.r.name}: pack {p.name} is missing", pack=p.name)
+        data = got[0]
+        if len(data) < 44 or blake3(data[:-32]).digest() != data[-32:] or data[-32:].hex() != p.name[5:]:
+            raise RemoteCorrupt(f"remote {self.r.name}: pack {p.name} is corrupt (its bytes do not hash to its name); "
+                                "nothing was taken", pack=p.name)
+        r = self.r
+        if r.quarantine is None:
+            r.quarantine = r.repo.path / CACHE / r.name / f"incoming-{os.getpid()}-{time.monotonic_ns()}"
+            fsio.makedirs(r.quarantine)
+        idx = r.quarantine / p.idx_path.name
+        os.link(p.idx_path, idx)
+        fsio.write_new_file(idx.with_suffix(".pack"), data)
+        r.packs[p.name] = Pack(idx)  # the same index (checked when it was cached), beside its pack
+        p.close()
+        r.downloaded.add(p.name)
+        self.report.bytes += len(data)
+        self.report.packs += 1
+        if self.progress:
+            self.progress(self.report.bytes, 0)
+
+
+# -- fetch and pull ---------------------------------------------------------------------------
+
+
+def _incoming_turns(remote: _Remote, doc: RefsDoc) -> dict[str, list[str]]:
+    turns: dict[str, list[str]] = {n: [] for n in doc.threads}
+    for name in doc.packs:
+        for thread, turn in remote.manifest(name):
+            if thread in turns and is_oid(turn):
+                turns[thread].append(turn)
+    return turns
+
+
+def _fetch(tx, remote: _Remote, report: SyncReport, progress=None) -> RefsDoc:
+    """Fetch inside transaction ``tx``: objects verified and moved in, tracking refs moved."""
+    repo = tx.repo
+    doc = remote.read_doc()
+    report.generation = doc.generation
+    tracking = tx.tracking(remote.name)
+    local = tracking.read_all(broken={})
+    if all(local.get(n) == t and repo.objects.contains(t) for n, t in doc.threads.items()) and set(local) == set(doc.threads):
+        report.threads = [{"thread": n, "action": "up-to-date", "old": t, "new": t} for n, t in sorted(doc.threads.items())]
+        return doc  # nothing moved since the last fetch: the refs document was all it read
+    remote.load_indexes(doc)
+    for name, tip in doc.threads.items():
+        if not remote.has(tip) and not repo.objects.contains(tip):
+            raise RemoteCorrupt(f"remote {remote.name}: thread {name!r} points at {tip}, which no pack holds "
+                                f"(convgit fsck --remote {remote.name})", thread=name)
+    turns = _incoming_turns(remote, doc)
+    mr = MergeReport(remote.url)
+    try:
+        seen = take_objects(tx, _RemoteSource(remote, report, progress), doc.threads, turns, mr, False)
+    except RemoteCorrupt:
+        raise
+    except SourceCorrupt as e:
+        msg = e.message.removeprefix("merge source: ").removeprefix("merge source ")
+        raise RemoteCorrupt(f"remote {remote.name}: {msg}; nothing was taken", **e.details) from e
+    report.objects = mr.new_objects
+    moves, entries = [], []
+    for name, tip in sorted(doc.threads.items()):
+        old = local.get(name)
+        new_turns = [t for t in turns[name] if t in seen]
+        action = "up-to-date" if old == tip else ("new" if old is None else "updated")
+        entries.append({"thread": name, "action": action, "old": old, "new": tip})
+        if old != tip or new_turns:
+            extra = tuple((t, f"fetch: turn from {remote.name}") for t in new_turns[1:])
+            moves.append(RefMove(name, tip, message=f"fetch {remote.name}", turn=new_turns[0] if new_turns else None,
+                                 extra=extra))
+    gone = [n for n in local if n not in doc.threads]
+    entries += [{"thread": n, "action": "deleted", "old": local[n], "new": None} for n in gone]
+    for r in tx.move_tracking(remote.name, moves, gone):
+        if isinstance(r, Exception):
+            raise r
+    report.threads = entries
+    return doc
+
+
+def _open(repo, name: str | None) -> _Remote:
+    name, settings = get_remote(repo, name)
+    return _Remote(repo, name, settings)
+
+
+def fetch(repo, remote: str | None = None, *, progress=None) -> SyncReport:
+    """Fetch from ``remote`` (default: origin): missing packs downloaded and verified, every
+    remote thread recorded as ``refs/remotes/REMOTE/THREAD``. Returns SyncReport."""
+    t0 = time.perf_counter()
+    r = _open(repo, remote)
+    report = SyncReport("fetch", r.name, r.url)
+    try:
+        with repo.transaction() as tx:
+            _fetch(tx, r, report, progress)
+        report.warnings.extend(tx.warnings)
+    finally:
+        r.close()
+    report.seconds = round(time.perf_counter() - t0, 3)
+    return report
+
+
+def _pull_refs(tx, remote: str, report: SyncReport) -> None:
+    """merge's ref rules from the tracking refs of ``remote`` onto the threads."""
+    tracking = tx.tracking(remote)
+    everything = tracking.read_all()
+    tx.read_head()
+    before = tx.repo.refs.read_all()
+    # A thread already at the remote's tip has nothing to take (its turns came with it): only
+    # the others are merged, so a pull with nothing new reads no reflog.
+    incoming = {n: t for n, t in everything.items() if before.get(n) != t}
+    turns = {n: list(dict.fromkeys(e.turn for e in tracking.read_log(n) if e.turn and tx.repo.objects.contains(e.turn)))
+             for n in incoming}
+    seen = {t for ts in turns.values() for t in ts}
+    mr = MergeReport(remote)
+    if incoming:
+        apply_refs(tx, None, incoming, turns, seen, mr, False)
+    # (a diverged thread pulled before is already there under its -merged- name: nothing moved)
+    rows = {e["thread"]: {"thread": e["thread"], "old": e["local"], "new": e["incoming"], "as": e["as"],
+                          "action": "same" if e["action"] == "diverged" and before.get(e["as"]) == e["incoming"]
+                          else e["action"]} for e in mr.refs}
+    report.threads = [rows.get(n) or {"thread": n, "old": t, "new": t, "as": n, "action": "same"}
+                      for n, t in sorted(everything.items())]
+
+
+def pull(repo, remote: str | None = None, *, progress=None) -> SyncReport:
+    """Fetch from ``remote``, then merge's ref rules per thread: new → created, behind →
+    fast-forward, ahead → kept, diverged → both kept (the remote's as
+    ``NAME-merged-<tip>``). Returns SyncReport (``threads``: one entry per remote thread)."""
+    t0 = time.perf_counter()
+    r = _open(repo, remote)
+    report = SyncReport("pull", r.name, r.url)
+    try:
+        with repo.transaction() as tx:
+            _fetch(tx, r, report, progress)
+        report.warnings.extend(tx.warnings)
+    finally:
+        r.close()
+    with repo.transaction(exclusive=True) as tx:
+        _pull_refs(tx, r.name, report)
+    report.warnings.extend(tx.warnings)
+    report.seconds = round(time.perf_counter() - t0, 3)
+    return report
+
+
+def clone(url: str, path: str | Path | None = None, *, endpoint: str | None = None, region: str | None = None,
+          progress=None) -> tuple[object, SyncReport]:
+    """A new store at ``path`` (default: the last part of the URL) holding every thread of
+    the remote at ``url`` (as remote ``origin``), its index built, HEAD on the remote's head
+    thread (else its first). Returns (repository, SyncReport)."""
+    from .repository import Repository
+
+    kind, where, prefix = parse_url(url)
+    if path is None:
+        base = (prefix or where).rstrip("/").rsplit("/", 1)[-1] or "store"
+        path = Path(base)
+    path = Path(path)
+    store = path / ".convgit"
+    if path.exists() and any(path.iterdir()):
+        raise InvalidInput(f"cannot clone into {path}: it exists and is not empty")
+    created = not path.exists()
+    repo = Repository.init(store)
+    try:
+        add_remote(repo, "origin", url, endpoint=endpoint, region=region)
+        report = pull(repo, "origin", progress=progress)
+        report.operation = "clone"
+        report.path = str(path)
+        doc_head = _Remote(repo, "origin", get_remote(repo, "origin")[1]).read_doc().head
+        threads = repo.refs.read_all()
+        head = doc_head if doc_head in threads else (sorted(threads)[0] if threads else None)
+        if head:
+            with repo.transaction(index="none") as tx:
+                tx.write_head(head)
+    except BaseException:
+        repo.close()  # a clone that failed leaves nothing behind (as git's)
+        fsio.rmtree(path if created else store)
+        raise
+    return repo, report
+
+
+# -- push -------------------------------------------------------------------------------------
+
+
+def _is_ancestor(repo, a: str, b: str) -> bool:
+    """Is ``a`` in the history of ``b`` here (``a`` stored here, else False)?"""
+    if not repo.objects.contains(a):
+        return False
+    oid: str | None = b
+    while oid is not None:
+        if oid == a:
+            return True
+        if not repo.objects.contains(oid):
+            return False  # the remote's history, not fetched yet
+        obj = repo.objects.read(oid)
+        oid = obj.parent if isinstance(obj, Message) else None
+    return False
+
+
+def _refspec(spec: str) -> tuple[str, str]:
+    """``THREAD`` or ``LOCAL:REMOTE`` (push a thread under another name on the remote)."""
+    src, sep, dst = spec.partition(":")
+    if sep and (not src or not dst):
+        raise InvalidInput(f"bad push spec {spec!r}: THREAD or LOCAL:REMOTE")
+    check_thread_name(src)
+    return src, check_thread_name(dst) if sep else src
+
+
+def _outgoing(repo, remote: _Remote, tips: dict[str, str], local_of: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """What the remote lacks of what ``tips`` (remote thread → tip) and their local threads'
+    turns reach, in a fixed order (so a re-run builds the same packs), and the turn → remote
+    thread of each turn sent."""
+    order: list[str] = []
+    seen: set[str] = set()
+    turn_of: dict[str, str] = {}
+    roots: list[str] = []
+    for name in sorted(tips):
+        roots.append(tips[name])
+        for e in repo.refs.read_log(local_of[name]):
+            if e.turn and e.turn not in turn_of and repo.objects.contains(e.turn):
+                turn_of[e.turn] = name
+                roots.append(e.turn)
+    for root in roots:
+        stack = [root]
+        while stack:
+            oid = stack.pop()
+            if oid in seen or remote.has(oid):
+                continue
+            seen.add(oid)
+            order.append(oid)
+            stack.extend(ref for ref, _ in typed_references(repo.objects.read(oid)))
+    return order, {t: n for t, n in turn_of.items() if t in seen}
+
+
+def _build_packs(repo, remote: _Remote, order: list[str], turn_of: dict[str, str]):
+    """The outgoing objects as packs of up to PUSH_PACK_BYTES, written under the cache's
+    ``outgoing/`` (name → (idx path, manifest bytes))."""
+    out_dir = repo.path / CACHE / remote.name / f"outgoing-{os.getpid()}-{time.monotonic_ns()}"
+    fsio.makedirs(out_dir)
+    packs = []
+    w, fill, turns = None, 0, []
+    limit = push_pack_bytes(PUSH_PACK_BYTES)
+
+    def finish():
+        idx = w.finish()
+        manifest = json.dumps({"format": "convgit-remote 1", "turns": turns}, sort_keys=True).encode()
+        packs.append((idx, manifest))
+
+    for oid in order:
+        data = repo.objects.read_bytes(oid)
+        if w is None:
+            w, fill, turns = PackWriter(out_dir, fsync=False), 0, []
+        w.add(oid, data, verified=True)
+        fill += len(data)
+        if oid in turn_of:
+            turns.append([turn_of[oid], oid])
+        if fill >= limit:
+            finish()
+            w = None
+    if w is not None:
+        finish()
+    return packs
+
+
+def _upload(remote: _Remote, packs, report: SyncReport, progress=None) -> list[str]:
+    """Upload each pack not on the remote yet: pack, manifest, then index (create-only).
+    Returns their names."""
+    names = []
+    total = sum(idx.with_suffix(".pack").stat().st_size for idx, _ in packs)
+    done = 0
+    fsio.makedirs(remote.cache)
+    for idx, manifest in packs:
+        name = idx.stem
+        names.append(name)
+        for ext, data in (("idx", idx.read_bytes()), ("turns", manifest)):  # cached: the next push need not fetch them
+            f = remote.cache / f"{name}.{ext}"
+            if not f.exists():
+                fsio.replace_file(f, data, fsync=False, tmp=f.with_name(f"{fsio.TMP_PREFIX}{name}.{ext}.{os.getpid()}"))
+        if remote.store.size(pack_key(name, "idx")) is not None:
+            report.packs_skipped += 1  # whole already (an interrupted push, or another pusher)
+            continue
+        data = idx.with_suffix(".pack").read_bytes()
+        sent = 0
+        if remote.store.put_new(pack_key(name, "pack"), data):
+            sent += len(data)
+        done += len(data)
+        if progress:
+            progress(done, total)
+        if remote.store.put_new(pack_key(name, "turns"), manifest):
+            sent += len(manifest)
+        crash_point("push_mid_pack")  # the pack is there, its index is not: never referenced
+        idx_bytes = idx.read_bytes()
+        if remote.store.put_new(pack_key(name, "idx"), idx_bytes):
+            sent += len(idx_bytes)
+        report.bytes += sent
+        report.packs += 1
+        crash_point("push_after_pack")
+    return names
+
+
+def push(repo, remote: str | None = None, threads: list[str] | None = None, *, force: bool = False,
+         progress=None) -> SyncReport:
+    """Push ``threads`` (default: every thread; ``LOCAL:REMOTE`` pushes thread LOCAL as REMOTE) to ``remote``: upload the packs it lacks,
+    then move its refs by compare-and-swap. Fast-forward only: a thread whose remote tip is
+    not in its history here raises NonFastForward (nothing moved), unless ``force`` (the
+    forced move is recorded in the refs document and in the tracking ref's reflog).
+    Returns SyncReport."""
+    t0 = time.perf_counter()
+    r = _open(repo, remote)
+    report = SyncReport("push", r.name, r.url)
+    try:
+        local = repo.refs.read_all()
+        specs = [(n, n) for n in sorted(local)] if not threads else [_refspec(t) for t in dict.fromkeys(threads)]
+        for n, _ in specs:
+            if n not in local:
+                raise NotFound(f"no thread named {n!r} to push", thread=n)
+        tips = {dst: local[src] for src, dst in specs}
+        local_of = {dst: src for src, dst in specs}
+        names = list(tips)
+        doc = r.read_doc()
+        r.load_indexes(doc)
+        _check_tips(r, doc)
+        moving = _plan_push(repo, r, doc, tips, force)
+        uploaded: list[str] = []
+        if moving:
+            order, turn_of = _outgoing(repo, r, {n: tips[n] for n in moving}, local_of)
+            report.objects = len(order)
+            if order:
+                built = _build_packs(repo, r, order, turn_of)
+                try:
+                    uploaded = _upload(r, built, report, progress)
+                finally:
+                    if built:
+                        fsio.rmtree(built[0][0].parent)
+        for attempt in range(MAX_CAS_RETRIES):
+            moving = _plan_push(repo, r, doc, tips, force)
+            report.threads = [{"thread": n, "action": moving.get(n, "up-to-date" if doc.threads.get(n) == tips[n] else "behind"),
+                               "old": doc.threads.get(n), "new": tips[n]} for n in names]
+            if not moving:
+                break
+            new = dataclasses.replace(doc, generation=doc.generation + 1, threads=dict(doc.threads), packs=list(doc.packs),
+                                      head=doc.head or _head(repo, tips), forced=list(doc.forced), tag=None)
+            new.packs += [p for p in uploaded if p not in new.packs]
+            new.retired = {k: v for k, v in doc.retired.items() if k not in new.packs}
+            for n in moving:
+                if moving[n] == "forced":
+                    new.forced.append({"thread": n, "old": doc.threads.get(n), "new": tips[n],
+                                       "time_ms": int(time.time() * 1000)})
+                new.threads[n] = tips[n]
+            try:
+                r.store.put_if_match(DOC_KEY, new.dump(), doc.tag)
+                doc = new
+                break
+            except CasLost:
+                report.retries += 1
+                time.sleep(random.uniform(0.01, 0.05) * min(attempt + 1, 10))
+                doc = r.read_doc()  # another writer moved the refs: check again, never overwrite
+                r.load_indexes(doc)
+        else:
+            raise RefStale(f"push to {r.name}: the refs document kept changing ({MAX_CAS_RETRIES} tries); try again")
+        report.generation = doc.generation
+        with repo.transaction(index="none") as tx:
+            forced = {t["thread"] for t in report.threads if t["action"] == "forced"}
+            known = tx.tracking(r.name).read_all(broken={})
+            moves = [RefMove(n, doc.threads[n], message=f"push {r.name}" + (" --force" if n in forced else ""))
+                     for n in names if n in doc.threads and known.get(n) != doc.threads[n]
+                     and repo.objects.contains(doc.threads[n])]
+            for res in tx.move_tracking(r.name, moves):
+                if isinstance(res, Exception):
+                    raise res
+    finally:
+        r.close()
+    report.seconds = round(time.perf_counter() - t0, 3)
+    return report
+
+
+def _head(repo, tips: dict[str, str]) -> str | None:
+    try:
+        h = repo.refs.read_head()
+    except ConvgitError:
+        return None
+    return h if h in tips else None
+
+
+def _check_tips(r: _Remote, doc: RefsDoc) -> None:
+    for name, tip in doc.threads.items():
+        if not r.has(tip):
+            raise RemoteCorrupt(f"remote {r.name}: thread {name!r} points at {tip}, which no pack holds: push refused "
+                                f"(convgit fsck --remote {r.name})", thread=name)
+
+
+def _plan_push(repo, r: _Remote, doc: RefsDoc, tips: dict[str, str], force: bool) -> dict[str, str]:
+    """thread → "new" / "fast-forward" / "forced" for each thread that moves; a diverged or
+    behind thread raises NonFastForward unless ``force``."""
+    moving = {}
+    refused = []
+    for n, tip in tips.items():
+        theirs = doc.threads.get(n)
+        if theirs == tip:
+            continue
+        if theirs is None:
+            moving[n] = "new"
+        elif _is_ancestor(repo, theirs, tip):
+            moving[n] = "fast-forward"
+        elif _is_ancestor(repo, tip, theirs) and not force:
+            continue  # behind the remote (known here since a fetch): nothing to push
+        elif force:
+            moving[n] = "forced"
+        else:
+            refused.append(n)
+    if refused:
+        raise NonFastForward(
+            f"push to {r.name} refused: {', '.join(refused)} on the remote holds messages this store lacks or has "
+            f"diverged (convgit pull {r.name} first, or push --force to replace it)", threads=refused)
+    return moving
+
+
+# -- fsck --remote ------------------------------------------------------------------------------
+
+
+def fsck_remote(repo, remote: str | None = None) -> dict:
+    """Check remote ``remote``: the refs document parses, every pack it names is there with
+    a sound index named by its checksum, every thread's tip is in some pack. Returns
+    ``{"remote", "url", "generation", "packs", "threads", "problems": [...], "ok"}``."""
+    r = _open(repo, remote)
+    problems: list[str] = []
+    doc = RefsDoc()
+    try:
+        try:
+            doc = r.read_doc()
+        except RemoteCorrupt as e:
+            problems.append(e.message)
+        for name in doc.packs:
+            missing = [ext for ext in ("pack", "idx") if r.store.size(pack_key(name, ext)) is None]
+            if missing:  # asked of the remote itself, whatever this store has cached
+                problems.append(f"the refs document names pack {name}, whose {' and '.join(missing)} the remote lacks")
+                continue
+            try:
+                r.load_indexes(RefsDoc(packs=[name]))
+            except RemoteCorrupt as e:
+                problems.append(e.message)
+        for thread, tip in doc.threads.items():
+            if not r.has(tip):
+                problems.append(f"thread {thread!r} points at {tip}, which no pack holds")
+    finally:
+        r.close()
+    return {"remote": r.name, "url": r.url, "generation": doc.generation, "packs": len(doc.packs),
+            "threads": len(doc.threads), "problems": problems, "ok": not problems}
+
+
+def tracking_refs(repo) -> list[dict]:
+    """Every remote-tracking ref: ``{"remote", "thread", "name", "tip"}`` (threads --remotes)."""
+    out = []
+    root = repo.path / REMOTES
+    names = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    for remote in names:
+        for thread, tip in TrackingRefs(repo.path, remote).read_all(broken={}).items():
+            out.append({"remote": remote, "thread": thread, "name": f"{remote}/{thread}", "tip": tip})
+    return out
+
+
+__all__ = ["SyncReport", "add_remote", "clone", "fetch", "fsck_remote", "list_remotes", "pull", "push",
+           "remove_remote", "rename_remote", "tracking_refs"]
