@@ -190,6 +190,14 @@ class UnsafeSymlink(StorageFailed):
     exit_code = 41
 
 
+class IndexUnavailable(ConvgitError):
+    """The index lives on a server (``[index] backend = "postgres"``) that cannot be reached
+    or refused the connection: the command did nothing (no object or ref was written)."""
+
+    code = "index_unavailable"
+    exit_code = 42
+
+
 # -- embeddings: 50-51 ----------------------------------------------------------------------
 
 
@@ -272,6 +280,7 @@ ALL_ERRORS: tuple[type[ConvgitError], ...] = (
     FsckFailed,
     StorageFailed,
     UnsafeSymlink,
+    IndexUnavailable,
     EmbeddingFailed,
     EmbeddingUnavailable,
     MissingDependency,

@@ -138,12 +138,17 @@ class Repository:
 
     @property
     def index(self):
-        """The derived SQLite index, opened and brought up to date on first use."""
+        """The derived index (SQLite, or PostgreSQL with ``[index] backend``), opened and
+        brought up to date on first use."""
         if self._index is None:
-            from .index import Index
-
-            self._index = Index(self)
+            self._index = self.open_index()
         return self._index
+
+    def open_index(self, *, autorefresh: bool = True):
+        """A new connection to the store's index backend (``index.open_index``)."""
+        from .index import open_index
+
+        return open_index(self, autorefresh=autorefresh)
 
     def close(self) -> None:
         """Close the index, if it was opened."""
