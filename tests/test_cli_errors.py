@@ -192,6 +192,7 @@ def test_every_exit_code_is_exercised():
     # tests/test_mcp.py: `convgit mcp` without the SDK (exit 50); unauthorized_update is what the
     # MCP tools answer (an error document, not an exit code)
     covered |= {"missing_dependency", "unauthorized_update"}
+    covered |= {"index_unavailable"}  # tests/test_pg_index.py: an unreachable PostgreSQL index
     missing = set(ERRORS) - covered - {"error", "storage_failed"}
     assert not missing
 

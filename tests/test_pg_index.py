@@ -125,7 +125,9 @@ def test_the_postgres_index_answers_byte_for_byte_as_the_sqlite_one(tmp_path, pg
     # ... and after a reindex (a rebuild from the objects, swapped in).
     rc, out = cli_json(["reindex", "--json"], store=b_path)
     assert rc == 0 and json.loads(out)["messages"] > 50
-    assert _answers(b_path, names) == want
+    some = [q for q in _queries(names, b_path) if q[1] in ("--all", "--json") or q[0] == "threads"][::2]
+    assert len(some) >= 20
+    assert [cli_json(q, store=b_path) for q in some] == [cli_json(q, store=a.path) for q in some]
     with Repository.open(b_path) as r:
         assert fsck_errors(r) == []
 
