@@ -211,3 +211,22 @@ def test_dropped_tables_are_rebuilt_from_the_objects(tmp_path, pg_dsn):
                                                ["threads", "--json"])] == want
     with Repository.open(path) as r:
         assert fsck_errors(r) == []
+
+
+def test_semantic_and_hybrid_search_answer_alike(tmp_path, pg_dsn):
+    pytest.importorskip("numpy")
+    a = new_store(tmp_path / "a", fsync=False, extra_toml='[embed]\nprovider = "hash"\n')
+    for i, c in enumerate([TOOLS, *WORDS]):
+        convgit.commit(a, c, thread=f"t{i}", now_ms=NOW + i)
+    a.close()
+    b = tmp_path / "b" / ".convgit"
+    shutil.copytree(a.path, b, ignore=shutil.ignore_patterns("index.sqlite*", "*.lock"))
+    (b / "config.toml").write_text(_pg_config(pg_dsn, '[embed]\nprovider = "hash"\n'))
+    for path in (a.path, b):  # each embeds (the hash provider is deterministic): one in SQLite's chunks, one in PostgreSQL's
+        rc, out = cli_json(["embed", "--json"], store=path)
+        assert rc == 0, out
+    qs = [["search", "--json", "--semantic", "weather in paris"], ["search", "--json", "--hybrid", "quokka fine"],
+          ["search", "--json", "sunny weather"], ["embed", "--status", "--json"]]
+    want = [cli_json(q, store=a.path) for q in qs]
+    assert all(rc == 0 for rc, _ in want) and json.loads(want[0][1])
+    assert [cli_json(q, store=b) for q in qs] == want

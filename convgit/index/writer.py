@@ -458,7 +458,6 @@ class IndexWriter:
 
     def _index_chain(self, reader: "Reader", tip: str) -> None:
         """Queue every message from ``tip`` back to the first one already indexed."""
-        db = self.db
         todo: list[tuple[str, Message]] = []
         oid: str | None = tip
         base_depth, base_title = -1, None
@@ -467,7 +466,7 @@ class IndexWriter:
             if row is not None:
                 base_depth, base_title = row[4], row[5]
                 break
-            row = db.execute("SELECT depth, title_id FROM messages WHERE id=?", (oid,)).fetchone()
+            row = self._indexed_row(oid)
             if row is not None:
                 base_depth, base_title = row
                 break
@@ -484,6 +483,10 @@ class IndexWriter:
             self._pending[oid] = [rid, oid, msg.parent, msg.role, depth, title, None, len(msg.parts), dump_json(msg.meta), None]
             for i, p in enumerate(msg.parts):
                 self._pending_parts.append(part_row(rid, i, p, reader))
+
+    def _indexed_row(self, oid: str):
+        """(depth, title id) of message ``oid`` if the index holds it already, else None."""
+        return self.db.execute("SELECT depth, title_id FROM messages WHERE id=?", (oid,)).fetchone()
 
     def _flush(self) -> None:
         rows = [r[:9] for r in self._pending.values()]

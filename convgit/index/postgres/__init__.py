@@ -201,6 +201,13 @@ class PgIndex(IndexLookups, IndexWriter):
         n = db.raw("SELECT count(*) FROM messages").fetchone()[0]
         return {"messages": n, "threads": len(refs), "seconds": round(time.perf_counter() - t0, 3)}
 
+    def _indexed_row(self, oid: str):
+        """(depth, title id) of an indexed message, else None; none while a rebuild fills its
+        empty schema (every row is still queued in memory): a round trip per message saved."""
+        if getattr(self, "_building", False):
+            return None
+        return super()._indexed_row(oid)
+
     def _flush(self) -> None:
         """Queued message and part rows in bulk (COPY), then their full-text rows."""
         from ..fts import index_messages

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..schema import SCHEMA_VERSION
 
-PG_LAYOUT = 1  # this package's own layout; a change means a rebuild, as a schema version does
+PG_LAYOUT = 2  # this package's own layout; a change means a rebuild, as a schema version does (2: chunks)
 VERSION = f"{SCHEMA_VERSION}.pg{PG_LAYOUT}"
 
 C = 'TEXT COLLATE "C"'
@@ -103,6 +103,13 @@ CREATE TABLE aliases (
 );
 CREATE INDEX aliases_message ON aliases(message_id);
 CREATE TABLE unreachable (rowid BIGINT PRIMARY KEY);
+CREATE TABLE chunks (
+  message_rowid BIGINT NOT NULL,
+  win BIGINT NOT NULL,
+  start_char BIGINT NOT NULL,
+  end_char BIGINT NOT NULL,
+  PRIMARY KEY (message_rowid, win)
+);
 CREATE TABLE message_fts (
   rowid BIGINT PRIMARY KEY,
   ntok BIGINT NOT NULL,
