@@ -11,8 +11,7 @@ candidates), then evaluated exactly over their tokens.
 
 The query language is FTS5's as index/fts.py hands it over: words and "phrases", ``prefix*``,
 ``+``, ``^`` (first token of a column), AND / OR / NOT / implicit AND, parentheses and column
-filters (``user:``, ``{user tool}:``, ``-tool:``). ``NEAR`` is not supported here
-(invalid_input says so).
+filters (``user:``, ``{user tool}:``, ``-tool:``), ``NEAR(… , n)``.
 
 Ranking is FTS5's bm25 computed the way SQLite computes it (k1 = 1.2, b = 0.75, per-column
 weights, IDF floored at 1e-6, document length over every column), in the same order of
@@ -24,7 +23,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ...errors import InvalidInput
 from ..filters import Filters
 from ..filters import sql as filter_sql
 from ..fts import COLUMNS, WEIGHTS, QuerySyntax, iter_tokens
@@ -97,9 +95,9 @@ class PgFts:
         rows = self.db.execute(sql, [*with_params, cand, _quote(OVERSIZED), *params]).fetchall()
         matched = []
         for r in rows:
-            cols = dict(zip(COLUMNS, (x or [] for x in r[2:7])))
-            if tree.match(cols):
-                matched.append((r, cols))
+            inst: dict = {}
+            if tree.match(dict(zip(COLUMNS, (x or [] for x in r[2:7]))), inst):
+                matched.append((r, inst))
         if not matched:
             return []
         n_rows, n_tokens = self.db.raw("SELECT rows, tokens FROM fts_stats").fetchone()
@@ -110,11 +108,13 @@ class PgFts:
             v = math.log((n_rows - hits + 0.5) / (hits + 0.5))
             idf.append(v if v > 0.0 else 1e-6)
         scored = []
-        for r, cols in matched:
+        for r, inst in matched:
             d = float(r[1])
             score = 0.0
             for i, p in enumerate(phrases):
-                freq = p.frequency(cols)
+                freq = 0.0
+                for pos in inst.get(id(p), ()):  # each instance weighs its column's weight
+                    freq += WEIGHTS[COLUMNS[pos >> 32]]
                 score += idf[i] * ((freq * (K1 + 1.0)) / (freq + K1 * (1 - B + B * d / avgdl)))
             scored.append((r[0], -1.0 * score, r[7], r[8], r[9], r[10]))
         scored.sort(key=lambda x: x[5])
@@ -140,7 +140,7 @@ class PgFts:
             rows = self.db.raw(f"SELECT {cols} FROM message_fts WHERE lex @@ %s::tsquery OR lex @@ %s::tsquery",
                                (cand, big)).fetchall()
         for r in rows:
-            if p.count(dict(zip(COLUMNS, (x or [] for x in r)))):
+            if p.positions(dict(zip(COLUMNS, (x or [] for x in r)))):
                 n += 1
         return n
 
@@ -165,37 +165,33 @@ class Phrase:
         """Itself."""
         return [self]
 
-    def count(self, row: dict) -> dict:
-        """column → how many times the phrase occurs in it (columns where it does)."""
-        out = {}
+    def positions(self, row: dict) -> list[int]:
+        """Where the phrase starts in the row, as FTS5 numbers positions: column << 32 | token,
+        in order."""
+        out: list[int] = []
         k = len(self.tokens)
         if not k:
             return out
-        for c in self.cols:
+        for ci, c in enumerate(COLUMNS):
+            if c not in self.cols:
+                continue
             toks = row.get(c) or []
-            n = 0
-            last = 1 if self.initial else len(toks) - k + 1
-            for i in range(max(0, min(last, len(toks) - k + 1))):
+            last = min(1, len(toks) - k + 1) if self.initial else len(toks) - k + 1
+            for i in range(max(0, last)):
                 for j, (want, prefix) in enumerate(self.tokens):
                     got = toks[i + j]
                     if not (got == want or (prefix and got.startswith(want))):
                         break
                 else:
-                    n += 1
-            if n:
-                out[c] = n
+                    out.append(ci << 32 | i)
         return out
 
-    def match(self, row: dict) -> bool:
-        """Does the row hold the phrase?"""
-        return bool(self.count(row))
-
-    def frequency(self, row: dict) -> float:
-        """bm25's weighted instance count: each occurrence weighs its column's weight."""
-        f = 0.0
-        for c, n in self.count(row).items():
-            f += WEIGHTS[c] * n
-        return f
+    def match(self, row: dict, inst: dict) -> bool:
+        """Does the row hold the phrase? (Its instances go into ``inst``: id → positions.)"""
+        pos = self.positions(row)
+        if pos:
+            inst[id(self)] = pos
+        return bool(pos)
 
     def candidates(self) -> str | None:
         """A tsquery for the rows that may hold it (None: none can)."""
@@ -220,13 +216,15 @@ class Op:
         """The phrases, left to right (the order bm25 sums them in)."""
         return self.left.phrases() + self.right.phrases()
 
-    def match(self, row: dict) -> bool:
-        """Does the row match?"""
+    def match(self, row: dict, inst: dict) -> bool:
+        """Does the row match? (Every phrase is looked at, as FTS5 positions them all.)"""
+        a = self.left.match(row, inst)
+        b = self.right.match(row, inst)
         if self.kind == "AND":
-            return self.left.match(row) and self.right.match(row)
+            return a and b
         if self.kind == "OR":
-            return self.left.match(row) or self.right.match(row)
-        return self.left.match(row) and not self.right.match(row)
+            return a or b
+        return a and not b
 
     def candidates(self) -> str | None:
         """A tsquery for a superset of the matching rows (None: none can match)."""
@@ -239,6 +237,65 @@ class Op:
         if a is None or b is None:
             return a if b is None else b
         return f"({a} | {b})"
+
+
+@dataclass
+class Near:
+    """``NEAR(p1 p2 …, n)``: instances of every phrase, in one column, each ending at most
+    ``n`` tokens before the last one starts (FTS5's fts5ExprNearIsMatch, step for step)."""
+
+    items: list[Phrase]
+    n: int = 10
+
+    def phrases(self) -> list[Phrase]:
+        """The phrases, in order."""
+        return list(self.items)
+
+    def candidates(self) -> str | None:
+        """Every phrase's candidates, together."""
+        parts = [p.candidates() for p in self.items]
+        return None if any(c is None for c in parts) else "(" + " & ".join(parts) + ")"
+
+    def match(self, row: dict, inst: dict) -> bool:
+        """Does a clump of the phrases' instances lie near enough? Only the instances that take
+        part in one count (for bm25), as FTS5 trims the phrases' position lists."""
+        lists = [p.positions(row) for p in self.items]
+        if not all(lists):
+            return False
+        out: list[list[int]] = [[] for _ in lists]
+        idx = [0] * len(lists)
+        eof = 1 << 63
+        try:
+            while True:
+                i_max = lists[0][idx[0]]
+                while True:
+                    ok = True
+                    for i, p in enumerate(self.items):
+                        i_min = i_max - len(p.tokens) - self.n
+                        if lists[i][idx[i]] < i_min or lists[i][idx[i]] > i_max:
+                            ok = False
+                            while lists[i][idx[i]] < i_min:
+                                idx[i] += 1  # IndexError: this phrase has no instance left
+                            if lists[i][idx[i]] > i_max:
+                                i_max = lists[i][idx[i]]
+                    if ok:
+                        break
+                for i in range(len(lists)):
+                    if not out[i] or out[i][-1] != lists[i][idx[i]]:
+                        out[i].append(lists[i][idx[i]])
+                adv, low = 0, None
+                for i in range(len(lists)):
+                    ahead = lists[i][idx[i] + 1] if idx[i] + 1 < len(lists[i]) else eof
+                    if low is None or ahead < low:
+                        adv, low = i, ahead
+                idx[adv] += 1
+                lists[adv][idx[adv]]  # IndexError at the end of its list
+        except IndexError:
+            pass
+        for p, pos in zip(self.items, out):
+            if pos:
+                inst[id(p)] = pos
+        return bool(out[0])
 
 
 _BARE_EXTRA = ("_", "\x1a")
@@ -383,9 +440,26 @@ class _Parser:
             self.expect("op", ")")
             return node
         if (kind, v) == ("kw", "NEAR"):
-            raise InvalidInput("NEAR(...) queries are not supported by the PostgreSQL index; "
-                               "search for a phrase or for both words instead")
+            return self.near(cols)
         return self.phrase(cols)
+
+    def near(self, cols) -> Near:
+        self.take()
+        self.expect("op", "(")
+        items = []
+        while self.peek()[0] == "str" or self.peek() == ("op", "^"):
+            items.append(self.phrase(cols))
+        n = 10
+        if self.peek() == ("op", ","):
+            self.take()
+            kind, v = self.take()
+            if kind != "str" or not v.isdigit():
+                raise _syntax(v or "")
+            n = int(v)
+        self.expect("op", ")")
+        if not items:
+            raise _syntax(")")
+        return items[0] if len(items) == 1 else Near(items, n)
 
     def phrase(self, cols) -> Phrase:
         initial = False
