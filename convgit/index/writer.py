@@ -426,8 +426,9 @@ class IndexWriter:
                         db.execute("DELETE FROM threads WHERE name=?", (name,))
                         continue
                     readable.append((name, tip, offset))
-                for name, tip, offset in readable:
-                    self._index_thread(reader, name, tip, offset)
+                with self._batched():
+                    for name, tip, offset in readable:
+                        self._index_thread(reader, name, tip, offset)
                 if archived:
                     for tname, path in self.repo.refs.iter_log_files():
                         if tname is None:
@@ -484,6 +485,17 @@ class IndexWriter:
             for i, p in enumerate(msg.parts):
                 self._pending_parts.append(part_row(rid, i, p, reader))
 
+    def _batched(self):
+        """A context for the threads' rows of one catch-up (a backend may send them in one go)."""
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def _thread_row(self, name: str):
+        """(created_ms, forked_from_thread, forked_from_message) of a recorded thread, else None."""
+        return self.db.execute("SELECT created_ms, forked_from_thread, forked_from_message FROM threads WHERE name=?",
+                               (name,)).fetchone()
+
     def _indexed_row(self, oid: str):
         """(depth, title id) of message ``oid`` if the index holds it already, else None."""
         return self.db.execute("SELECT depth, title_id FROM messages WHERE id=?", (oid,)).fetchone()
@@ -514,7 +526,7 @@ class IndexWriter:
         entries, consumed = self._index_log(reader, name, path, log_offset)
         self._note_renames(entries)
         size = log_offset + consumed
-        row = db.execute("SELECT created_ms, forked_from_thread, forked_from_message FROM threads WHERE name=?", (name,)).fetchone()
+        row = self._thread_row(name)
         created, f_thread, f_msg = row if row else (None, None, None)
         updated = entries[-1].time_ms if entries else None
         if row is None and entries:

@@ -177,8 +177,11 @@ class PgIndex(IndexLookups, IndexWriter):
                     self._catch_up(refs, archived=True)
                 finally:
                     self._building = False
+                db.raw("SET maintenance_work_mem = '256MB'")  # (this session only) a faster GIN build
                 db.raw(LATE_DDL)
-                db.raw("ANALYZE")  # (in the build schema only: search_path) planner statistics
+                # Planner statistics for the tables the shared queries join (message_fts is
+                # reached through its GIN index and rowids, and is the slowest to sample).
+                db.raw("ANALYZE messages, parts, threads, turns, aliases")
                 db.raw("BEGIN")
                 db.raw(f'DROP SCHEMA IF EXISTS "{self.namespace}" CASCADE')
                 db.raw(f'ALTER SCHEMA "{build}" RENAME TO "{self.namespace}"')
@@ -207,6 +210,20 @@ class PgIndex(IndexLookups, IndexWriter):
         if getattr(self, "_building", False):
             return None
         return super()._indexed_row(oid)
+
+    def _thread_row(self, name: str):
+        """A recorded thread's row; none while a rebuild fills its empty schema (each thread is
+        indexed once there), so the threads' statements need no answer and go in one batch."""
+        if getattr(self, "_building", False):
+            return None
+        return super()._thread_row(name)
+
+    def _batched(self):
+        """While a rebuild fills its schema: the threads' statements sent without waiting for
+        each answer (psycopg's pipeline mode), errors told apart as ever."""
+        if not getattr(self, "_building", False):
+            return super()._batched()
+        return self.db.pipeline()
 
     def _flush(self) -> None:
         """Queued message and part rows in bulk (COPY), then their full-text rows."""

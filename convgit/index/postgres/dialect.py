@@ -188,6 +188,11 @@ class PgConnection:
             except psycopg.Error as e:
                 raise self._error(e) from e
 
+    def pipeline(self):
+        """Statements sent without waiting for each answer until the block ends (or a result
+        is read): psycopg's pipeline mode, errors mapped as ``execute`` maps them."""
+        return _Pipeline(self)
+
     def copy(self, statement: str):
         """A ``COPY … FROM STDIN`` context (``write_row``), errors told apart as ``execute`` does."""
         return _Copy(self, statement)
@@ -244,6 +249,23 @@ class _Copy:
             return self.cm.__enter__()
         except psycopg.Error as e:
             raise self.db._error(e) from e
+
+    def __exit__(self, *exc):
+        try:
+            return self.cm.__exit__(*exc)
+        except psycopg.Error as e:
+            raise self.db._error(e) from e
+
+
+class _Pipeline:
+    """``with db.pipeline():`` psycopg's pipeline mode with the errors mapped."""
+
+    def __init__(self, db: PgConnection) -> None:
+        self.db = db
+
+    def __enter__(self):
+        self.cm = self.db.conn.pipeline()
+        return self.cm.__enter__()
 
     def __exit__(self, *exc):
         try:
