@@ -29,6 +29,9 @@ reflog_expire_days = 90
 
 [index]
 text = true                    # false: the index keeps no text, only full-text postings (read from objects)
+backend = "sqlite"             # or "postgres": the index in a PostgreSQL database (docs/index.md)
+# dsn = "postgresql://user@host/db"   # the database (or CONVGIT_INDEX_DSN), for backend = "postgres"
+# namespace = "team"           # the PostgreSQL schema holding this store's index (default: from the store's path)
 """
 
 
@@ -46,17 +49,22 @@ class Config:
     reflog_expire_days: int = 90
     index_text: bool = True  # [index] text: keep message text in the index (docs/format.md §8)
     embed_on_commit: bool = False  # [embed] on_commit: commit/import embed their new chunks (docs/search.md)
+    index_backend: str = "sqlite"  # [index] backend: "sqlite" or "postgres" (docs/index.md)
+    index_dsn: str | None = None  # [index] dsn (or CONVGIT_INDEX_DSN): the PostgreSQL database
+    index_namespace: str | None = None  # [index] namespace: the PostgreSQL schema of this store's index
 
 
 _SECTIONS = {
     "limits": ("max_messages", "max_message_bytes", "max_payload_bytes"),
     "core": ("fsync", "lock_timeout"),
     "gc": ("grace_seconds", "reflog_expire_days"),
-    "index": ("text",),
+    "index": ("text", "backend", "dsn", "namespace"),
     "embed": ("on_commit",),  # the rest of [embed]: load_embed_config
 }
 # A key whose Config field is not its own name: (section, key) → field.
-_FIELDS = {("index", "text"): "index_text", ("embed", "on_commit"): "embed_on_commit"}
+_FIELDS = {("index", "text"): "index_text", ("index", "backend"): "index_backend", ("index", "dsn"): "index_dsn",
+           ("index", "namespace"): "index_namespace", ("embed", "on_commit"): "embed_on_commit"}
+INDEX_BACKENDS = ("sqlite", "postgres")
 
 
 def load_config(path: Path) -> Config:
@@ -76,14 +84,22 @@ def load_config(path: Path) -> Config:
     shown = {f: f"{s}.{k}" for (s, k), f in _FIELDS.items()}
     for k, v in list(values.items()):
         name = shown.get(k, k)
-        want = {"int": int, "float": (int, float), "bool": bool}[types[k]]
+        want = {"int": int, "float": (int, float), "bool": bool, "str": str}[types[k]]
         if not isinstance(v, want) or (types[k] == "int" and isinstance(v, bool)):
             raise InvalidInput(f"{path}: {name} must be {types[k]}, got {v!r}")
         if types[k] == "float" and not math.isfinite(v):
             raise InvalidInput(f"{path}: {name} must be a finite number, got {v!r}")
+        if types[k] == "str":
+            continue
         if types[k] != "bool" and v < (1 if k in _POSITIVE else 0):
             raise InvalidInput(f"{path}: {k} must be {'positive' if k in _POSITIVE else 'zero or more'}, got {v!r}")
     values.update(env_overrides())
+    backend = values.get("index_backend", "sqlite")
+    if backend not in INDEX_BACKENDS:
+        raise InvalidInput(f"{path}: index.backend must be one of {', '.join(INDEX_BACKENDS)}, got {backend!r}")
+    ns = values.get("index_namespace")
+    if ns is not None and not re.fullmatch(r"[a-z_][a-z0-9_]{0,39}", ns):
+        raise InvalidInput(f"{path}: index.namespace must be a lower-case SQL name (a-z, 0-9, _; 40 at most), got {ns!r}")
     return Config(**values)
 
 
@@ -97,6 +113,8 @@ def env_overrides() -> dict:
         values["fsync"] = parse_bool(env["CONVGIT_FSYNC"], "CONVGIT_FSYNC")
     if env.get("CONVGIT_LOCK_TIMEOUT"):
         values["lock_timeout"] = parse_seconds(env["CONVGIT_LOCK_TIMEOUT"], "CONVGIT_LOCK_TIMEOUT")
+    if env.get("CONVGIT_INDEX_DSN"):
+        values["index_dsn"] = env["CONVGIT_INDEX_DSN"]
     if env.get("CONVGIT_GC_GRACE"):
         grace = parse_age(env["CONVGIT_GC_GRACE"], "CONVGIT_GC_GRACE")
         values["grace_seconds"] = None if grace is None else int(grace)

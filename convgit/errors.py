@@ -188,7 +188,7 @@ class RemoteCorrupt(SourceCorrupt):
     exit_code = 36
 
 
-# -- I/O: 40-42 -----------------------------------------------------------------------------
+# -- I/O: 40-43 -----------------------------------------------------------------------------
 
 
 class StorageFailed(ConvgitError):
@@ -212,6 +212,14 @@ class RemoteFailed(StorageFailed):
 
     code = "remote_failed"
     exit_code = 42
+
+
+class IndexUnavailable(ConvgitError):
+    """The index lives on a server (``[index] backend = "postgres"``) that cannot be reached
+    or refused the connection: the command did nothing (no object or ref was written)."""
+
+    code = "index_unavailable"
+    exit_code = 43
 
 
 # -- embeddings: 50-51 ----------------------------------------------------------------------
@@ -299,6 +307,7 @@ ALL_ERRORS: tuple[type[ConvgitError], ...] = (
     StorageFailed,
     UnsafeSymlink,
     RemoteFailed,
+    IndexUnavailable,
     EmbeddingFailed,
     EmbeddingUnavailable,
     MissingDependency,

@@ -139,11 +139,10 @@ class Repository:
 
     @property
     def index(self):
-        """The derived SQLite index, opened and brought up to date on first use."""
+        """The derived index (SQLite, or PostgreSQL with ``[index] backend``), opened and
+        brought up to date on first use."""
         if self._index is None:
-            from .index import Index
-
-            self._index = Index(self)
+            self._index = self.open_index()
         return self._index
 
     def pack_refs(self, *, rewrites: dict[str, bytes] | None = None, journal: bool = False) -> int:
@@ -170,6 +169,12 @@ class Repository:
                 return self.pack_refs(journal=True)
         except ConvgitError:
             return 0  # busy (another writer, a gc) or unreadable: the write stands, packing waits
+
+    def open_index(self, *, autorefresh: bool = True):
+        """A new connection to the store's index backend (``index.open_index``)."""
+        from .index import open_index
+
+        return open_index(self, autorefresh=autorefresh)
 
     def close(self) -> None:
         """Close the index, if it was opened, and the packed reflogs' file."""

@@ -64,13 +64,13 @@ def status(repo) -> dict:
 def _status(repo) -> dict:
     from .repository import read_format_version
 
-    from .index import INDEX_FILE, SCHEMA_VERSION, Index
+    from .index import SCHEMA_VERSION
 
     store = repo.path
     t0 = time.perf_counter()
     idx = repo._index
     if idx is None:  # open without catching up, to tell how fresh it was
-        idx = repo._index = Index(repo, autorefresh=False)
+        idx = repo._index = repo.open_index(autorefresh=False)
     was_rebuilt = idx.rebuilt
     stale: list[str] = []
     if not was_rebuilt and not idx.refs_unchanged():  # else nothing can have moved
@@ -93,7 +93,8 @@ def _status(repo) -> dict:
     total, files = _du(store)
     obj_bytes, _ = _du(store / "objects")
     pack_bytes, _ = _du(store / "objects" / "pack")
-    index_bytes = sum(getattr(p.stat(), "st_blocks", 0) * 512 for p in store.glob(INDEX_FILE + "*") if p.is_file())
+    index_bytes = idx.disk_bytes()  # (on the server, for the PostgreSQL index: not part of ``total``)
+    local_index = index_bytes if getattr(idx, "backend", "sqlite") == "sqlite" else 0
     gc = last_gc(store)
     return {
         "store": str(store),
@@ -111,7 +112,7 @@ def _status(repo) -> dict:
             "objects_loose": obj_bytes - pack_bytes,
             "packs": pack_bytes,
             "index": index_bytes,
-            "other": total - obj_bytes - index_bytes,
+            "other": total - obj_bytes - local_index,
             "files": files,
         },
         "index": {

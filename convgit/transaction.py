@@ -89,8 +89,10 @@ class Transaction:
 
     def __enter__(self) -> "Transaction":
         repo = self.repo
-        if self.index_mode == "moves":
-            repo.index  # open (and if needed rebuild) the index before anything is written
+        if self.index_mode == "moves" or repo.config.index_backend != "sqlite":
+            # Open (and if needed rebuild) the index before anything is written: an index
+            # server that cannot be reached fails the write here, with nothing written.
+            repo.index
         stack = ExitStack()
         stack.enter_context(repo.exclusive_lock() if self.exclusive else repo.write_lock())
         self._stack = stack

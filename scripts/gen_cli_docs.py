@@ -116,6 +116,7 @@ Environment variables:
 | `CONVGIT_FSYNC` | `0`, `false`, `no` or `off` turns fsync off (throw-away stores only: tests, benchmarks); `1`, `true`, `yes` or `on` turns it on. Overrides `core.fsync` in `config.toml`. |
 | `CONVGIT_LOCK_TIMEOUT` | Seconds (a finite number, 0 or more) to wait for a lock before failing with `locked`. Overrides `core.lock_timeout`. |
 | `CONVGIT_GC_GRACE` | How long an unreachable object is kept before gc may delete it, as `gc --prune` takes it (`2w`, `3d`, `12h`, `90m`, seconds, `now`, `never`). Overrides `gc.grace_seconds`. |
+| `CONVGIT_INDEX_DSN` | The PostgreSQL connection string of the index, for `index.backend = "postgres"` (docs/index.md, "PostgreSQL"). Overrides `index.dsn`. |
 | `NO_COLOR` | Any non-empty value turns colour off on a terminal (`--color always` still turns it on). |
 | `CONVGIT_PAGER`, `PAGER` | The pager for long `log` and `show` output on a terminal, in that order (default `less`, run with `LESS=FRX` unless `LESS` is set); empty or `cat` means none. |
 
@@ -647,6 +648,7 @@ MEANING: dict[str, str] = {
     "object_missing": "An object that must be present is not in the store (for example the parent of a message being written).",
     "not_a_store": "Not a convgit store, or a store format version this convgit cannot read.",
     "storage_failed": "The file system failed (I/O error, disk full, a failed fsync): the operation did not happen. (A write that did happen but could not update the index succeeds with a warning; see format.md §8.)",
+    "index_unavailable": "The store's index is on a PostgreSQL server (`index.backend = \"postgres\"`) that cannot be reached or refused the connection: the command did nothing (no object or ref was written).",
     "unauthorized_update": "`convgit mcp`: a client asked to update a thread it neither created nor was granted (`convgit mcp grant`); nothing was written. Returned by the MCP tools as an error document, not as an exit code.",
     "missing_dependency": "An optional feature's extra is not installed: the message says what to install (`pip install 'convgit[mcp]'` for `convgit mcp`).",
     "unsafe_symlink": "A symlink inside the store where convgit writes (a reflog, a lock, `index.sqlite`, `objects/pack`, …): refused, nothing was written through it (see docs/format.md, Symlinks).",

@@ -81,3 +81,24 @@ def weed(tmp_path_factory):
     w = Weed(tmp_path_factory.mktemp("weed"))
     yield w
     w.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A real PostgreSQL server for this test session (one per xdist worker), on 127.0.0.1;
+    skipped, with the reason, where none can be started (tests/pg_server.py)."""
+    pytest.importorskip("psycopg", reason="the PostgreSQL index tests need the [postgres] extra (psycopg)")
+    from pg_server import PgServer, Unavailable
+
+    try:
+        server = PgServer.start()
+    except Unavailable as e:
+        pytest.skip(f"PostgreSQL unavailable: {e}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_dsn(pg_server) -> str:
+    """The DSN of a new, empty database of this test's own."""
+    return pg_server.create_database()

@@ -212,7 +212,7 @@ def test_documented_cycles_are_real():
     assert [pats for pats in doc_cycle_exceptions() if not any(all(_allowed(m, pats) for m in c) for c in cycles)] == []
 
 
-@pytest.mark.parametrize("package", ["typer", "rich", "click", "platformdirs"])
+@pytest.mark.parametrize("package", ["typer", "rich", "click", "platformdirs", "psycopg"])
 def test_forbidden_imports(package):
     allowed = doc_forbidden()[f"import {package}"]
     bad = [f"{MODULES[m].relative_to(ROOT)}:{line} imports {name}"

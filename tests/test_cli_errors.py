@@ -193,6 +193,7 @@ def test_every_exit_code_is_exercised():
     # MCP tools answer (an error document, not an exit code)
     covered |= {"missing_dependency", "unauthorized_update"}
     covered |= {"non_fast_forward", "remote_corrupt", "remote_failed"}  # tests/test_remote.py
+    covered |= {"index_unavailable"}  # tests/test_pg_index.py: an unreachable PostgreSQL index
     missing = set(ERRORS) - covered - {"error", "storage_failed"}
     assert not missing
 

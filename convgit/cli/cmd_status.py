@@ -19,6 +19,7 @@ def status_cmd(json_: bool = typer.Option(False, "--json", help="Output JSON."))
         output.emit_json(st)
         return
     b, o, ix = st["bytes"], st["objects"], st["index"]
+    remote = str(ix["path"]).startswith("postgresql")  # the PostgreSQL index: on its server, not on this disk
     ratio = f"{st['dedup_ratio']:.2f}x" if st["dedup_ratio"] else "-"
     rows = [
         ("Store", f"{st['store']} (format {st['format_version']})"),
@@ -28,10 +29,10 @@ def status_cmd(json_: bool = typer.Option(False, "--json", help="Output JSON."))
         ("Text", _size(st["text_bytes"])),
         ("Objects", f"{o['loose']} loose, {o['packed']} packed in {o['packs']} pack(s)"),
         ("On disk", f"{_size(b['total'])}: loose objects {_size(b['objects_loose'])}, packs {_size(b['packs'])}, "
-                    f"index {_size(b['index'])}, refs and logs {_size(b['other'])}"),
+                    + ("" if remote else f"index {_size(b['index'])}, ") + f"refs and logs {_size(b['other'])}"),
         ("Index", ("up to date" if ix["up_to_date"] else
                    "rebuilt now" if ix["rebuilt_now"] else f"caught up now ({ix['stale_threads']} thread(s) had moved)")
-         + f", schema {ix['schema_version']}"),
+         + f", schema {ix['schema_version']}" + (f", {_size(b['index'])} in {ix['path']}" if remote else "")),
         ("Last gc", _time(st["last_gc"]) if st["last_gc"] is not None else "never (no gc.log)"),
     ]
     w = max(len(k) for k, _ in rows)

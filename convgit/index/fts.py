@@ -117,7 +117,9 @@ def index_messages(db, messages: list, parts: list[tuple]) -> None:
         vals = fts_values(m[3], by_rid.get(m[0], ()))
         if vals is not None:
             rows.append((m[0], *vals))
-    if rows:
+    if rows and getattr(db, "fts_insert", None) is not None:  # a backend with its own full-text table
+        db.fts_insert(rows)
+    elif rows:
         db.executemany(f"INSERT INTO {FTS_TABLE} (rowid, {', '.join(COLUMNS)}) VALUES (?,?,?,?,?,?)", rows)
 
 
@@ -136,7 +138,9 @@ def fts_remove(db, rowid: int) -> None:
     """Take a message out of the FTS index (a contentless table needs the values it indexed,
     which are recomputed from ``parts``), so that ranking statistics match a rebuilt index."""
     vals = _values_from_db(db, rowid)
-    if vals is not None:
+    if vals is not None and getattr(db, "fts_delete", None) is not None:
+        db.fts_delete(rowid)
+    elif vals is not None:
         db.execute(f"INSERT INTO {FTS_TABLE} ({FTS_TABLE}, rowid, {', '.join(COLUMNS)}) VALUES ('delete',?,?,?,?,?,?)",
                    (rowid, *vals))
 
@@ -144,11 +148,22 @@ def fts_remove(db, rowid: int) -> None:
 def fts_add(db, rowid: int) -> None:
     """Add message ``rowid`` of the index to the full-text table."""
     vals = _values_from_db(db, rowid)
-    if vals is not None:
+    if vals is not None and getattr(db, "fts_insert", None) is not None:
+        db.fts_insert([(rowid, *vals)])
+    elif vals is not None:
         db.execute(f"INSERT INTO {FTS_TABLE} (rowid, {', '.join(COLUMNS)}) VALUES (?,?,?,?,?,?)", (rowid, *vals))
 
 
 # -- the query language ---------------------------------------------------------------------
+
+
+class QuerySyntax(InvalidInput):
+    """A query the full-text engine refused, in its own words (``detail``: "fts5: syntax error
+    near …", "no such column: …"); search.py words the error for the user."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
 
 
 @dataclass

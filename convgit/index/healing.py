@@ -23,6 +23,14 @@ from ..errors import storage_failure
 from .schema import INDEX_FILE
 
 
+class IndexDamaged(Exception):
+    """An index backend other than SQLite found its tables damaged or missing (a PostgreSQL
+    schema dropped by hand): cured as SQLite damage is, by a rebuild."""
+
+
+DAMAGE = (sqlite3.DatabaseError, IndexDamaged)  # what a rebuild cures
+
+
 def index_storage_failure(e: BaseException, where: Path):
     """The StorageFailed that an index error stands for, or None when it is damage a rebuild
     cures. SQLITE_FULL is always storage. SQLITE_IOERR is storage only when the file system
@@ -43,7 +51,7 @@ def index_storage_failure(e: BaseException, where: Path):
     return None
 
 
-def recover(index, e: sqlite3.DatabaseError) -> None:
+def recover(index, e: Exception) -> None:
     """Called while handling ``e``, raised by a query on ``index``: raise StorageFailed (a
     full disk), else rebuild ``index`` so the query can run again."""
     failed = index_storage_failure(e, index.repo.path)
@@ -58,7 +66,7 @@ def healing(fn):
     def wrapper(self, *args, **kwargs):
         try:
             return fn(self, *args, **kwargs)
-        except sqlite3.DatabaseError as e:
+        except DAMAGE as e:
             recover(self, e)
             return fn(self, *args, **kwargs)
 
@@ -72,7 +80,7 @@ def healing_call(repo, fn: Callable, *args, **kwargs):
     """``fn(*args, **kwargs)`` (a function that queries ``repo.index``), healed as ``healing``."""
     try:
         return fn(*args, **kwargs)
-    except sqlite3.DatabaseError as e:
+    except DAMAGE as e:
         recover(repo.index, e)
         return fn(*args, **kwargs)
 
@@ -92,7 +100,7 @@ def healing_iter(repo, make: Callable[[], Iterator]) -> Iterator:
                 done += 1
                 yield item
             return
-        except sqlite3.DatabaseError as e:
+        except DAMAGE as e:
             if attempt:
                 raise
             recover(repo.index, e)

@@ -25,7 +25,7 @@ def _walk_all(repo, stops: set[str] | None = None) -> Iterator[tuple[str, object
     db = repo.index.db
     stops = set() if stops is None else stops
     stop_q = ("SELECT EXISTS (SELECT 1 FROM threads WHERE tip = ?1) OR "
-              "(SELECT count(*) FROM (SELECT 1 FROM messages WHERE parent = ?1 LIMIT 2)) > 1")
+              "(SELECT count(*) FROM (SELECT 1 FROM messages WHERE parent = ?1 LIMIT 2) AS c) > 1")
 
     def walk(tip: str):
         for oid, msg in iter_ancestry(repo.objects, tip, stop=stops):
@@ -134,8 +134,9 @@ def _paged(repo, rev, all_threads: bool, f: Filters) -> Iterator[tuple[str, obje
     strict = f.id_gt is not None and (f.id_gte is None or f.id_gt >= f.id_gte)
     after = f.id_gt if strict else f.id_gte
     while True:
-        q = (f"{with_}SELECT m.id, {KEY_SQL} AS k FROM messages m LEFT JOIN turns t ON t.id = m.turn_id "
-             f"WHERE {' AND '.join(conds)} AND k {'>' if strict else '>='} ? ORDER BY k LIMIT 1000")
+        q = (f"{with_}SELECT id, k FROM (SELECT m.id AS id, {KEY_SQL} AS k FROM messages m "
+             f"LEFT JOIN turns t ON t.id = m.turn_id WHERE {' AND '.join(conds)}) AS keyed "
+             f"WHERE k {'>' if strict else '>='} ? ORDER BY k LIMIT 1000")
         rows = db.execute(q, [*params, after]).fetchall()
         if not rows:
             return

@@ -93,16 +93,16 @@ def _mark_unreachable_from(db, oid: str | None, tips: set[str]) -> None:
         oid = row[1]
 
 
+THREADS_REACHING_SQL = """WITH RECURSIVE d(id) AS (SELECT ? UNION ALL
+             SELECT m.id FROM messages m JOIN d ON m.parent = d.id LIMIT ?)
+           SELECT count(DISTINCT d.id), json_group_array(h.name) FILTER (WHERE h.name IS NOT NULL)
+           FROM d LEFT JOIN threads h ON h.tip = d.id"""
+
+
 def threads_reaching(db, oid: str, *, limit: int = 20, max_walk: int = 50_000) -> tuple[list[str], int, bool]:
     """(first ``limit`` thread names by name, how many threads, whether the count is a lower
     bound) for the threads whose history holds ``oid``: those whose tip is ``oid`` or below it.
     The walk down the subtree stops after ``max_walk`` messages."""
-    walked, names = db.execute(
-        """WITH RECURSIVE d(id) AS (SELECT ? UNION ALL
-             SELECT m.id FROM messages m JOIN d ON m.parent = d.id LIMIT ?)
-           SELECT count(DISTINCT d.id), json_group_array(h.name) FILTER (WHERE h.name IS NOT NULL)
-           FROM d LEFT JOIN threads h ON h.tip = d.id""",
-        (oid, max_walk),
-    ).fetchone()
+    walked, names = db.execute(THREADS_REACHING_SQL, (oid, max_walk)).fetchone()
     found = sorted(json.loads(names)) if names else []
     return found[:limit], len(found), walked >= max_walk

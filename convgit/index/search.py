@@ -11,7 +11,7 @@ from ..timefmt import iso
 from . import reach
 from .filters import Filters, details, sort_key
 from .filters import sql as filter_sql
-from .fts import _TEXT_COLUMN, COLUMNS, DEFAULT_IN, FTS_TABLE, WEIGHTS, Query, Term, parse, snippet
+from .fts import _TEXT_COLUMN, COLUMNS, DEFAULT_IN, FTS_TABLE, WEIGHTS, Query, QuerySyntax, Term, parse, snippet
 from .healing import healing_call
 
 
@@ -124,6 +124,12 @@ def fts_ranked(repo, text: str, *, count: int = 20, latest: bool = False, column
     index.refresh_if_changed()
 
     def ranked_rows():
+        own = getattr(index, "ranked", None)  # a backend with its own full-text search (postgres/fts.py)
+        if own is not None:
+            try:
+                return own(q, f, count, latest)
+            except QuerySyntax as e:
+                raise InvalidInput(_worded(text, e.detail)) from None
         try:
             return _ranked(index.db, q, f, count, latest)
         except sqlite3.OperationalError as e:
@@ -207,6 +213,11 @@ def _explain(db, q: Query, text: str, e: Exception) -> str:
         db.execute(f"SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? LIMIT 1", (inner,)).fetchall()
     except Exception as e2:  # noqa: BLE001 - any SQLite complaint is the answer
         msg = str(e2)
+    return _worded(text, msg)
+
+
+def _worded(text: str, msg: str) -> str:
+    """The error for a query the engine refused with ``msg``, with a hint."""
     hint = ""
     if "no such column" in msg:
         hint = (f"; a word followed by ':' filters on a column ({', '.join(COLUMNS)}): "

@@ -426,8 +426,9 @@ class IndexWriter:
                         db.execute("DELETE FROM threads WHERE name=?", (name,))
                         continue
                     readable.append((name, tip, offset))
-                for name, tip, offset in readable:
-                    self._index_thread(reader, name, tip, offset)
+                with self._batched():
+                    for name, tip, offset in readable:
+                        self._index_thread(reader, name, tip, offset)
                 if archived:
                     for tname, path in self.repo.refs.iter_log_files():
                         if tname is None:
@@ -455,7 +456,6 @@ class IndexWriter:
 
     def _index_chain(self, reader: "Reader", tip: str) -> None:
         """Queue every message from ``tip`` back to the first one already indexed."""
-        db = self.db
         todo: list[tuple[str, Message]] = []
         oid: str | None = tip
         base_depth, base_title = -1, None
@@ -464,7 +464,7 @@ class IndexWriter:
             if row is not None:
                 base_depth, base_title = row[4], row[5]
                 break
-            row = db.execute("SELECT depth, title_id FROM messages WHERE id=?", (oid,)).fetchone()
+            row = self._indexed_row(oid)
             if row is not None:
                 base_depth, base_title = row
                 break
@@ -481,6 +481,21 @@ class IndexWriter:
             self._pending[oid] = [rid, oid, msg.parent, msg.role, depth, title, None, len(msg.parts), dump_json(msg.meta), None]
             for i, p in enumerate(msg.parts):
                 self._pending_parts.append(part_row(rid, i, p, reader))
+
+    def _batched(self):
+        """A context for the threads' rows of one catch-up (a backend may send them in one go)."""
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def _thread_row(self, name: str):
+        """(created_ms, forked_from_thread, forked_from_message) of a recorded thread, else None."""
+        return self.db.execute("SELECT created_ms, forked_from_thread, forked_from_message FROM threads WHERE name=?",
+                               (name,)).fetchone()
+
+    def _indexed_row(self, oid: str):
+        """(depth, title id) of message ``oid`` if the index holds it already, else None."""
+        return self.db.execute("SELECT depth, title_id FROM messages WHERE id=?", (oid,)).fetchone()
 
     def _flush(self) -> None:
         rows = [r[:9] for r in self._pending.values()]
@@ -508,7 +523,7 @@ class IndexWriter:
         entries, consumed = self._index_log(reader, name, path, log_offset)
         self._note_renames(entries)
         size = log_offset + consumed
-        row = db.execute("SELECT created_ms, forked_from_thread, forked_from_message FROM threads WHERE name=?", (name,)).fetchone()
+        row = self._thread_row(name)
         created, f_thread, f_msg = row if row else (None, None, None)
         updated = entries[-1].time_ms if entries else None
         if row is None and entries:
