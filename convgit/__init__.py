@@ -30,7 +30,7 @@ _API = (
     "check_on_conflict", "commit", "commit_many", "delete_thread", "fork", "hash_object", "import_paths",
     "rename_thread", "switch", "to_payload", "update_ref",
     # reading
-    "cat_object", "conversation", "export", "iso", "iter_log", "log", "make_filters", "message_text", "object_json",
+    "cat_object", "conversation", "export", "export_llm_db", "iso", "iter_log", "log", "make_filters", "message_text", "object_json",
     "part_json", "rev_parse", "search", "show_refs", "status", "threads", "tree",
     # embeddings
     "embed", "embed_status",

@@ -556,6 +556,22 @@ def export(repo: Repository, revs: list[str], *, fmt: str = "native") -> str:
     return _export(repo, revs, fmt)
 
 
+def export_llm_db(repo: Repository, revs: list[str], out: str | Path, *, progress=None):
+    """Write the threads ``revs`` name (``HEAD`` or thread names) to a new llm logs.db at
+    ``out`` (``llm logs`` reads it; ``import`` gives back the same messages): an
+    ``LlmExportResult``. ``progress(done, total)`` after each thread."""
+    from .export_llm import write_llm_db
+
+    names: list[str] = []
+    for rev in revs:
+        _, thread = revparse.resolve_with_thread(repo, rev)
+        if thread is None:
+            raise InvalidInput(f"{rev}: --format llm-db exports whole threads; give a thread name (or --all)")
+        if thread not in names:
+            names.append(thread)
+    return write_llm_db(repo, names, out, progress=progress)
+
+
 # -- plumbing -------------------------------------------------------------------------------
 
 
@@ -718,7 +734,7 @@ __all__ = [
     "check_on_conflict", "commit", "commit_many", "delete_thread", "fork", "hash_object", "import_paths",
     "rename_thread", "restore_thread", "switch", "to_payload", "update_ref",
     # reading
-    "cat_object", "conversation", "deleted_threads", "export", "find_conversation", "iso", "iter_log", "log", "make_filters", "message_text",
+    "cat_object", "conversation", "deleted_threads", "export", "export_llm_db", "find_conversation", "iso", "iter_log", "log", "make_filters", "message_text",
     "nest_tree", "object_json", "part_json", "reflog", "rev_parse", "search", "show_refs", "status", "store_path", "threads",
     "tree", "turns",
     # embeddings

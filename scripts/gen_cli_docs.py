@@ -406,6 +406,13 @@ thread's name, fork origin and recorded turns, so an import elsewhere reproduces
 threads, ids and provenance), `openai` or `anthropic` (a request to replay), `markdown` (to
 read) or `jsonl` (one native document per thread). `--all` exports every thread: with
 `native` as one document holding them all, with `jsonl` one line each.
+
+`--format llm-db -o FILE` writes the threads (HEAD's, the ones named, or `--all`) as a new
+logs.db of [llm](https://llm.datasette.io) 0.36: `llm logs -d FILE` reads it, with llm's own
+`b2:` message hashes, one llm thread per thread and one llm turn per call (model, options,
+tokens, duration, time). `convgit import FILE` gives back the same messages with the same
+times and models (json.md §9.1 has the mapping). FILE must not exist; nothing is written on
+an error. It prints one summary line (`--json`: the report).
 """,
     ("gc",): """Packs every reachable loose object into a new packfile, prunes objects that nothing reaches
 (refs, `HEAD`, live reflog entries and the turns they name) once they are older than the grace
