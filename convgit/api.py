@@ -18,7 +18,7 @@ import msgspec
 from . import codec, graph, revparse
 from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed
 from .ids import check_thread_name
-from .objects import Blob, Message, ReasoningPart, TextPart, Turn
+from .objects import Blob, Message, ReasoningPart, TextPart, ToolCallPart, Turn
 from .repository import Repository
 from .results import DeleteResult, RenameResult, RestoreResult, SwitchResult, UpdateRefResult  # noqa: F401 (re-exported)
 from .thread_ops import (  # noqa: F401 (re-exported: the library surface)
@@ -255,6 +255,7 @@ def iter_log(
     ``count`` entries it turns around)."""
     if count < 0:
         raise InvalidInput("-n must be 0 (all) or more")
+    filters = turn_level(repo, filters)
     it = _eager_first(repo.index.iter_messages(rev, all_threads=all_threads, filters=filters))  # errors raise now
     entries = (LogEntry(oid, msg.parent, msg.role, msg, message_text(repo, msg), depth, turn)
                for oid, msg, depth, turn in it)
@@ -263,6 +264,88 @@ def iter_log(
     if reverse:
         return iter(list(entries)[::-1])
     return entries
+
+
+def turn_level(repo: Repository, filters: "Filters | None") -> "Filters | None":
+    """``filters`` with its model condition turn-level, as ``llm logs -m`` means it: a message
+    passes ``-m MODEL`` when the turn that brought it is of that model (as before), or when any
+    recorded call of that model covered it: what the call brought and the message it answered
+    (its prompt), also for a call that added no message (a re-sent stateless call). The
+    call must pass ``--since``/``--until``/``--source`` too. Without ``-m``: ``filters``."""
+    if filters is None or not filters.models:
+        return filters
+    import dataclasses
+
+    from .index.filters import Filters
+
+    repo.index.refresh_if_changed()
+    calls = repo.index.turn_rows(Filters(models=filters.models, since=filters.since, until=filters.until,
+                                         sources=filters.sources))
+    covered: dict[str, None] = dict.fromkeys(filters.covered)
+    for r in calls:
+        try:
+            steps = max(1, r["span"] or 0) + 1  # what it brought, and its prompt
+            for oid, _ in itertools.islice(graph.iter_ancestry(repo.objects, r["output"]), steps):
+                covered[oid] = None
+        except (ObjectMissing, ObjectCorrupt):
+            continue  # a pruned history: nothing of it to show
+    return dataclasses.replace(filters, covered=tuple(covered))
+
+
+def summaries(repo: Repository, entries: list[LogEntry], *, filters: "Filters | None" = None,
+              newest_first: bool = True) -> list[dict]:
+    """``log -s``/``show -s``: one summary per turn of ``entries`` (``views.short``) and one
+    for every other recorded call whose output is among them: a call that added no message
+    (a re-sent stateless call) is listed as ``llm logs`` lists it, next to the turn that
+    first brought its answer. ``filters``' model, time and source conditions pick those calls."""
+    from . import views
+    from .index.filters import Filters, sort_key
+
+    rows = views.short(entries, lambda e: e.key)
+    by_id = {e.id: e for e in entries}
+    shown = {r["turn"] for r in rows if r["turn"]}
+    f = filters or Filters()
+    repo.index.refresh_if_changed()
+    extra: dict[int, list[dict]] = {}
+    where = {oid: i for i, r in enumerate(rows) for oid in r["messages"]}
+    for t in repo.index.turn_rows(Filters(models=f.models, since=f.since, until=f.until, sources=f.sources)):
+        out = by_id.get(t["output"])
+        if out is None or t["turn"] in shown:
+            continue
+        shown.add(t["turn"])
+        prompt = None
+        cur = by_id.get(out.parent) if out.parent else None
+        while cur is not None and prompt is None:
+            prompt = cur.text if cur.role == "user" and cur.text.strip() else None
+            cur = by_id.get(cur.parent) if cur.parent else None
+        if out.role == "user" and out.text.strip():
+            prompt = out.text
+        has_usage = t["input_tokens"] is not None or t["output_tokens"] is not None
+        extra.setdefault(where[out.id], []).append({
+            "key": sort_key(t["started_at"], t["turn"], out.id, out.depth),
+            "turn": t["turn"], "started_at": t["started_at"],
+            "model": t["resolved_model"] or t["model"], "kind": t["kind"], "thread": t["thread"],
+            "messages": [out.id],
+            "prompt": views.truncate(prompt) if prompt is not None else None,
+            "response": views.truncate(out.text) if out.role == "assistant" and out.text.strip() else None,
+            "tool_calls": [p.name for p in out.message.parts if isinstance(p, ToolCallPart)],
+            "usage": {"input_tokens": t["input_tokens"], "output_tokens": t["output_tokens"]} if has_usage else None,
+        })
+    if f.models:  # the messages are those calls of the model covered: show those calls only
+        def of_model(r: dict) -> bool:
+            t = by_id[r["messages"][0]].turn or {}
+            return r["model"] in f.models or t.get("model") in f.models
+        keep = [of_model(r) for r in rows]
+    else:
+        keep = [True] * len(rows)
+    out_rows: list[dict] = []
+    for i, r in enumerate(rows):
+        if not keep[i]:
+            out_rows.extend(extra.get(i, ()))
+            continue
+        more = sorted(extra.get(i, ()), key=lambda x: x["key"], reverse=newest_first)
+        out_rows.extend([*more, r] if newest_first else [r, *more])
+    return out_rows
 
 
 def _eager_first(it: Iterator) -> Iterator:
@@ -335,7 +418,9 @@ def search(repo: Repository, query: str, *, mode: str = "auto", count: int = 20,
     """Search message text (docs/search.md). ``mode``: ``fts`` (FTS5 syntax, every word
     required), ``semantic`` (nearest chunks by meaning), ``hybrid`` (reciprocal-rank fusion of
     both) or ``auto`` (default: plain words are hybrid when the store has vectors, else
-    full-text that falls back to any of the words; FTS5 syntax is ``fts``)."""
+    full-text that falls back to any of the words; FTS5 syntax is ``fts``). A model in
+    ``filters`` is turn-level (``turn_level``)."""
+    filters = turn_level(repo, filters)
     if mode == "fts":
         return repo.index.search(query, count=count, latest=latest, columns=columns, filters=filters)
     from .semantic import search as _search
@@ -734,7 +819,7 @@ __all__ = [
     "check_on_conflict", "commit", "commit_many", "delete_thread", "fork", "hash_object", "import_paths",
     "rename_thread", "restore_thread", "switch", "to_payload", "update_ref",
     # reading
-    "cat_object", "conversation", "deleted_threads", "export", "export_llm_db", "find_conversation", "iso", "iter_log", "log", "make_filters", "message_text",
+    "cat_object", "conversation", "deleted_threads", "export", "export_llm_db", "find_conversation", "summaries", "turn_level", "iso", "iter_log", "log", "make_filters", "message_text",
     "nest_tree", "object_json", "part_json", "reflog", "rev_parse", "search", "show_refs", "status", "store_path", "threads",
     "tree", "turns",
     # embeddings

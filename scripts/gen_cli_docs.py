@@ -241,7 +241,15 @@ assistant message; `-x/--extract` the first fenced code block of each assistant 
 `-u/--usage` adds each turn's token usage and the totals (`--json`: `{"entries": [...],
 "usage": {"turns", "input_tokens", "output_tokens", "total_tokens"}}`, each entry with a
 `usage`); `-s/--short` prints one compact entry per turn (time, model, thread, prompt,
-response, tool calls); `-t/--truncate` cuts texts to 100 characters (in `--json` too).
+response, tool calls), and one for every other recorded call that answered with one of the
+messages shown (a re-sent stateless call that added no message), so `-s -u` totals every
+call; `-t/--truncate` cuts texts to 100 characters (in `--json` too).
+
+`-m MODEL` is turn-level, as in `llm logs`: a message passes when the turn that brought it
+is of that model, or when any recorded call of that model covered it (the messages the call
+brought and the prompt it answered), also a call that added no message; that call must then
+pass `--since`, `--until` and `--source` too. With `-s`, only the calls of that model are
+listed. The same holds for `search -m`.
 
 `--turns` is the turn-level view, as `llm logs` lists calls: one entry per recorded call,
 newest first, also for calls that added no new message (a stateless client re-sending a

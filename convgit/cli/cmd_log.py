@@ -123,7 +123,7 @@ def _log_text(repo, rev, count, all_, reverse, oneline, filters_args, response, 
             V.print_response(repo, entries[0], json_)
         return
     if short_:
-        V.print_short(list(entries), json_=json_, usage=usage)
+        V.print_short(repo, list(entries), json_=json_, usage=usage, filters=filters, newest_first=not reverse)
         return
     if json_:
         V.print_entries_json(repo, entries, usage=usage, truncate=truncate)
@@ -295,7 +295,7 @@ def show_cmd(
                 V.print_response(repo, chosen[0], json_)
             return
         if short_:
-            V.print_short(entries, json_=json_, usage=usage)
+            V.print_short(repo, entries, json_=json_, usage=usage, newest_first=False)
             return
         if json_:
             doc = {"thread": thread, "tip": tip,

@@ -115,19 +115,29 @@ def usage_line(e) -> str | None:
 
 
 def totals_line(entries: List) -> str:
-    t = views.usage_totals(entries)
+    return _totals_text(views.usage_totals(entries))
+
+
+def _totals_text(t: dict) -> str:
     return (f"Total:  {t['input_tokens']} input, {t['output_tokens']} output tokens "
             f"({t['total_tokens']} in all) over {t['turns']} turn(s)")
 
 
-def print_short(entries: List, *, json_: bool, usage: bool) -> None:
-    rows = views.short(entries, lambda e: e.key)
+def print_short(repo, entries: List, *, json_: bool, usage: bool, filters=None, newest_first: bool = True) -> None:
+    rows = api.summaries(repo, entries, filters=filters, newest_first=newest_first)
+    totals = {"turns": 0, "input_tokens": 0, "output_tokens": 0}
+    for r in rows:  # each call listed once, also those that added no message
+        if r["usage"]:
+            totals["turns"] += 1
+            totals["input_tokens"] += r["usage"]["input_tokens"] or 0
+            totals["output_tokens"] += r["usage"]["output_tokens"] or 0
+    totals["total_tokens"] = totals["input_tokens"] + totals["output_tokens"]
     if json_:
         for r in rows:
             r["started_at"] = api.iso(r["started_at"])
             if not usage:
                 r.pop("usage")
-        doc = {"turns": rows, "usage": views.usage_totals(entries)} if usage else rows
+        doc = {"turns": rows, "usage": totals} if usage else rows
         output.emit_json(doc)
         return
     for r in rows:
@@ -142,7 +152,7 @@ def print_short(entries: List, *, json_: bool, usage: bool) -> None:
         if usage and r["usage"]:
             output.line(f"  usage: {r['usage']['input_tokens']} input, {r['usage']['output_tokens']} output", "dim")
     if usage:
-        output.line(totals_line(entries), "bold")
+        output.line(_totals_text(totals), "bold")
 
 
 def entry_json(repo, e, *, usage: bool, truncate: bool) -> dict:

@@ -16,6 +16,7 @@ the turn's.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -96,6 +97,10 @@ class Filters:
     id_gt: str | None = None
     id_gte: str | None = None
     tool_names: tuple[str, ...] = ()  # only messages of turns that called one of these tools
+    # Messages that pass the turn conditions (models, since/until, sources) whatever their
+    # own turn: a recorded call that passes them covered them (its prompt and what it brought,
+    # also a call that added no message). The library fills it in (api.turn_level).
+    covered: tuple[str, ...] = ()
 
     @property
     def paging(self) -> bool:
@@ -197,7 +202,14 @@ def sql(f: Filters) -> tuple[str, list, list[str], list]:
                  "SELECT m0.parent FROM messages m0 JOIN anc ON m0.id = anc.id WHERE m0.parent IS NOT NULL) ")
         with_params = list(f.threads)
         conds.append("m.id IN (SELECT id FROM anc)")
-    turn_conditions(f, conds, params)
+    tconds: list[str] = []
+    turn_conditions(f, tconds, params)
+    if tconds:
+        cond = " AND ".join(tconds)
+        if f.covered:
+            cond = f"(({cond}) OR m.id IN (SELECT value FROM json_each(?)))"
+            params.append(json.dumps(list(f.covered)))
+        conds.append(cond)
     if f.roles:
         conds.append(f"m.role IN ({','.join('?' * len(f.roles))})")
         params.extend(f.roles)
@@ -253,6 +265,7 @@ class _Match:
             with_, params, _, _ = sql(Filters(threads=f.threads))
             self.in_threads = {r[0] for r in db.execute(with_ + "SELECT id FROM anc", params)}
         self.tool_turns = {r[0] for r in db.execute(TOOL_TURNS_SQL)} if f.tools else None
+        self.covered = set(f.covered)
         self.named_turns = None
         if f.tool_names:
             q = ",".join("?" * len(f.tool_names))
@@ -267,6 +280,16 @@ class _Match:
         if self.in_threads is not None and oid not in self.in_threads:
             return False
         t = info or {}
+        if oid not in self.covered and not self._turn_passes(t):
+            return False
+        if self.tool_turns is not None and t.get("turn") not in self.tool_turns:
+            return False
+        if self.named_turns is not None and t.get("turn") not in self.named_turns:
+            return False
+        return True
+
+    def _turn_passes(self, t: dict) -> bool:
+        f = self.f
         if f.models and t.get("model") not in f.models and t.get("resolved_model") not in f.models:
             return False
         started = t.get("started_at")
@@ -274,10 +297,4 @@ class _Match:
             return False
         if f.until is not None and (started is None or started >= f.until):
             return False
-        if f.sources and t.get("source") not in f.sources:
-            return False
-        if self.tool_turns is not None and t.get("turn") not in self.tool_turns:
-            return False
-        if self.named_turns is not None and t.get("turn") not in self.named_turns:
-            return False
-        return True
+        return not (f.sources and t.get("source") not in f.sources)
