@@ -365,19 +365,79 @@ def make_filters(repo: Repository, **options) -> "Filters":
     return _make(repo, **options)
 
 
-def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None, schema: bool = False) -> list[dict]:
+def schema_of(t: Turn) -> dict:
+    """The structured output a recorded call asked for: ``{"id", "name", "schema"}`` (``id``
+    llm's id of the JSON schema, ``llmdb.schema_id``, or the llm ``schema_id`` an imported
+    call kept; ``name`` the OpenAI ``json_schema.name``), any of them None."""
+    from .export_llm import response_schema
+    from .ingest.llmdb import schema_id
+
+    schema = response_schema(t.options)
+    rf = (t.options or {}).get("response_format")
+    js = rf.get("json_schema") if isinstance(rf, dict) else None
+    sid = (t.meta or {}).get("schema_id")
+    return {"id": sid if isinstance(sid, str) else (schema_id(schema) if schema is not None else None),
+            "name": js.get("name") if isinstance(js, dict) and isinstance(js.get("name"), str) else None,
+            "schema": schema}
+
+
+def _schema_matches(repo: Repository, want: str):
+    """A predicate over turns for ``--schema X``: X is a schema id (or a unique 4+ character
+    prefix of one), a schema name, a JSON schema, or a file holding one."""
+    from .ingest.llmdb import schema_id
+
+    target = None
+    text = want
+    p = Path(want)
+    if len(want) < 4096 and p.is_file():
+        text = p.read_text("utf-8")
+    if text.lstrip().startswith("{"):
+        import json as _json
+
+        try:
+            given = _json.loads(text)
+        except ValueError as e:
+            raise InvalidInput(f"--schema {want!r}: not JSON ({e})") from None
+        # llm's id depends on key order; convgit stores a schema with its keys sorted
+        target = {schema_id(given), schema_id(_json.loads(_json.dumps(given, sort_keys=True)))}
+    low = want.lower()
+
+    def match(t: Turn) -> bool:
+        s = schema_of(t)
+        if target is not None:
+            return s["id"] in target
+        return (s["name"] == want) or (s["id"] is not None and len(low) >= 4 and s["id"].startswith(low))
+
+    return match
+
+
+def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None, schema: bool | str = False) -> list[dict]:
     """The turn-level view (``log --turns``), as ``llm logs`` lists calls: one entry per
     recorded call, newest first, including calls that added no new message (a re-sent
     stateless call, a re-committed conversation with call metadata). Each entry: turn,
     thread, kind, model, started_at (ISO), duration_ms, usage (input/output tokens, details),
     source, error, the output message id, its ``response`` text (when it is an assistant
     message) and the ``prompt`` (the last user message the turn covers or answers).
-    ``schema``: only calls that asked for structured output (a JSON schema)."""
+    ``schema``: only calls that asked for structured output (a JSON schema); a string: only
+    those of that schema (an id, a name, a JSON schema or a file holding one, see
+    ``_schema_matches``), and each entry gets its ``schema`` (``schema_of``)."""
     if count < 0:
         raise InvalidInput("-n must be 0 (all) or more")
     repo.index.refresh_if_changed()
+    match = _schema_matches(repo, schema) if isinstance(schema, str) and schema != "any" else None
+    rows = repo.index.turn_rows(filters, 0 if match else count, schema=bool(schema))
+    schemas: dict[str, dict] = {}
+    if isinstance(schema, str):
+        kept = []
+        for r in rows:
+            t = graph.find_turn(repo.objects, r["turn"])
+            if t is None or (match is not None and not match(t)):
+                continue
+            schemas[r["turn"]] = schema_of(t)
+            kept.append(r)
+        rows = kept[:count] if count else kept
     out = []
-    for r in repo.index.turn_rows(filters, count, schema=schema):
+    for r in rows:
         response = prompt = None
         try:
             msg = repo.objects.read(r["output"])
@@ -410,6 +470,8 @@ def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None,
             "source": r["source"], "error": r["error"], "output": r["output"],
             "prompt": prompt, "response": response,
         })
+        if r["turn"] in schemas:
+            out[-1]["schema"] = {k: v for k, v in schemas[r["turn"]].items() if k != "schema"}
     return out
 
 
@@ -819,7 +881,7 @@ __all__ = [
     "check_on_conflict", "commit", "commit_many", "delete_thread", "fork", "hash_object", "import_paths",
     "rename_thread", "restore_thread", "switch", "to_payload", "update_ref",
     # reading
-    "cat_object", "conversation", "deleted_threads", "export", "export_llm_db", "find_conversation", "summaries", "turn_level", "iso", "iter_log", "log", "make_filters", "message_text",
+    "cat_object", "conversation", "deleted_threads", "export", "export_llm_db", "find_conversation", "schema_of", "summaries", "turn_level", "iso", "iter_log", "log", "make_filters", "message_text",
     "nest_tree", "object_json", "part_json", "reflog", "rev_parse", "search", "show_refs", "status", "store_path", "threads",
     "tree", "turns",
     # embeddings

@@ -342,14 +342,13 @@ class _Writer:
 
     def _schema(self, options: dict | None) -> str | None:
         """A JSON schema the call asked for (OpenAI ``response_format``) in llm's ``schemas``
-        table (id: the MD5 of its canonical JSON, as llm computes it)."""
-        rf = (options or {}).get("response_format")
-        schema = rf.get("json_schema", {}).get("schema") if isinstance(rf, dict) and isinstance(rf.get("json_schema"), dict) else None
-        if not isinstance(schema, dict):
+        table, under llm's id for it (``llmdb.schema_id``)."""
+        schema = response_schema(options)
+        if schema is None:
             return None
-        content = json.dumps(schema, separators=(",", ":"), sort_keys=True)
-        sid = hashlib.md5(content.encode()).hexdigest()
-        self.db.execute('INSERT OR IGNORE INTO "schemas" (id, content) VALUES (?, ?)', (sid, content))
+        sid = llmdb.schema_id(schema)
+        self.db.execute('INSERT OR IGNORE INTO "schemas" (id, content) VALUES (?, ?)',
+                        (sid, json.dumps(schema, separators=(",", ":"))))
         return sid
 
     # -- messages ---------------------------------------------------------------------------
@@ -492,6 +491,14 @@ class _Writer:
                             (aid, atype, path, url, content))
             self.result.attachments += 1
         return aid, atype, path
+
+
+def response_schema(options: dict | None) -> dict | None:
+    """The JSON schema of an OpenAI ``response_format`` of type ``json_schema``, else None."""
+    rf = (options or {}).get("response_format")
+    js = rf.get("json_schema") if isinstance(rf, dict) else None
+    schema = js.get("schema") if isinstance(js, dict) else None
+    return schema if isinstance(schema, dict) else None
 
 
 def _first(d: dict, *keys):

@@ -260,10 +260,15 @@ truncates instead), `-u` its tokens and the totals. REV names the thread; `-n`, 
 `--since`, `--until`, `--source` and `--thread` apply. `--json` prints an array of `{"turn",
 "thread", "kind", "model", "requested_model", "started_at", "duration_ms", "usage",
 "source", "error", "output", "prompt", "response"}` (with `-u`: `{"turns": [...], "usage":
-{...}}`). `--turns --schema` keeps the calls that asked for structured output (an OpenAI
-`response_format` of type `json_schema` or `json_object`, or an llm call with a schema);
-`--turns --data` prints the JSON object each such call returned, one per line (`--json`: an
-array of them), as `llm logs --data` does.
+{...}}`). `--turns --schema X` keeps the calls that asked for that structured output (an OpenAI
+`response_format` of type `json_schema`, or an llm call with a schema): X is the schema's id
+(llm's: BLAKE2b-128 of its compact JSON, as `llm schemas` shows it; convgit keeps a schema's
+keys sorted, and a JSON X matches in either order), a prefix of 4+ characters of it, the
+schema's `json_schema.name`, the JSON schema itself or a file holding it; `--schema any`
+keeps every call that asked for structured output (also `json_object`). With `--schema`,
+each `--json` entry has `"schema": {"id", "name"}`. `--turns --data` prints the JSON object
+each such call returned, one per line (`--json`: an array of them), as `llm logs --data`
+does; with `--schema X`, only that schema's.
 """,
     ("show",): """\
 Prints the conversation up to REV (default `HEAD`) in reading order, oldest first, with the

@@ -52,10 +52,12 @@ def log_cmd(
     graph: bool = typer.Option(False, "--graph", help="Draw the fork tree (of every thread with --all)."),
     turns: bool = typer.Option(False, "--turns", help="One entry per recorded call, newest first, as llm logs lists them "
                                                       "(also calls that added no new message)."),
-    schema: bool = typer.Option(False, "--schema", help="With --turns: only calls that asked for structured output "
-                                                        "(a JSON schema)."),
+    schema: Optional[str] = typer.Option(None, "--schema", metavar="X",
+                                         help="With --turns: only calls that asked for this structured output: a schema "
+                                              "id (or a prefix), a schema name, a JSON schema or a file holding one; "
+                                              "'any' for every call with a JSON schema (as llm logs --schema)."),
     data: bool = typer.Option(False, "--data", help="With --turns: the JSON each call returned, one object per line "
-                                                    "(implies --schema), as llm logs --data."),
+                                                    "(implies --schema any), as llm logs --data."),
     model: List[str] = V.MODEL_OPT,
     thread: List[str] = V.THREAD_OPT,
     since: Optional[str] = V.SINCE_OPT,
@@ -163,7 +165,7 @@ def _log_text(repo, rev, count, all_, reverse, oneline, filters_args, response, 
 
 
 def _turns(repo, rev, *, count: int, json_: bool, usage: bool, truncate: bool, filters_args, refused: dict,
-           schema: bool = False, data: bool = False) -> None:
+           schema: "bool | str" = False, data: bool = False) -> None:
     """``log --turns``: the turn-level view (api.turns); REV, when given, is the thread."""
     bad = [k for k, v in refused.items() if v]
     if bad:

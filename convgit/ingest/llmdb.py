@@ -95,6 +95,11 @@ def b2_hash(message: dict, parent: str | None) -> str:
     return "b2:" + hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def schema_id(schema: Any) -> str:
+    """llm's id of a JSON schema (its ``schemas.id``): BLAKE2b-128 of its compact JSON."""
+    return hashlib.blake2b(json.dumps(schema, separators=(",", ":")).encode(), digest_size=16).hexdigest()
+
+
 def iter_conversations(path, label: str) -> Iterator[Conversation | tuple[str, Exception]]:
     """Each thread of the llm database at ``path`` as a Conversation, or ``(label, error)``
     for one that cannot be read."""
@@ -411,4 +416,4 @@ def _part(d: dict) -> Any:
     return OpaquePart(data=d, source=SOURCE)
 
 
-__all__ = ["CONVGIT_KEY", "b2_hash", "is_llm_db", "iter_conversations", "part_from_llm"]
+__all__ = ["CONVGIT_KEY", "b2_hash", "is_llm_db", "iter_conversations", "part_from_llm", "schema_id"]
