@@ -696,11 +696,12 @@ def _progress_sizes(path, fmt: str) -> tuple[int, int, int]:
     return fsize, 0, per
 
 
-def export(repo: Repository, revs: list[str], *, fmt: str = "native") -> str:
-    """A thread (or several, as jsonl) as text: native, openai, anthropic, markdown, jsonl."""
+def export(repo: Repository, revs: list[str], *, fmt: str = "native", progress=None) -> str:
+    """A thread (or several, as jsonl) as text: native, openai, anthropic, markdown, jsonl.
+    ``progress(done, total)``: threads written."""
     from .export import export as _export
 
-    return _export(repo, revs, fmt)
+    return _export(repo, revs, fmt, progress=progress)
 
 
 def export_llm_db(repo: Repository, revs: list[str], out: str | Path, *, progress=None):
@@ -768,16 +769,18 @@ def hash_object(repo: Repository, data: bytes, *, type_: str = "blob", write: bo
     return oid
 
 
-def reindex(repo: Repository) -> dict:
-    """Rebuild the derived index from the objects and refs; returns its counts."""
-    return repo.index.rebuild()
+def reindex(repo: Repository, *, progress=None) -> dict:
+    """Rebuild the derived index from the objects and refs; returns its counts.
+    ``progress(done, total)``: as the threads are indexed."""
+    return repo.index.rebuild(progress=progress) if progress is not None else repo.index.rebuild()
 
 
-def gc(repo: Repository, *, prune: str | None = None, dry_run: bool = False, auto: bool = False):
-    """Pack, prune and expire (see convgit.gc). Returns GcStats."""
+def gc(repo: Repository, *, prune: str | None = None, dry_run: bool = False, auto: bool = False, progress=None):
+    """Pack, prune and expire (see convgit.gc). Returns GcStats. ``progress(done, total)``:
+    objects marked and packed, of every object stored."""
     from .gc import gc as _gc
 
-    return _gc(repo, prune=prune, dry_run=dry_run, auto=auto)
+    return _gc(repo, prune=prune, dry_run=dry_run, auto=auto, progress=progress)
 
 
 def fsck(repo: Repository, *, repair: bool = False, progress=None):
@@ -788,18 +791,19 @@ def fsck(repo: Repository, *, repair: bool = False, progress=None):
     return _fsck(repo, repair=repair, progress=progress)
 
 
-def merge(repo: Repository, src: str | Path, *, dry_run: bool = False, progress=None):
+def merge(repo: Repository, src: str | Path, *, dry_run: bool = False, progress=None, objects_progress=None):
     """Merge another store, a bundle or an ``llm`` logs.db into ``repo``.
 
     A store or a bundle returns a MergeReport. An llm logs.db is merged through the llm
     importer (``import_paths(..., fmt="llm")``): it returns that ImportReport, one line per
     conversation, and merging it again changes nothing. ``progress`` (llm logs.db only, as
-    for ``import_paths``) is called with bytes done."""
+    for ``import_paths``) is called with bytes done; ``objects_progress(done, total)`` (a
+    store or a bundle) with the source's objects walked."""
     if is_llm_db(src):
         return import_paths(repo, [src], fmt="llm", dry_run=dry_run, progress=progress)
     from .merge import merge as _merge
 
-    return _merge(repo, src, dry_run=dry_run)
+    return _merge(repo, src, dry_run=dry_run, progress=objects_progress)
 
 
 def is_llm_db(path: str | Path) -> bool:
@@ -818,20 +822,20 @@ def is_llm_db(path: str | Path) -> bool:
     return llmdb.is_llm_db(p) and not llmdb.is_bundle(p)
 
 
-def bundle_create(repo: Repository, path: str | Path, threads: list[str] | None = None):
+def bundle_create(repo: Repository, path: str | Path, threads: list[str] | None = None, *, progress=None):
     """Write ``threads`` (default: all) and every object they reach to the bundle ``path``.
-    Returns BundleInfo."""
+    Returns BundleInfo. ``progress(done, total)``: objects written."""
     from .bundle import create_bundle
 
-    return create_bundle(repo, path, threads)
+    return create_bundle(repo, path, threads, progress=progress)
 
 
-def bundle_verify(path: str | Path):
+def bundle_verify(path: str | Path, *, progress=None):
     """Check the bundle at ``path`` without a store: every object re-hashed and typed.
-    Returns BundleInfo (``problems`` empty when it is sound)."""
+    Returns BundleInfo (``problems`` empty when it is sound). ``progress(done, total)``."""
     from .bundle import verify_bundle
 
-    return verify_bundle(path)
+    return verify_bundle(path, progress=progress)
 
 
 def store_path(start: str | Path | None = None) -> dict:

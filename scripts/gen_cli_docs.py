@@ -69,9 +69,12 @@ Conventions every command follows:
   unless `CONVGIT_PAGER` or `PAGER` names another; `--no-pager`/`-P` before the command
   turns it off). Never when piped or with `--json`.
 - Long operations (import, merge, gc, fsck, reindex, bundle create/verify, export) show
-  progress on stderr when it is a terminal: a bar with the time left (at the average rate
-  since the start) where the size of the work is known (import, merging an llm logs.db,
-  fsck's object checks), a spinner with the time spent otherwise. Never when stderr is piped, with `--json` or `-q`.
+  progress on stderr when it is a terminal: a bar with the count done, the total and the
+  time left (at the average rate since the start): import and merging an llm logs.db count
+  bytes; fsck, gc (marking and packing), merging a store or bundle, bundle create and verify
+  count objects (shown from 2,000 objects); reindex and export count threads (from 50).
+  Never when stderr is piped, with `--json` or `-q`. gc's bar covers its mark and pack; the
+  sweep and the index rebuild after it are not counted.
 - Shell completion: `convgit --install-completion` installs it for the shell you run it
   from (bash, zsh, fish, PowerShell; typer's scripts), `--show-completion` prints the script.
   It completes commands, options, thread names and revisions (`HEAD`, `NAME~1`) from the

@@ -19,7 +19,6 @@ from cli_helpers import assert_error, cli, cli_env, dumps, env, ok, proj, run  #
 ROOT = Path(__file__).resolve().parent.parent
 LLM_DB = ROOT.parent / "shared" / "fixtures" / "llm" / "sample-logs.db"
 needs_llm_db = pytest.mark.skipif(not LLM_DB.is_file(), reason="../shared/fixtures is absent")
-LLM = Path(sys.executable).with_name("llm")
 
 # What a message is, as log --json prints it; turn ids, provenance and keys name the import
 # turns the second store recorded, so they differ by design.
@@ -37,23 +36,21 @@ def llm_env(tmp_path) -> dict:
     return e
 
 
-def llm_logs(tmp_path, db: Path) -> list[dict]:
-    r = subprocess.run([str(LLM), "logs", "-d", str(db), "-n", "0", "--json"], capture_output=True, text=True,
-                       env=llm_env(tmp_path), timeout=120)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
-
-
-def llm_verify(tmp_path, db: Path) -> dict:
-    """llm's own reading of the file: LogStore.verify() (re-derives every b2 hash from the
-    stored parts) and every thread's chain as llm loads it."""
+def llm_check(tmp_path, db: Path) -> dict:
+    """llm's own reading of the file, in one process: ``llm logs -d DB -n 0 --json`` (llm's
+    CLI, run by click's runner), LogStore.verify() (re-derives every b2 hash from the stored
+    parts) and every thread's chain as llm loads it."""
     code = (
         "import json, sys, sqlite_utils\n"
+        "from click.testing import CliRunner\n"
+        "from llm.cli import cli\n"
         "from llm.logs import LogStore\n"
+        "r = CliRunner().invoke(cli, ['logs', '-d', sys.argv[1], '-n', '0', '--json'])\n"
+        "assert r.exit_code == 0, r.output\n"
         "s = LogStore(sqlite_utils.Database(sys.argv[1]))\n"
         "chains = {r['id']: [m.role for m in s.thread_messages(r['id'])] for r in s.db['threads'].rows}\n"
-        "views = [v for v in s.db.view_names()]\n"
-        "print(json.dumps({'problems': s.verify(), 'chains': chains, 'views': views}))\n")
+        "print(json.dumps({'logs': json.loads(r.output), 'problems': s.verify(), 'chains': chains,\n"
+        "                  'views': s.db.view_names()}))\n")
     r = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True,
                        env=llm_env(tmp_path), timeout=120)
     assert r.returncode == 0, r.stderr
@@ -107,12 +104,12 @@ def test_round_trip_of_commits_with_every_part_kind(cli, proj, tmp_path):
     assert ok(cli("import", "--json", out, cwd=other)).json()["counts"]["deduplicated"] == 2
 
     # llm's view of the same file
-    v = llm_verify(tmp_path, out)
+    v = llm_check(tmp_path, out)
     assert v["problems"] == []  # every b2 hash re-derived by llm itself
     assert v["chains"]["main"] == ["system", "user", "assistant", "tool", "user", "assistant"]
     assert v["chains"]["side"] == ["system", "user", "assistant", "tool", "user", "assistant"]
     assert "message_tree" in v["views"]  # llm ran its one missing migration (a view) itself
-    rows = llm_logs(tmp_path, out)
+    rows = v["logs"]
     assert {r["conversation_id"] for r in rows} == {"main", "side"}
     by_model = {r["model"]: r for r in rows}
     assert set(by_model) == {"gpt-4o", "claude-x", "o3"}
@@ -135,7 +132,8 @@ def test_round_trip_of_an_llm_import(cli, proj, tmp_path):
     assert messages(cli, other) == messages(cli, proj)
     # the threads keep llm's conversation ids, so the second import names them as the first
     assert ok(cli("show-ref", "--json", cwd=other)).json().keys() == ok(cli("show-ref", "--json")).json().keys()
-    rows = llm_logs(tmp_path, out)
+    v = llm_check(tmp_path, out)
+    rows = v["logs"]
     src = sqlite3.connect(f"file:{LLM_DB}?mode=ro", uri=True)
     threads = {r[0] for r in src.execute("SELECT id FROM threads")}
     legacy = {r[0] for r in src.execute("SELECT DISTINCT conversation_id FROM responses")}
@@ -147,7 +145,7 @@ def test_round_trip_of_an_llm_import(cli, proj, tmp_path):
     path_only = {r[0] for r in db.execute(
         "SELECT p.message_hash FROM parts p JOIN part_attachments pa ON pa.part_id = p.id "
         "JOIN attachments a ON a.id = pa.attachment_id WHERE a.content IS NULL AND a.path IS NOT NULL")}
-    assert path_only and sorted(llm_verify(tmp_path, out)["problems"]) == sorted(path_only)
+    assert path_only and sorted(v["problems"]) == sorted(path_only)
 
 
 def test_export_llm_db_refusals_write_nothing(cli, proj, tmp_path):

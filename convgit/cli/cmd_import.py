@@ -207,8 +207,8 @@ def export_cmd(
         return
     if json_:
         raise InvalidInput("--json is for --format llm-db (the other formats are the document itself)")
-    with progress.Spinner("exporting", on=progress.enabled()):
-        text = api.export(repo, revs or ["HEAD"], fmt=fmt)
+    with progress.Counter("exporting threads", on=progress.enabled(), min_items=50) as tick:
+        text = api.export(repo, revs or ["HEAD"], fmt=fmt, progress=tick)
     if out is not None:
         try:
             out.write_text(text, "utf-8")
@@ -221,8 +221,8 @@ def export_cmd(
 def _export_llm_db(repo, revs: list[str], out: Optional[Path], json_: bool) -> None:
     if out is None:
         raise InvalidInput("--format llm-db writes a database file: give it with -o FILE")
-    with progress.Bar("exporting", len(revs), unit="items", on=progress.enabled(json_=json_)) as advance:
-        res = api.export_llm_db(repo, revs, out, progress=(lambda done, total: advance(1)) if advance else None)
+    with progress.Counter("exporting threads", on=progress.enabled(json_=json_), min_items=50) as tick:
+        res = api.export_llm_db(repo, revs, out, progress=tick)
     if json_:
         output.emit_json(res.to_json())
     else:

@@ -172,10 +172,12 @@ class IndexWriter:
             self.db.close()
             self.db = None  # type: ignore[assignment]
 
-    def rebuild(self) -> dict:
+    def rebuild(self, progress=None) -> dict:
         """Build a fresh index in a temp file and swap it in atomically.
 
         A failure (a full disk) leaves the old index file as it was and no temp file behind.
+        ``progress(done, total)``: called as threads are indexed (each counts twice: its
+        messages, then its reflog and turns).
         """
         t0 = time.perf_counter()
         if getattr(self, "db", None) is not None:
@@ -194,10 +196,12 @@ class IndexWriter:
             self.db = db
             refs = self.repo.refs.read_all(broken={})  # an unreadable ref is left out (fsck names it)
             self._building = True
+            self._progress = progress
             try:
                 self._catch_up(refs, archived=True)
             finally:
                 self._building = False
+                self._progress = None
             with fsio.flock(self.lock_path, shared=False, timeout=60):
                 if not self._copy_into_live(db):
                     db.close()
@@ -458,7 +462,10 @@ class IndexWriter:
                 if self._next_rowid == 1:
                     reach.reset(db)  # no message rows: nothing derived from them may stay
                 readable = []
-                for name, tip, offset in todo:
+                report = getattr(self, "_progress", None)
+                for i, (name, tip, offset) in enumerate(todo):
+                    if report is not None:
+                        report(i, 2 * len(todo))
                     try:
                         self._index_chain(reader, tip)  # queues nothing unless the walk succeeds
                     except (ObjectCorrupt, ObjectMissing):
@@ -467,8 +474,10 @@ class IndexWriter:
                         db.execute("DELETE FROM threads WHERE name=?", (name,))
                         continue
                     readable.append((name, tip, offset))
-                for name, tip, offset in readable:
+                for i, (name, tip, offset) in enumerate(readable):
                     self._index_thread(reader, name, tip, offset)
+                    if report is not None:
+                        report(len(todo) + i + 1, 2 * len(todo))
                 if archived:
                     for tname, path in self.repo.refs.iter_log_files():
                         if tname is None:
