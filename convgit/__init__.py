@@ -37,7 +37,7 @@ _API = (
     # maintenance
     "bundle_create", "bundle_verify", "fsck", "gc", "merge", "reindex",
     # the everyday CLI (issue 11): reflog, restoring deleted threads, merging llm logs.db, the tree as JSON
-    "deleted_threads", "find_conversation", "is_llm_db", "nest_tree", "reflog", "restore_thread", "store_path", "schema_of", "summaries",
+    "deleted_threads", "find_conversation", "is_llm_db", "nest_tree", "reflog", "restore_thread", "store_path", "fragment_text", "schema_of", "summaries",
     "turn_level", "turns",
 )
 # name -> the module that defines it (each imported when the name is first used)

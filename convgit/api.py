@@ -356,13 +356,49 @@ def _eager_first(it: Iterator) -> Iterator:
     return itertools.chain([first], it)
 
 
-def make_filters(repo: Repository, **options) -> "Filters":
+def make_filters(repo: Repository, *, fragment=(), **options) -> "Filters":
     """Filters for ``log``/``search`` from option values (see ``index.filters.make_filters``):
     ``model``, ``thread``, ``since``, ``until``, ``role``, ``tools``, ``tool`` (tool names
-    called), ``source``, ``id_gt``, ``id_gte``."""
+    called), ``source``, ``id_gt``, ``id_gte``, ``fragment`` (``fragment_text``)."""
     from .index.filters import make_filters as _make
 
-    return _make(repo, **options)
+    return _make(repo, fragments=tuple(fragment_text(repo, f) for f in fragment), **options)
+
+
+def fragment_text(repo: Repository, name: str) -> str:
+    """The text ``-f/--fragment NAME`` stands for, as llm's fragments: an alias from
+    config.toml ``[fragments]`` (its value is then read the same way), a file, or the id of a
+    stored text (a blob: what ``hash-object FILE`` prints for a file's bytes, and what a
+    text over the blob threshold is stored as; a unique prefix of 4+ hex digits works)."""
+    from .config import load_fragment_aliases
+
+    seen = set()
+    value = name
+    aliases = load_fragment_aliases(repo.path / "config.toml")
+    while value in aliases and value not in seen:
+        seen.add(value)
+        value = aliases[value]
+    p = Path(value)  # (the shell expands ~; a path from config.toml is relative to the cwd)
+    if p.is_file():
+        try:
+            text = p.read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidInput(f"--fragment {name}: {p} cannot be read as UTF-8 text ({e})") from None
+    else:
+        oid = None
+        v = value.strip().lower()
+        if 4 <= len(v) <= 64 and all(c in "0123456789abcdef" for c in v):
+            try:
+                oid = revparse.resolve(repo, v)
+            except ConvgitError:
+                oid = None
+        obj = repo.objects.read(oid) if oid else None
+        if not isinstance(obj, Blob):
+            raise NotFound(f"--fragment {name}: not a [fragments] alias, a file, or the id of a stored text", fragment=name)
+        text = obj.data.decode("utf-8", "surrogatepass")
+    if not text:
+        raise InvalidInput(f"--fragment {name}: the text is empty")
+    return text
 
 
 def schema_of(t: Turn) -> dict:
@@ -885,7 +921,7 @@ __all__ = [
     "check_on_conflict", "commit", "commit_many", "delete_thread", "fork", "hash_object", "import_paths",
     "rename_thread", "restore_thread", "switch", "to_payload", "update_ref",
     # reading
-    "cat_object", "conversation", "deleted_threads", "export", "export_llm_db", "find_conversation", "schema_of", "summaries", "turn_level", "iso", "iter_log", "log", "make_filters", "message_text",
+    "cat_object", "conversation", "deleted_threads", "export", "export_llm_db", "find_conversation", "fragment_text", "schema_of", "summaries", "turn_level", "iso", "iter_log", "log", "make_filters", "message_text",
     "nest_tree", "object_json", "part_json", "reflog", "rev_parse", "search", "show_refs", "status", "store_path", "threads",
     "tree", "turns",
     # embeddings

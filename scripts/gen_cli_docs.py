@@ -254,6 +254,17 @@ brought and the prompt it answered), also a call that added no message; that cal
 pass `--since`, `--until` and `--source` too. With `-s`, only the calls of that model are
 listed. The same holds for `search -m`.
 
+`-f/--fragment FRAGMENT` (log and search, as llm's fragments) keeps the messages that hold a
+text: FRAGMENT is a file (its text), an alias from config.toml's `[fragments]` table
+(`style = "docs/style.md"`, or a stored text's id), or the id of a stored text (a blob:
+what `convgit hash-object FILE` prints; a unique prefix of 4+ hex digits works). A message
+passes when one of its parts (text, reasoning, a tool call's arguments, a tool's output)
+contains the text; several `-f` must all match. A long document reused by many prompts (a
+system prompt, a pasted file over 32 KiB) is already stored once: as one blob, which every
+message holding it references by id, so `-f` of that file finds each of them. Texts under
+the blob threshold are stored inside each message (the threshold is part of the hashing
+contract, format.md §3.3). `-f` is not for `--turns` or `--graph`.
+
 `--turns` is the turn-level view, as `llm logs` lists calls: one entry per recorded call,
 newest first, also for calls that added no new message (a stateless client re-sending a
 conversation it already sent, a re-committed conversation with call metadata), with the

@@ -65,6 +65,7 @@ def log_cmd(
     role: List[str] = V.ROLE_OPT,
     tools: bool = V.TOOLS_OPT,
     tool: List[str] = V.TOOL_OPT,
+    fragment: List[str] = V.FRAGMENT_OPT,
     current: bool = V.CURRENT_OPT,
     cid: Optional[str] = V.CID_OPT,
     source: List[str] = V.SOURCE_OPT,
@@ -93,18 +94,18 @@ def log_cmd(
                filters_args=(model, thread, since, until, role, tools, source, id_gt, id_gte, tool),
                refused={"--graph": graph, "--all": all_, "--reverse": reverse, "--oneline": oneline, "--role": role,
                         "--tools": tools, "-T": tool, "--id-gt": id_gt, "--id-gte": id_gte, "-r": response,
-                        "-x": extract, "--xl": extract_last, "-s": short_})
+                        "-x": extract, "--xl": extract_last, "-s": short_, "-f": fragment})
         return
     if graph:
         _graph(repo, rev, all_=all_, count=count, reverse=reverse, json_=json_,
                refused={"-m": model, "--thread": thread, "--since": since, "--until": until, "--role": role,
                         "--tools": tools, "-T": tool, "--source": source, "--id-gt": id_gt, "--id-gte": id_gte,
                         "-r": response, "-x": extract, "--xl": extract_last, "-u": usage, "-s": short_,
-                        "--oneline": oneline})
+                        "--oneline": oneline, "-f": fragment})
         return
     with output.paged():
         _log_text(repo, rev, count, all_, reverse, oneline,
-                  (model, thread, since, until, role, tools, source, id_gt, id_gte, tool),
+                  (model, thread, since, until, role, tools, source, id_gt, id_gte, tool, fragment),
                   response, extract, extract_last, usage, short_, truncate, json_, role)
 
 

@@ -31,6 +31,9 @@ ID_GT_OPT = typer.Option(None, "--id-gt", metavar="KEY",
 ID_GTE_OPT = typer.Option(None, "--id-gte", metavar="KEY", help="As --id-gt, but KEY itself included.")
 
 
+FRAGMENT_OPT = typer.Option([], "-f", "--fragment", metavar="FRAGMENT",
+                            help="Only messages holding this text: a file, an alias from config.toml [fragments], "
+                                 "or the id of a stored text (hash-object FILE); repeatable (all must match).")
 TOOL_OPT = typer.Option([], "-T", "--tool", metavar="NAME", help="Only messages of turns that called the tool NAME; repeatable.")
 CURRENT_OPT = typer.Option(False, "-c", "--current", help="The most recent conversation (the thread updated last), as llm logs -c.")
 CID_OPT = typer.Option(None, "--cid", metavar="ID",
@@ -48,9 +51,9 @@ def conversation_thread(repo, current: bool, cid) -> str | None:
     return api.find_conversation(repo, cid)
 
 
-def make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte, tool=()):
+def make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte, tool=(), fragment=()):
     return api.make_filters(repo, model=model, thread=thread, since=since, until=until, role=role, tools=tools,
-                            source=source, id_gt=id_gt, id_gte=id_gte, tool=tool)
+                            source=source, id_gt=id_gt, id_gte=id_gte, tool=tool, fragment=fragment)
 
 
 # -- view options ---------------------------------------------------------------------------

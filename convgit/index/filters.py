@@ -101,6 +101,9 @@ class Filters:
     # own turn: a recorded call that passes them covered them (its prompt and what it brought,
     # also a call that added no message). The library fills it in (api.turn_level).
     covered: tuple[str, ...] = ()
+    # Only messages whose text (one part's: text, reasoning, a tool call's arguments or a
+    # tool's output) holds each of these texts (``-f/--fragment``, resolved by api.make_filters).
+    fragments: tuple[str, ...] = ()
 
     @property
     def paging(self) -> bool:
@@ -110,12 +113,13 @@ class Filters:
     def any(self) -> bool:
         """Is there any condition at all?"""
         return bool(self.models or self.threads or self.since is not None or self.until is not None
-                    or self.roles or self.tools or self.sources or self.paging or self.tool_names)
+                    or self.roles or self.tools or self.sources or self.paging or self.tool_names
+                    or bool(self.fragments))
 
 
 def make_filters(repo, *, model=(), thread=(), since: str | None = None, until: str | None = None, role=(),
                  tools: bool = False, source=(), id_gt: str | None = None, id_gte: str | None = None,
-                 tool=(), now_ms: int | None = None) -> Filters:
+                 tool=(), fragments=(), now_ms: int | None = None) -> Filters:
     """Filters from option values: validated, aliases resolved (config ``[aliases]``)."""
     from ..config import load_aliases
 
@@ -133,7 +137,8 @@ def make_filters(repo, *, model=(), thread=(), since: str | None = None, until: 
     s = parse_time(since, now_ms=now_ms, what="--since") if since else None
     u = parse_time(until, now_ms=now_ms, what="--until") if until else None
     return Filters(models, threads, s, u, roles, tools, _split(source),
-                   _bound(repo, id_gt, "--id-gt"), _bound(repo, id_gte, "--id-gte"), _split(tool))
+                   _bound(repo, id_gt, "--id-gt"), _bound(repo, id_gte, "--id-gte"), _split(tool),
+                   fragments=tuple(fragments))
 
 
 def _bound(repo, value: str | None, what: str) -> str | None:
@@ -170,6 +175,11 @@ TOOL_TURNS_SQL = (
     "WHERE p.type IN ('tool_call', 'tool_result') AND m2.turn_id IS NOT NULL"
 )
 
+
+
+# A message one of whose parts holds the text ``?`` (lean mode: the text from the object).
+FRAGMENT_SQL = ("EXISTS (SELECT 1 FROM parts pf WHERE pf.message_rowid = m.rowid "
+                "AND instr(coalesce(pf.text, convgit_text(m.id, pf.position)), ?) > 0)")
 
 
 def turn_conditions(f: "Filters", conds: list[str], params: list) -> None:
@@ -220,6 +230,9 @@ def sql(f: Filters) -> tuple[str, list, list[str], list]:
         conds.append("m.turn_id IN (SELECT m3.turn_id FROM parts p3 JOIN messages m3 ON m3.rowid = p3.message_rowid "
                      f"WHERE p3.type = 'tool_call' AND p3.name IN ({q}) AND m3.turn_id IS NOT NULL)")
         params.extend(f.tool_names)
+    for text in f.fragments:
+        conds.append(FRAGMENT_SQL)
+        params.append(text)
     if f.id_gt is not None:
         conds.append(f"{KEY_SQL} > ?")
         params.append(f.id_gt)
@@ -266,6 +279,10 @@ class _Match:
             self.in_threads = {r[0] for r in db.execute(with_ + "SELECT id FROM anc", params)}
         self.tool_turns = {r[0] for r in db.execute(TOOL_TURNS_SQL)} if f.tools else None
         self.covered = set(f.covered)
+        self.with_fragments = None
+        if f.fragments:
+            q = " AND ".join([FRAGMENT_SQL] * len(f.fragments))
+            self.with_fragments = {r[0] for r in db.execute(f"SELECT m.id FROM messages m WHERE {q}", list(f.fragments))}
         self.named_turns = None
         if f.tool_names:
             q = ",".join("?" * len(f.tool_names))
@@ -278,6 +295,8 @@ class _Match:
         if f.roles and role not in f.roles:
             return False
         if self.in_threads is not None and oid not in self.in_threads:
+            return False
+        if self.with_fragments is not None and oid not in self.with_fragments:
             return False
         t = info or {}
         if oid not in self.covered and not self._turn_passes(t):
