@@ -40,7 +40,7 @@ import msgspec
 from . import graph
 from .errors import InvalidInput, StorageFailed
 from .ingest import llmdb
-from .objects import AttachmentPart, Blob, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+from .objects import AttachmentPart, Blob, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 
 LLM_VERSION = "0.36"
 
