@@ -30,14 +30,15 @@ _API = (
     "check_on_conflict", "commit", "commit_many", "delete_thread", "fork", "hash_object", "import_paths",
     "rename_thread", "switch", "to_payload", "update_ref",
     # reading
-    "cat_object", "conversation", "export", "iso", "iter_log", "log", "make_filters", "message_text", "object_json",
+    "cat_object", "conversation", "export", "export_llm_db", "iso", "iter_log", "log", "make_filters", "message_text", "object_json",
     "part_json", "rev_parse", "search", "show_refs", "status", "threads", "tree",
     # embeddings
     "embed", "embed_status",
     # maintenance
     "bundle_create", "bundle_verify", "fsck", "gc", "merge", "reindex",
     # the everyday CLI (issue 11): reflog, restoring deleted threads, merging llm logs.db, the tree as JSON
-    "deleted_threads", "find_conversation", "is_llm_db", "nest_tree", "reflog", "restore_thread", "store_path", "turns",
+    "deleted_threads", "find_conversation", "is_llm_db", "nest_tree", "reflog", "restore_thread", "store_path",
+    "fragment_text", "schema_of", "summaries", "turn_level", "turns",
     # remotes (issue 15): docs/remotes.md
     "SyncReport", "add_remote", "clone", "fetch", "fsck_remote", "list_remotes", "pull", "push", "remove_remote",
     "rename_remote", "tracking_refs", "gc_remote",

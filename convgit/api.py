@@ -18,7 +18,7 @@ import msgspec
 from . import codec, graph, revparse
 from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed
 from .ids import check_thread_name
-from .objects import Blob, Message, ReasoningPart, TextPart, Turn
+from .objects import Blob, Message, ReasoningPart, TextPart, ToolCallPart, Turn
 from .repository import Repository
 from .results import DeleteResult, RenameResult, RestoreResult, SwitchResult, UpdateRefResult  # noqa: F401 (re-exported)
 from .thread_ops import (  # noqa: F401 (re-exported: the library surface)
@@ -274,6 +274,7 @@ def iter_log(
     ``count`` entries it turns around)."""
     if count < 0:
         raise InvalidInput("-n must be 0 (all) or more")
+    filters = turn_level(repo, filters)
     it = _eager_first(repo.index.iter_messages(rev, all_threads=all_threads, filters=filters))  # errors raise now
     entries = (LogEntry(oid, msg.parent, msg.role, msg, message_text(repo, msg), depth, turn)
                for oid, msg, depth, turn in it)
@@ -284,6 +285,88 @@ def iter_log(
     return entries
 
 
+def turn_level(repo: Repository, filters: "Filters | None") -> "Filters | None":
+    """``filters`` with its model condition turn-level, as ``llm logs -m`` means it: a message
+    passes ``-m MODEL`` when the turn that brought it is of that model (as before), or when any
+    recorded call of that model covered it: what the call brought and the message it answered
+    (its prompt), also for a call that added no message (a re-sent stateless call). The
+    call must pass ``--since``/``--until``/``--source`` too. Without ``-m``: ``filters``."""
+    if filters is None or not filters.models:
+        return filters
+    import dataclasses
+
+    from .index.filters import Filters
+
+    repo.index.refresh_if_changed()
+    calls = repo.index.turn_rows(Filters(models=filters.models, since=filters.since, until=filters.until,
+                                         sources=filters.sources))
+    covered: dict[str, None] = dict.fromkeys(filters.covered)
+    for r in calls:
+        try:
+            steps = max(1, r["span"] or 0) + 1  # what it brought, and its prompt
+            for oid, _ in itertools.islice(graph.iter_ancestry(repo.objects, r["output"]), steps):
+                covered[oid] = None
+        except (ObjectMissing, ObjectCorrupt):
+            continue  # a pruned history: nothing of it to show
+    return dataclasses.replace(filters, covered=tuple(covered))
+
+
+def summaries(repo: Repository, entries: list[LogEntry], *, filters: "Filters | None" = None,
+              newest_first: bool = True) -> list[dict]:
+    """``log -s``/``show -s``: one summary per turn of ``entries`` (``views.short``) and one
+    for every other recorded call whose output is among them: a call that added no message
+    (a re-sent stateless call) is listed as ``llm logs`` lists it, next to the turn that
+    first brought its answer. ``filters``' model, time and source conditions pick those calls."""
+    from . import views
+    from .index.filters import Filters, sort_key
+
+    rows = views.short(entries, lambda e: e.key)
+    by_id = {e.id: e for e in entries}
+    shown = {r["turn"] for r in rows if r["turn"]}
+    f = filters or Filters()
+    repo.index.refresh_if_changed()
+    extra: dict[int, list[dict]] = {}
+    where = {oid: i for i, r in enumerate(rows) for oid in r["messages"]}
+    for t in repo.index.turn_rows(Filters(models=f.models, since=f.since, until=f.until, sources=f.sources)):
+        out = by_id.get(t["output"])
+        if out is None or t["turn"] in shown:
+            continue
+        shown.add(t["turn"])
+        prompt = None
+        cur = by_id.get(out.parent) if out.parent else None
+        while cur is not None and prompt is None:
+            prompt = cur.text if cur.role == "user" and cur.text.strip() else None
+            cur = by_id.get(cur.parent) if cur.parent else None
+        if out.role == "user" and out.text.strip():
+            prompt = out.text
+        has_usage = t["input_tokens"] is not None or t["output_tokens"] is not None
+        extra.setdefault(where[out.id], []).append({
+            "key": sort_key(t["started_at"], t["turn"], out.id, out.depth),
+            "turn": t["turn"], "started_at": t["started_at"],
+            "model": t["resolved_model"] or t["model"], "kind": t["kind"], "thread": t["thread"],
+            "messages": [out.id],
+            "prompt": views.truncate(prompt) if prompt is not None else None,
+            "response": views.truncate(out.text) if out.role == "assistant" and out.text.strip() else None,
+            "tool_calls": [p.name for p in out.message.parts if isinstance(p, ToolCallPart)],
+            "usage": {"input_tokens": t["input_tokens"], "output_tokens": t["output_tokens"]} if has_usage else None,
+        })
+    if f.models:  # the messages are those calls of the model covered: show those calls only
+        def of_model(r: dict) -> bool:
+            t = by_id[r["messages"][0]].turn or {}
+            return r["model"] in f.models or t.get("model") in f.models
+        keep = [of_model(r) for r in rows]
+    else:
+        keep = [True] * len(rows)
+    out_rows: list[dict] = []
+    for i, r in enumerate(rows):
+        if not keep[i]:
+            out_rows.extend(extra.get(i, ()))
+            continue
+        more = sorted(extra.get(i, ()), key=lambda x: x["key"], reverse=newest_first)
+        out_rows.extend([*more, r] if newest_first else [r, *more])
+    return out_rows
+
+
 def _eager_first(it: Iterator) -> Iterator:
     try:
         first = next(it)
@@ -292,28 +375,124 @@ def _eager_first(it: Iterator) -> Iterator:
     return itertools.chain([first], it)
 
 
-def make_filters(repo: Repository, **options) -> "Filters":
+def make_filters(repo: Repository, *, fragment=(), **options) -> "Filters":
     """Filters for ``log``/``search`` from option values (see ``index.filters.make_filters``):
     ``model``, ``thread``, ``since``, ``until``, ``role``, ``tools``, ``tool`` (tool names
-    called), ``source``, ``id_gt``, ``id_gte``."""
+    called), ``source``, ``id_gt``, ``id_gte``, ``fragment`` (``fragment_text``)."""
     from .index.filters import make_filters as _make
 
-    return _make(repo, **options)
+    return _make(repo, fragments=tuple(fragment_text(repo, f) for f in fragment), **options)
 
 
-def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None, schema: bool = False) -> list[dict]:
+def fragment_text(repo: Repository, name: str) -> str:
+    """The text ``-f/--fragment NAME`` stands for, as llm's fragments: an alias from
+    config.toml ``[fragments]`` (its value is then read the same way), a file, or the id of a
+    stored text (a blob: what ``hash-object FILE`` prints for a file's bytes, and what a
+    text over the blob threshold is stored as; a unique prefix of 4+ hex digits works)."""
+    from .config import load_fragment_aliases
+
+    seen = set()
+    value = name
+    aliases = load_fragment_aliases(repo.path / "config.toml")
+    while value in aliases and value not in seen:
+        seen.add(value)
+        value = aliases[value]
+    p = Path(value)  # (the shell expands ~; a path from config.toml is relative to the cwd)
+    if p.is_file():
+        try:
+            text = p.read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidInput(f"--fragment {name}: {p} cannot be read as UTF-8 text ({e})") from None
+    else:
+        oid = None
+        v = value.strip().lower()
+        if 4 <= len(v) <= 64 and all(c in "0123456789abcdef" for c in v):
+            try:
+                oid = revparse.resolve(repo, v)
+            except ConvgitError:
+                oid = None
+        obj = repo.objects.read(oid) if oid else None
+        if not isinstance(obj, Blob):
+            raise NotFound(f"--fragment {name}: not a [fragments] alias, a file, or the id of a stored text", fragment=name)
+        text = obj.data.decode("utf-8", "surrogatepass")
+    if not text:
+        raise InvalidInput(f"--fragment {name}: the text is empty")
+    return text
+
+
+def schema_of(t: Turn) -> dict:
+    """The structured output a recorded call asked for: ``{"id", "name", "schema"}`` (``id``
+    llm's id of the JSON schema, ``llmdb.schema_id``, or the llm ``schema_id`` an imported
+    call kept; ``name`` the OpenAI ``json_schema.name``), any of them None."""
+    from .export_llm import response_schema
+    from .ingest.llmdb import schema_id
+
+    schema = response_schema(t.options)
+    rf = (t.options or {}).get("response_format")
+    js = rf.get("json_schema") if isinstance(rf, dict) else None
+    sid = (t.meta or {}).get("schema_id")
+    return {"id": sid if isinstance(sid, str) else (schema_id(schema) if schema is not None else None),
+            "name": js.get("name") if isinstance(js, dict) and isinstance(js.get("name"), str) else None,
+            "schema": schema}
+
+
+def _schema_matches(repo: Repository, want: str):
+    """A predicate over turns for ``--schema X``: X is a schema id (or a unique 4+ character
+    prefix of one), a schema name, a JSON schema, or a file holding one."""
+    from .ingest.llmdb import schema_id
+
+    target = None
+    text = want
+    p = Path(want)
+    if len(want) < 4096 and p.is_file():
+        text = p.read_text("utf-8")
+    if text.lstrip().startswith("{"):
+        import json as _json
+
+        try:
+            given = _json.loads(text)
+        except ValueError as e:
+            raise InvalidInput(f"--schema {want!r}: not JSON ({e})") from None
+        # llm's id depends on key order; convgit stores a schema with its keys sorted
+        target = {schema_id(given), schema_id(_json.loads(_json.dumps(given, sort_keys=True)))}
+    low = want.lower()
+
+    def match(t: Turn) -> bool:
+        s = schema_of(t)
+        if target is not None:
+            return s["id"] in target
+        return (s["name"] == want) or (s["id"] is not None and len(low) >= 4 and s["id"].startswith(low))
+
+    return match
+
+
+def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None, schema: bool | str = False) -> list[dict]:
     """The turn-level view (``log --turns``), as ``llm logs`` lists calls: one entry per
     recorded call, newest first, including calls that added no new message (a re-sent
     stateless call, a re-committed conversation with call metadata). Each entry: turn,
     thread, kind, model, started_at (ISO), duration_ms, usage (input/output tokens, details),
     source, error, the output message id, its ``response`` text (when it is an assistant
     message) and the ``prompt`` (the last user message the turn covers or answers).
-    ``schema``: only calls that asked for structured output (a JSON schema)."""
+    ``schema``: only calls that asked for structured output (a JSON schema); a string: only
+    those of that schema (an id, a name, a JSON schema or a file holding one, see
+    ``_schema_matches``), and each entry gets its ``schema`` (``schema_of``)."""
     if count < 0:
         raise InvalidInput("-n must be 0 (all) or more")
     repo.index.refresh_if_changed()
+    match = _schema_matches(repo, schema) if isinstance(schema, str) and schema != "any" else None
+    rows = repo.index.turn_rows(filters, 0 if match else count, schema=bool(schema))
+    schemas: dict[str, dict] = {}
+    if isinstance(schema, str):
+        kept = []
+        for r in rows:
+            t = graph.find_turn(repo.objects, r["turn"])
+            if t is None or (match is not None and not match(t)):
+                continue
+            schemas[r["turn"]] = schema_of(t)
+            kept.append(r)
+        rows = kept[:count] if count else kept
     out = []
-    for r in repo.index.turn_rows(filters, count, schema=schema):
+    for r in rows:
         response = prompt = None
         try:
             msg = repo.objects.read(r["output"])
@@ -346,6 +525,8 @@ def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None,
             "source": r["source"], "error": r["error"], "output": r["output"],
             "prompt": prompt, "response": response,
         })
+        if r["turn"] in schemas:
+            out[-1]["schema"] = {k: v for k, v in schemas[r["turn"]].items() if k != "schema"}
     return out
 
 
@@ -354,7 +535,9 @@ def search(repo: Repository, query: str, *, mode: str = "auto", count: int = 20,
     """Search message text (docs/search.md). ``mode``: ``fts`` (FTS5 syntax, every word
     required), ``semantic`` (nearest chunks by meaning), ``hybrid`` (reciprocal-rank fusion of
     both) or ``auto`` (default: plain words are hybrid when the store has vectors, else
-    full-text that falls back to any of the words; FTS5 syntax is ``fts``)."""
+    full-text that falls back to any of the words; FTS5 syntax is ``fts``). A model in
+    ``filters`` is turn-level (``turn_level``)."""
+    filters = turn_level(repo, filters)
     if mode == "fts":
         return repo.index.search(query, count=count, latest=latest, columns=columns, filters=filters)
     from .semantic import search as _search
@@ -570,11 +753,28 @@ def _progress_sizes(path, fmt: str) -> tuple[int, int, int]:
     return fsize, 0, per
 
 
-def export(repo: Repository, revs: list[str], *, fmt: str = "native") -> str:
-    """A thread (or several, as jsonl) as text: native, openai, anthropic, markdown, jsonl."""
+def export(repo: Repository, revs: list[str], *, fmt: str = "native", progress=None) -> str:
+    """A thread (or several, as jsonl) as text: native, openai, anthropic, markdown, jsonl.
+    ``progress(done, total)``: threads written."""
     from .export import export as _export
 
-    return _export(repo, revs, fmt)
+    return _export(repo, revs, fmt, progress=progress)
+
+
+def export_llm_db(repo: Repository, revs: list[str], out: str | Path, *, progress=None):
+    """Write the threads ``revs`` name (``HEAD`` or thread names) to a new llm logs.db at
+    ``out`` (``llm logs`` reads it; ``import`` gives back the same messages): an
+    ``LlmExportResult``. ``progress(done, total)`` after each thread."""
+    from .export_llm import write_llm_db
+
+    names: list[str] = []
+    for rev in revs:
+        _, thread = revparse.resolve_with_thread(repo, rev)
+        if thread is None:
+            raise InvalidInput(f"{rev}: --format llm-db exports whole threads; give a thread name (or --all)")
+        if thread not in names:
+            names.append(thread)
+    return write_llm_db(repo, names, out, progress=progress)
 
 
 # -- plumbing -------------------------------------------------------------------------------
@@ -626,16 +826,18 @@ def hash_object(repo: Repository, data: bytes, *, type_: str = "blob", write: bo
     return oid
 
 
-def reindex(repo: Repository) -> dict:
-    """Rebuild the derived index from the objects and refs; returns its counts."""
-    return repo.index.rebuild()
+def reindex(repo: Repository, *, progress=None) -> dict:
+    """Rebuild the derived index from the objects and refs; returns its counts.
+    ``progress(done, total)``: as the threads are indexed."""
+    return repo.index.rebuild(progress=progress) if progress is not None else repo.index.rebuild()
 
 
-def gc(repo: Repository, *, prune: str | None = None, dry_run: bool = False, auto: bool = False):
-    """Pack, prune and expire (see convgit.gc). Returns GcStats."""
+def gc(repo: Repository, *, prune: str | None = None, dry_run: bool = False, auto: bool = False, progress=None):
+    """Pack, prune and expire (see convgit.gc). Returns GcStats. ``progress(done, total)``:
+    objects marked and packed, of every object stored."""
     from .gc import gc as _gc
 
-    return _gc(repo, prune=prune, dry_run=dry_run, auto=auto)
+    return _gc(repo, prune=prune, dry_run=dry_run, auto=auto, progress=progress)
 
 
 def fsck(repo: Repository, *, repair: bool = False, progress=None):
@@ -646,18 +848,19 @@ def fsck(repo: Repository, *, repair: bool = False, progress=None):
     return _fsck(repo, repair=repair, progress=progress)
 
 
-def merge(repo: Repository, src: str | Path, *, dry_run: bool = False, progress=None):
+def merge(repo: Repository, src: str | Path, *, dry_run: bool = False, progress=None, objects_progress=None):
     """Merge another store, a bundle or an ``llm`` logs.db into ``repo``.
 
     A store or a bundle returns a MergeReport. An llm logs.db is merged through the llm
     importer (``import_paths(..., fmt="llm")``): it returns that ImportReport, one line per
     conversation, and merging it again changes nothing. ``progress`` (llm logs.db only, as
-    for ``import_paths``) is called with bytes done."""
+    for ``import_paths``) is called with bytes done; ``objects_progress(done, total)`` (a
+    store or a bundle) with the source's objects walked."""
     if is_llm_db(src):
         return import_paths(repo, [src], fmt="llm", dry_run=dry_run, progress=progress)
     from .merge import merge as _merge
 
-    return _merge(repo, src, dry_run=dry_run)
+    return _merge(repo, src, dry_run=dry_run, progress=objects_progress)
 
 
 def is_llm_db(path: str | Path) -> bool:
@@ -676,20 +879,20 @@ def is_llm_db(path: str | Path) -> bool:
     return llmdb.is_llm_db(p) and not llmdb.is_bundle(p)
 
 
-def bundle_create(repo: Repository, path: str | Path, threads: list[str] | None = None):
+def bundle_create(repo: Repository, path: str | Path, threads: list[str] | None = None, *, progress=None):
     """Write ``threads`` (default: all) and every object they reach to the bundle ``path``.
-    Returns BundleInfo."""
+    Returns BundleInfo. ``progress(done, total)``: objects written."""
     from .bundle import create_bundle
 
-    return create_bundle(repo, path, threads)
+    return create_bundle(repo, path, threads, progress=progress)
 
 
-def bundle_verify(path: str | Path):
+def bundle_verify(path: str | Path, *, progress=None):
     """Check the bundle at ``path`` without a store: every object re-hashed and typed.
-    Returns BundleInfo (``problems`` empty when it is sound)."""
+    Returns BundleInfo (``problems`` empty when it is sound). ``progress(done, total)``."""
     from .bundle import verify_bundle
 
-    return verify_bundle(path)
+    return verify_bundle(path, progress=progress)
 
 
 def store_path(start: str | Path | None = None) -> dict:
@@ -739,7 +942,7 @@ __all__ = [
     "check_on_conflict", "commit", "commit_many", "delete_thread", "fork", "hash_object", "import_paths",
     "rename_thread", "restore_thread", "switch", "to_payload", "update_ref",
     # reading
-    "cat_object", "conversation", "deleted_threads", "export", "find_conversation", "iso", "iter_log", "log", "make_filters", "message_text",
+    "cat_object", "conversation", "deleted_threads", "export", "export_llm_db", "find_conversation", "fragment_text", "schema_of", "summaries", "turn_level", "iso", "iter_log", "log", "make_filters", "message_text",
     "nest_tree", "object_json", "part_json", "reflog", "rev_parse", "search", "show_refs", "status", "store_path", "threads",
     "tree", "turns",
     # embeddings

@@ -57,8 +57,9 @@ class BundleInfo:
                 "objects": self.objects, "bytes": self.bytes, "problems": self.problems}
 
 
-def create_bundle(repo, path: str | Path, threads: list[str] | None = None) -> BundleInfo:
-    """Write ``path`` holding ``threads`` (default: all) and everything they reach."""
+def create_bundle(repo, path: str | Path, threads: list[str] | None = None, progress=None) -> BundleInfo:
+    """Write ``path`` holding ``threads`` (default: all) and everything they reach.
+    ``progress(done, total)``: objects written so far."""
     path = Path(path)
     all_refs = repo.refs.read_all()
     if threads:
@@ -101,6 +102,8 @@ def create_bundle(repo, path: str | Path, threads: list[str] | None = None) -> B
             rows = [(oid, repo.objects.read_bytes(oid)) for oid in ids[i : i + 1000]]
             info.bytes += sum(len(d) for _, d in rows)
             db.executemany("INSERT INTO objects VALUES (?, ?)", rows)
+            if progress is not None:
+                progress(min(i + 1000, len(ids)), len(ids))
         db.commit()
     except BaseException:
         db.close()
@@ -131,6 +134,10 @@ class BundleSource:
             raise InvalidInput(f"{path} is not a convgit bundle")
         if meta.get("version") != BUNDLE_VERSION:
             raise InvalidInput(f"{path} is a bundle of version {meta.get('version')}; this convgit reads {BUNDLE_VERSION}")
+
+    def count(self) -> int:
+        """How many objects the bundle holds (for a progress bar)."""
+        return self.db.execute("SELECT count(*) FROM objects").fetchone()[0]
 
     def refs(self) -> dict[str, str]:
         """Every thread of the bundle and its tip (SourceCorrupt if unreadable)."""
@@ -200,19 +207,19 @@ def _show(value) -> str:
     return f"{value!r} ({'not UTF-8' if isinstance(value, bytes) else 'not'} text)"
 
 
-def verify_bundle(path: str | Path) -> BundleInfo:
+def verify_bundle(path: str | Path, progress=None) -> BundleInfo:
     """Check a bundle: format, every object's hash, encoding and storage class, closure, the
     type of every reference (a tip and a parent are messages, a blob reference a blob, a
     reflog's turn a turn: what ``merge`` requires, checked with its own rules), ref names.
 
     Anything wrong is a problem in the result, never an exception: a row that is not UTF-8
     text, an object stored as TEXT, or a table SQLite cannot read. (The size limits are the
-    destination's, so only ``merge`` checks them.)"""
+    destination's, so only ``merge`` checks them.) ``progress(done, total)``: objects checked."""
     src = BundleSource(path)
     src.db.text_factory = _lenient_text
     info = BundleInfo(str(path))
     try:
-        _verify(src, info)
+        _verify(src, info, progress)
     except (sqlite3.Error, OSError) as e:  # a missing table, a damaged page
         info.problems.append(f"the bundle cannot be read: {e}")
     finally:
@@ -220,12 +227,15 @@ def verify_bundle(path: str | Path) -> BundleInfo:
     return info
 
 
-def _verify(src: BundleSource, info: BundleInfo) -> None:
+def _verify(src: BundleSource, info: BundleInfo, progress=None) -> None:
+    total = src.db.execute("SELECT count(*) FROM objects").fetchone()[0] if progress is not None else 0
     types: dict[str, str] = {}
     bad: set[str] = set()  # present, but failed a check (reported once, not again by referrers)
     refs_needed: list[tuple[str, str, str]] = []  # (id, wanted type, referrer)
     for oid, kind, data in src.db.execute("SELECT id, typeof(data), data FROM objects"):
         info.objects += 1
+        if progress is not None and info.objects % 256 == 0:
+            progress(info.objects, total)
         if not isinstance(oid, str) or not is_oid(oid):
             info.problems.append(f"object {_show(oid)}: not an object id")
             continue

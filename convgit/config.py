@@ -203,6 +203,15 @@ def load_aliases(path: Path) -> dict[str, str]:
     return dict(table)
 
 
+def load_fragment_aliases(path: Path) -> dict[str, str]:
+    """Fragment aliases from config.toml's ``[fragments]`` table (``style = "docs/style.md"``
+    or a blob id): ``log -f style`` then filters on that text (as llm's fragment aliases)."""
+    table = _table(path, "fragments")
+    if not all(isinstance(v, str) for v in table.values()):
+        raise InvalidInput(f"{path}: [fragments] must map names to file paths or ids (strings)")
+    return dict(table)
+
+
 @dataclass(frozen=True)
 class McpLimits:
     """What one ``convgit mcp`` request may carry and return (config.toml ``[mcp]``, docs/mcp.md):

@@ -80,10 +80,15 @@ def native_doc(repo, rev: str, forks: dict[str, dict | None] | None = None) -> d
     return doc
 
 
-def native_bundle(repo, revs: list[str]) -> dict:
+def native_bundle(repo, revs: list[str], progress=None) -> dict:
     """Several threads as one native document (``export --all -f native``)."""
     forks = fork_origins(repo)
-    return {"convgit": {"version": EXPORT_VERSION}, "threads": [native_doc(repo, r, forks) for r in revs]}
+    docs = []
+    for i, r in enumerate(revs):
+        docs.append(native_doc(repo, r, forks))
+        if progress is not None:
+            progress(i + 1, len(revs))
+    return {"convgit": {"version": EXPORT_VERSION}, "threads": docs}
 
 
 def thread_turns(repo, thread: str) -> tuple[list[dict], list[dict]]:
@@ -222,16 +227,21 @@ def markdown(repo, rev: str) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def export(repo, revs: list[str], fmt: str) -> str:
+def export(repo, revs: list[str], fmt: str, progress=None) -> str:
     """The text to write for ``revs``: several revisions with jsonl (one line each) or native
-    (one document holding them all)."""
+    (one document holding them all). ``progress(done, total)``: threads written."""
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown export format {fmt!r} (one of {', '.join(FORMATS)})")
     if fmt == "jsonl":
         forks = fork_origins(repo)
-        return "".join(json.dumps(native_doc(repo, r, forks), ensure_ascii=False) + "\n" for r in revs)
+        lines = []
+        for i, r in enumerate(revs):
+            lines.append(json.dumps(native_doc(repo, r, forks), ensure_ascii=False) + "\n")
+            if progress is not None:
+                progress(i + 1, len(revs))
+        return "".join(lines)
     if fmt == "native" and len(revs) != 1:
-        return json.dumps(native_bundle(repo, revs), ensure_ascii=False, indent=2) + "\n"
+        return json.dumps(native_bundle(repo, revs, progress), ensure_ascii=False, indent=2) + "\n"
     if len(revs) != 1:
         raise InvalidInput(f"--format {fmt} exports one thread; use --format native or jsonl for several")
     if fmt == "markdown":

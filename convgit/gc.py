@@ -115,8 +115,9 @@ def count_loose(objects) -> int:
 
 
 def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: bool = False,
-       now: float | None = None) -> GcStats:
-    """Run gc on ``repo`` (see the module docstring). Returns what it did."""
+       now: float | None = None, progress=None) -> GcStats:
+    """Run gc on ``repo`` (see the module docstring). Returns what it did. ``progress(done,
+    total)``: objects marked (and packed) so far, out of every object the store holds."""
     t0 = time.perf_counter()
     now = time.time() if now is None else now
     grace = parse_prune(prune, repo.config.grace_seconds)
@@ -138,7 +139,7 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
         # need not wait for it (it is a cache; a commit racing the rebuild is caught up on the
         # next refresh, which compares every ref with the tip the index recorded).
         with repo.transaction(exclusive=True, index="none", index_after_unlock=True, recover=not dry_run) as tx:
-            _run(repo, stats, grace, now, dry_run)
+            _run(repo, stats, grace, now, dry_run, progress)
             if not dry_run:
                 clock = [time.perf_counter()]
                 repo.objects.packs(reload=True)
@@ -248,7 +249,7 @@ def keep_provenance(objects, all_ids: set[str], reachable: set[str], *, on_missi
     return reachable
 
 
-def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -> None:
+def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool, progress=None) -> None:
     clock = [time.perf_counter()]
     objects = repo.objects
     if not dry_run:
@@ -295,9 +296,14 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
     writer = None if dry_run else _Packer(objects, fsync=repo.config.fsync)
     later: list[str] = []  # reachable packed objects, in mark order (for a repack decided after the mark)
     loose_bytes = 0
+    marked = [0]
 
     def visit(oid: str, data: bytes) -> None:
         nonlocal loose_bytes
+        if progress is not None:
+            marked[0] += 1
+            if marked[0] % 256 == 0:
+                progress(marked[0], len(all_ids))
         is_loose = oid in loose_set
         if is_loose:
             loose_bytes += len(data)
@@ -314,6 +320,8 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool) -
         except ObjectCorrupt as e:
             raise GcRefused(f"gc refused: {e.message}; run convgit fsck") from e
         stats.lap("mark", clock)
+        if progress is not None:
+            progress(len(all_ids), len(all_ids))  # the rest is unreachable: nothing to read
         crash_point("gc_after_mark")
         stats.reachable = len(reachable)
 

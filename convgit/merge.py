@@ -97,6 +97,11 @@ class StoreSource:
                 raise SourceCorrupt(f"merge source: {rel} is a symlink that leads out of the source; nothing was taken from it",
                                     path=rel)
 
+    def count(self) -> int:
+        """How many objects the source holds (loose and packed; for a progress bar)."""
+        objs = self.repo.objects
+        return sum(1 for _ in objs.iter_loose()) + sum(sum(1 for _ in p.ids()) for p in objs.packs())
+
     def refs(self) -> dict[str, str]:
         """Every thread of the source store and its tip."""
         try:
@@ -181,9 +186,10 @@ def open_source(src: str | Path):
     raise NotAStore(f"merge source {src} does not exist")
 
 
-def merge(repo, src: str | Path, *, dry_run: bool = False) -> MergeReport:
+def merge(repo, src: str | Path, *, dry_run: bool = False, progress=None) -> MergeReport:
     """Merge the store or bundle ``src`` into ``repo`` (see the module docstring for the
-    order and the ref rules). Returns MergeReport."""
+    order and the ref rules). Returns MergeReport. ``progress(done, total)``: objects walked
+    so far, out of every object the source holds."""
     t0 = time.perf_counter()
     source = open_source(src)
     report = MergeReport(str(src), dry_run=dry_run)
@@ -193,7 +199,7 @@ def merge(repo, src: str | Path, *, dry_run: bool = False) -> MergeReport:
         # One transaction, the store lock held exclusively (an interrupted merge is rolled
         # forward first); the index follows the threads it moved once the lock is released.
         with repo.transaction(exclusive=True, index="none" if dry_run else "moves", index_after_unlock=True) as tx:
-            _merge(tx, _Guarded(source), report, dry_run)
+            _merge(tx, _Guarded(source), report, dry_run, progress)
             if report.archived and not dry_run:
                 tx.index_mode = "rebuild"  # archived reflogs are read by a rebuild (rare: a merge that carried some)
     finally:
@@ -212,7 +218,7 @@ class _Guarded:
 
     def __getattr__(self, name):
         fn = getattr(self._s, name)
-        if name not in ("refs", "turns", "archived", "size", "read_raw"):
+        if name not in ("refs", "turns", "archived", "size", "read_raw", "count"):
             return fn
 
         def call(*args):
@@ -230,7 +236,7 @@ def _limit(repo) -> int:
     return max(repo.config.max_payload_bytes, repo.config.max_message_bytes)
 
 
-def _merge(tx, source, report: MergeReport, dry_run: bool) -> None:
+def _merge(tx, source, report: MergeReport, dry_run: bool, progress=None) -> None:
     repo = tx.repo
     # 1. Refs first, validated.
     incoming = source.refs()
@@ -276,7 +282,10 @@ def take_objects(tx, source, incoming: dict[str, str], turns: dict[str, list[str
         todo = [(t, "thread", "message") for t in incoming.values()] + [(t, "turn", "turn") for ts in turns.values() for t in ts]
         todo += [(e.turn, "a deleted thread's reflog", "turn") for _, es in carried for e in es]
         limit = limit if limit is not None else _limit(repo)
+        total = source.count() if progress is not None else 0
         while todo:
+            if progress is not None and len(walked) % 256 == 0:
+                progress(len(walked), total)
             oid, by, want = todo.pop()
             if not is_oid(oid):
                 raise SourceCorrupt(f"merge source: {by} names {oid!r}, not an object id")
@@ -316,6 +325,8 @@ def take_objects(tx, source, incoming: dict[str, str], turns: dict[str, list[str
             if tip not in seen and not repo.objects.contains(tip):
                 raise SourceCorrupt(f"merge source thread {name!r} points at a missing object", thread=name)
 
+        if progress is not None:
+            progress(total, total)
         # 3. Objects: the staged pack finished in quarantine (durable), then moved in.
         if writer is not None:
             idx = writer.finish()

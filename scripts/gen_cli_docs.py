@@ -69,9 +69,12 @@ Conventions every command follows:
   unless `CONVGIT_PAGER` or `PAGER` names another; `--no-pager`/`-P` before the command
   turns it off). Never when piped or with `--json`.
 - Long operations (import, merge, gc, fsck, reindex, bundle create/verify, export) show
-  progress on stderr when it is a terminal: a bar with the time left (at the average rate
-  since the start) where the size of the work is known (import, merging an llm logs.db,
-  fsck's object checks), a spinner with the time spent otherwise. Never when stderr is piped, with `--json` or `-q`.
+  progress on stderr when it is a terminal: a bar with the count done, the total and the
+  time left (at the average rate since the start): import and merging an llm logs.db count
+  bytes; fsck, gc (marking and packing), merging a store or bundle, bundle create and verify
+  count objects (shown from 2,000 objects); reindex and export count threads (from 50).
+  Never when stderr is piped, with `--json` or `-q`. gc's bar covers its mark and pack; the
+  sweep and the index rebuild after it are not counted.
 - Shell completion: `convgit --install-completion` installs it for the shell you run it
   from (bash, zsh, fish, PowerShell; typer's scripts), `--show-completion` prints the script.
   It completes commands, options, thread names and revisions (`HEAD`, `NAME~1`) from the
@@ -243,7 +246,26 @@ assistant message; `-x/--extract` the first fenced code block of each assistant 
 `-u/--usage` adds each turn's token usage and the totals (`--json`: `{"entries": [...],
 "usage": {"turns", "input_tokens", "output_tokens", "total_tokens"}}`, each entry with a
 `usage`); `-s/--short` prints one compact entry per turn (time, model, thread, prompt,
-response, tool calls); `-t/--truncate` cuts texts to 100 characters (in `--json` too).
+response, tool calls), and one for every other recorded call that answered with one of the
+messages shown (a re-sent stateless call that added no message), so `-s -u` totals every
+call; `-t/--truncate` cuts texts to 100 characters (in `--json` too).
+
+`-m MODEL` is turn-level, as in `llm logs`: a message passes when the turn that brought it
+is of that model, or when any recorded call of that model covered it (the messages the call
+brought and the prompt it answered), also a call that added no message; that call must then
+pass `--since`, `--until` and `--source` too. With `-s`, only the calls of that model are
+listed. The same holds for `search -m`.
+
+`-f/--fragment FRAGMENT` (log and search, as llm's fragments) keeps the messages that hold a
+text: FRAGMENT is a file (its text), an alias from config.toml's `[fragments]` table
+(`style = "docs/style.md"`, or a stored text's id), or the id of a stored text (a blob:
+what `convgit hash-object FILE` prints; a unique prefix of 4+ hex digits works). A message
+passes when one of its parts (text, reasoning, a tool call's arguments, a tool's output)
+contains the text; several `-f` must all match. A long document reused by many prompts (a
+system prompt, a pasted file over 32 KiB) is already stored once: as one blob, which every
+message holding it references by id, so `-f` of that file finds each of them. Texts under
+the blob threshold are stored inside each message (the threshold is part of the hashing
+contract, format.md §3.3). `-f` is not for `--turns` or `--graph`.
 
 `--turns` is the turn-level view, as `llm logs` lists calls: one entry per recorded call,
 newest first, also for calls that added no new message (a stateless client re-sending a
@@ -254,10 +276,15 @@ truncates instead), `-u` its tokens and the totals. REV names the thread; `-n`, 
 `--since`, `--until`, `--source` and `--thread` apply. `--json` prints an array of `{"turn",
 "thread", "kind", "model", "requested_model", "started_at", "duration_ms", "usage",
 "source", "error", "output", "prompt", "response"}` (with `-u`: `{"turns": [...], "usage":
-{...}}`). `--turns --schema` keeps the calls that asked for structured output (an OpenAI
-`response_format` of type `json_schema` or `json_object`, or an llm call with a schema);
-`--turns --data` prints the JSON object each such call returned, one per line (`--json`: an
-array of them), as `llm logs --data` does.
+{...}}`). `--turns --schema X` keeps the calls that asked for that structured output (an OpenAI
+`response_format` of type `json_schema`, or an llm call with a schema): X is the schema's id
+(llm's: BLAKE2b-128 of its compact JSON, as `llm schemas` shows it; convgit keeps a schema's
+keys sorted, and a JSON X matches in either order), a prefix of 4+ characters of it, the
+schema's `json_schema.name`, the JSON schema itself or a file holding it; `--schema any`
+keeps every call that asked for structured output (also `json_object`). With `--schema`,
+each `--json` entry has `"schema": {"id", "name"}`. `--turns --data` prints the JSON object
+each such call returned, one per line (`--json`: an array of them), as `llm logs --data`
+does; with `--schema X`, only that schema's.
 """,
     ("show",): """\
 Prints the conversation up to REV (default `HEAD`) in reading order, oldest first, with the
@@ -408,6 +435,13 @@ thread's name, fork origin and recorded turns, so an import elsewhere reproduces
 threads, ids and provenance), `openai` or `anthropic` (a request to replay), `markdown` (to
 read) or `jsonl` (one native document per thread). `--all` exports every thread: with
 `native` as one document holding them all, with `jsonl` one line each.
+
+`--format llm-db -o FILE` writes the threads (HEAD's, the ones named, or `--all`) as a new
+logs.db of [llm](https://llm.datasette.io) 0.36: `llm logs -d FILE` reads it, with llm's own
+`b2:` message hashes, one llm thread per thread and one llm turn per call (model, options,
+tokens, duration, time). `convgit import FILE` gives back the same messages with the same
+times and models (json.md §9.1 has the mapping). FILE must not exist; nothing is written on
+an error. It prints one summary line (`--json`: the report).
 """,
     ("gc",): """Packs every reachable loose object into a new packfile, prunes objects that nothing reaches
 (refs, `HEAD`, live reflog entries and the turns they name) once they are older than the grace

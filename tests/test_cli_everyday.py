@@ -369,8 +369,26 @@ def test_log_turns_schema_and_data(cli, proj):
         ok(cli("commit", "-", input=dumps({"messages": conv(f"invent dog {i}", json.dumps({"name": name, "age": i})),
                                             "model": "gpt-4o", "response_format": schema})))
     commit(cli, ["plain question", "plain answer"], "--thread", "p", model="gpt-4o")
-    only = ok(cli("log", "--turns", "--schema", "--json")).json()
+    only = ok(cli("log", "--turns", "--schema", "any", "--json")).json()
     assert len(only) == 2 and all(r["prompt"].startswith("invent dog") for r in only)
-    assert ok(cli("log", "--turns", "--data")).out.splitlines() == ['{"name": "Fido", "age": 1}', '{"name": "Rex", "age": 0}']
-    assert ok(cli("log", "--turns", "--data", "--json")).json() == [{"name": "Fido", "age": 1}, {"name": "Rex", "age": 0}]
+    # --schema X: a given schema, by llm's id for it, a prefix of that, its name, or the schema itself
+    from convgit.ingest.llmdb import schema_id
+
+    sid = schema_id({"type": "object"})
+    assert {r["schema"]["id"] for r in only} == {sid} and only[0]["schema"]["name"] == "dog"
+    other = {"type": "json_schema", "json_schema": {"name": "cat", "schema": {"type": "object", "required": ["x"]}}}
+    ok(cli("commit", "-", input=dumps({"messages": conv("invent a cat", "{}"), "model": "gpt-4o", "response_format": other})))
+    assert len(ok(cli("log", "--turns", "--schema", "any", "--json")).json()) == 3
+    for x in (sid, sid[:6], "dog", '{"type": "object"}'):
+        got = ok(cli("log", "--turns", "--schema", x, "--json")).json()
+        assert sorted(r["prompt"] for r in got) == ["invent dog 0", "invent dog 1"], x
+    f = proj / "cat.schema.json"
+    f.write_text(json.dumps({"type": "object", "required": ["x"]}))
+    assert [r["prompt"] for r in ok(cli("log", "--turns", "--schema", f, "--json")).json()] == ["invent a cat"]
+    assert ok(cli("log", "--turns", "--schema", "nosuch", "--json")).json() == []
+    assert_error(cli("log", "--turns", "--schema", "{not json"), "invalid_input")
+    assert ok(cli("log", "--turns", "--data", "--schema", "dog")).out.splitlines() == [
+        '{"name": "Fido", "age": 1}', '{"name": "Rex", "age": 0}']
+    assert ok(cli("log", "--turns", "--data")).out.splitlines() == ['{}', '{"name": "Fido", "age": 1}', '{"name": "Rex", "age": 0}']
+    assert ok(cli("log", "--turns", "--data", "--json")).json() == [{}, {"name": "Fido", "age": 1}, {"name": "Rex", "age": 0}]
     assert_error(cli("log", "--data"), "invalid_input")

@@ -54,7 +54,9 @@ def test_filters_combine_in_log(store):
     # the turn that called a tool (its prompt "b1" belongs to thread c's turn, which is older)
     assert every(tools=True) == [""]
     assert every(thread=["b"]) == ["", "b1"]
-    assert every(thread=["b", "a"], model=["gpt-4o"]) == sorted(["", CODE, "q1"])  # b1: thread c's turn
+    # b1 came first with thread c's turn (no model), but it is the prompt of b's gpt-4o call:
+    # -m is turn-level (a message any call of the model covered, as llm logs -m)
+    assert every(thread=["b", "a"], model=["gpt-4o"]) == sorted(["", "b1", CODE, "q1"])
     assert every(model=["nope"]) == []
     # count applies after the filters
     assert len(convgit.log(store, all_threads=True, count=1, filters=f(role=["user"]))) == 1

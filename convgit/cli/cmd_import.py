@@ -188,18 +188,27 @@ def export_cmd(
     revs: Optional[list[str]] = typer.Argument(None, metavar="REV", help="Threads or messages to export (default HEAD).",
                                                autocompletion=complete_rev),
     all_: bool = typer.Option(False, "--all", help="Every thread (native: one document holding them all; jsonl: one line each)."),
-    fmt: str = typer.Option("native", "--format", "-f", metavar="FORMAT", help="native (default), openai, anthropic, markdown, jsonl."),
+    fmt: str = typer.Option("native", "--format", "-f", metavar="FORMAT",
+                            help="native (default), openai, anthropic, markdown, jsonl, llm-db (an llm logs.db file: needs -o)."),
     out: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout."),
+    json_: bool = typer.Option(False, "--json", help="With llm-db: print the report as JSON."),
 ) -> None:
     """Write a thread back out: to replay it to an API (openai, anthropic), to read it
-    (markdown), or to import it elsewhere (native, jsonl: same ids on import)."""
+    (markdown), to import it elsewhere (native, jsonl: same ids on import), or to go back to
+    llm (llm-db: a logs.db that `llm logs` reads, with llm's own hashes)."""
     repo = get_repo()
     if all_:
         if revs:
             raise InvalidInput("give REV... or --all, not both")
         revs = sorted(repo.refs.read_all())
-    with progress.Spinner("exporting", on=progress.enabled()):
-        text = api.export(repo, revs or ["HEAD"], fmt=fmt)
+    if fmt == "llm-db":
+        output.set_json(json_)
+        _export_llm_db(repo, revs or ["HEAD"], out, json_)
+        return
+    if json_:
+        raise InvalidInput("--json is for --format llm-db (the other formats are the document itself)")
+    with progress.Counter("exporting threads", on=progress.enabled(), min_items=50) as tick:
+        text = api.export(repo, revs or ["HEAD"], fmt=fmt, progress=tick)
     if out is not None:
         try:
             out.write_text(text, "utf-8")
@@ -207,3 +216,15 @@ def export_cmd(
             raise InvalidInput(f"{out}: {e.strerror}") from None
     else:
         sys.stdout.write(text)
+
+
+def _export_llm_db(repo, revs: list[str], out: Optional[Path], json_: bool) -> None:
+    if out is None:
+        raise InvalidInput("--format llm-db writes a database file: give it with -o FILE")
+    with progress.Counter("exporting threads", on=progress.enabled(json_=json_), min_items=50) as tick:
+        res = api.export_llm_db(repo, revs, out, progress=tick)
+    if json_:
+        output.emit_json(res.to_json())
+    else:
+        output.line(f"Exported {res.threads} thread{'s' if res.threads != 1 else ''} ({res.messages} messages, "
+                   f"{res.turns} turns) to {out} (llm {res.to_json()['llm_version']} logs.db)")

@@ -52,10 +52,12 @@ def log_cmd(
     graph: bool = typer.Option(False, "--graph", help="Draw the fork tree (of every thread with --all)."),
     turns: bool = typer.Option(False, "--turns", help="One entry per recorded call, newest first, as llm logs lists them "
                                                       "(also calls that added no new message)."),
-    schema: bool = typer.Option(False, "--schema", help="With --turns: only calls that asked for structured output "
-                                                        "(a JSON schema)."),
+    schema: Optional[str] = typer.Option(None, "--schema", metavar="X",
+                                         help="With --turns: only calls that asked for this structured output: a schema "
+                                              "id (or a prefix), a schema name, a JSON schema or a file holding one; "
+                                              "'any' for every call with a JSON schema (as llm logs --schema)."),
     data: bool = typer.Option(False, "--data", help="With --turns: the JSON each call returned, one object per line "
-                                                    "(implies --schema), as llm logs --data."),
+                                                    "(implies --schema any), as llm logs --data."),
     model: List[str] = V.MODEL_OPT,
     thread: List[str] = V.THREAD_OPT,
     since: Optional[str] = V.SINCE_OPT,
@@ -63,6 +65,7 @@ def log_cmd(
     role: List[str] = V.ROLE_OPT,
     tools: bool = V.TOOLS_OPT,
     tool: List[str] = V.TOOL_OPT,
+    fragment: List[str] = V.FRAGMENT_OPT,
     current: bool = V.CURRENT_OPT,
     cid: Optional[str] = V.CID_OPT,
     source: List[str] = V.SOURCE_OPT,
@@ -91,18 +94,18 @@ def log_cmd(
                filters_args=(model, thread, since, until, role, tools, source, id_gt, id_gte, tool),
                refused={"--graph": graph, "--all": all_, "--reverse": reverse, "--oneline": oneline, "--role": role,
                         "--tools": tools, "-T": tool, "--id-gt": id_gt, "--id-gte": id_gte, "-r": response,
-                        "-x": extract, "--xl": extract_last, "-s": short_})
+                        "-x": extract, "--xl": extract_last, "-s": short_, "-f": fragment})
         return
     if graph:
         _graph(repo, rev, all_=all_, count=count, reverse=reverse, json_=json_,
                refused={"-m": model, "--thread": thread, "--since": since, "--until": until, "--role": role,
                         "--tools": tools, "-T": tool, "--source": source, "--id-gt": id_gt, "--id-gte": id_gte,
                         "-r": response, "-x": extract, "--xl": extract_last, "-u": usage, "-s": short_,
-                        "--oneline": oneline})
+                        "--oneline": oneline, "-f": fragment})
         return
     with output.paged():
         _log_text(repo, rev, count, all_, reverse, oneline,
-                  (model, thread, since, until, role, tools, source, id_gt, id_gte, tool),
+                  (model, thread, since, until, role, tools, source, id_gt, id_gte, tool, fragment),
                   response, extract, extract_last, usage, short_, truncate, json_, role)
 
 
@@ -123,7 +126,7 @@ def _log_text(repo, rev, count, all_, reverse, oneline, filters_args, response, 
             V.print_response(repo, entries[0], json_)
         return
     if short_:
-        V.print_short(list(entries), json_=json_, usage=usage)
+        V.print_short(repo, list(entries), json_=json_, usage=usage, filters=filters, newest_first=not reverse)
         return
     if json_:
         V.print_entries_json(repo, entries, usage=usage, truncate=truncate)
@@ -163,7 +166,7 @@ def _log_text(repo, rev, count, all_, reverse, oneline, filters_args, response, 
 
 
 def _turns(repo, rev, *, count: int, json_: bool, usage: bool, truncate: bool, filters_args, refused: dict,
-           schema: bool = False, data: bool = False) -> None:
+           schema: "bool | str" = False, data: bool = False) -> None:
     """``log --turns``: the turn-level view (api.turns); REV, when given, is the thread."""
     bad = [k for k, v in refused.items() if v]
     if bad:
@@ -295,7 +298,7 @@ def show_cmd(
                 V.print_response(repo, chosen[0], json_)
             return
         if short_:
-            V.print_short(entries, json_=json_, usage=usage)
+            V.print_short(repo, entries, json_=json_, usage=usage, newest_first=False)
             return
         if json_:
             doc = {"thread": thread, "tip": tip,

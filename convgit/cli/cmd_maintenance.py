@@ -62,8 +62,8 @@ def gc_cmd(
                         f"({_size(rep.bytes_deleted)}), kept {rep.kept_young} young; packs {rep.packs_before} -> "
                         f"{rep.packs_after}, generation {rep.generation}")
         return
-    with progress.Spinner("gc", on=progress.enabled(json_=json_, quiet=quiet or auto)):
-        s = api.gc(repo, prune=prune, dry_run=dry_run, auto=auto)
+    with progress.Counter("gc: marking and packing objects", on=progress.enabled(json_=json_, quiet=quiet or auto)) as tick:
+        s = api.gc(repo, prune=prune, dry_run=dry_run, auto=auto, progress=tick)
     for w in s.warnings:
         output.info(f"convgit: warning: {w}")
     if json_:
@@ -159,8 +159,8 @@ def merge_cmd(
         finish_import(rep, json_=json_, quiet=quiet, verbose=verbose, source=source)
         return
     before = api.show_refs(repo)
-    with progress.Spinner("merging", on=on):
-        rep = api.merge(repo, source, dry_run=dry_run)
+    with progress.Counter("merging objects", on=on) as tick:
+        rep = api.merge(repo, source, dry_run=dry_run, objects_progress=tick)
     for w in rep.warnings:
         output.info(f"convgit: warning: {w}")
     if json_:
@@ -196,8 +196,8 @@ def bundle_create_cmd(
     """Write FILE.db with the threads and every object they reach (merge it elsewhere)."""
     output.set_json(json_)
     repo = get_repo()
-    with progress.Spinner(f"writing {file}", on=progress.enabled(json_=json_)):
-        info = api.bundle_create(repo, file, threads or None)
+    with progress.Counter(f"writing {file}", on=progress.enabled(json_=json_)) as tick:
+        info = api.bundle_create(repo, file, threads or None, progress=tick)
     if json_:
         output.emit_json(info.to_json())
     else:
@@ -208,8 +208,8 @@ def bundle_create_cmd(
 def bundle_verify_cmd(file: str = typer.Argument(..., metavar="FILE.db"), json_: bool = JSON_OPT) -> None:
     """Check a bundle: every object's hash and encoding, that it is complete, its thread names."""
     output.set_json(json_)
-    with progress.Spinner(f"verifying {file}", on=progress.enabled(json_=json_)):
-        info = api.bundle_verify(file)
+    with progress.Counter(f"verifying {file}", on=progress.enabled(json_=json_)) as tick:
+        info = api.bundle_verify(file, progress=tick)
     err = FsckFailed(f"{file}: {len(info.problems)} problem(s) found") if info.problems else None
     if json_:
         doc = info.to_json()

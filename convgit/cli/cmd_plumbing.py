@@ -116,8 +116,8 @@ def reindex_cmd(json_: bool = JSON_OPT) -> None:
     repo = get_repo()
     from . import progress
 
-    with progress.Spinner("rebuilding the index", on=progress.enabled(json_=json_)):
-        stats = api.reindex(repo)
+    with progress.Counter("rebuilding the index (threads)", on=progress.enabled(json_=json_), min_items=50) as tick:
+        stats = api.reindex(repo, progress=tick)
     if json_:
         output.emit_json({"status": "rebuilt", **stats})
     else:

@@ -29,6 +29,7 @@ def search_cmd(
     role: List[str] = V.ROLE_OPT,
     tools: bool = V.TOOLS_OPT,
     tool: List[str] = V.TOOL_OPT,
+    fragment: List[str] = V.FRAGMENT_OPT,
     current: bool = V.CURRENT_OPT,
     cid: Optional[str] = V.CID_OPT,
     source: List[str] = V.SOURCE_OPT,
@@ -57,7 +58,7 @@ def search_cmd(
     conv = V.conversation_thread(repo, current, cid)
     if conv is not None:
         thread = [*thread, conv]
-    filters = V.make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte, tool)
+    filters = V.make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte, tool, fragment)
     hits = api.search(repo, query, mode=mode, count=count, latest=latest, columns=columns, filters=filters)
     if json_:
         output.emit_json([h.to_json() for h in hits])

@@ -111,9 +111,10 @@ class Counter:
     """A bar over items whose total the work finds out itself: the function it gives takes
     ``(done, total)``; the bar appears on the first call with a total worth one."""
 
-    def __init__(self, label: str, *, on: bool = True) -> None:
+    def __init__(self, label: str, *, on: bool = True, min_items: int | None = None) -> None:
         self.label = label
         self.on = on
+        self.min_items = MIN_ITEMS if min_items is None else min_items
         self.bar = None
         self.advance = None
         self.done = 0
@@ -124,7 +125,7 @@ class Counter:
 
         def update(done: int, total: int) -> None:
             if self.bar is None:
-                if total < MIN_ITEMS:
+                if total < self.min_items:
                     return
                 self.bar = Bar(self.label, total, unit="items")
                 self.advance = self.bar.__enter__()

@@ -31,6 +31,9 @@ ID_GT_OPT = typer.Option(None, "--id-gt", metavar="KEY",
 ID_GTE_OPT = typer.Option(None, "--id-gte", metavar="KEY", help="As --id-gt, but KEY itself included.")
 
 
+FRAGMENT_OPT = typer.Option([], "-f", "--fragment", metavar="FRAGMENT",
+                            help="Only messages holding this text: a file, an alias from config.toml [fragments], "
+                                 "or the id of a stored text (hash-object FILE); repeatable (all must match).")
 TOOL_OPT = typer.Option([], "-T", "--tool", metavar="NAME", help="Only messages of turns that called the tool NAME; repeatable.")
 CURRENT_OPT = typer.Option(False, "-c", "--current", help="The most recent conversation (the thread updated last), as llm logs -c.")
 CID_OPT = typer.Option(None, "--cid", metavar="ID",
@@ -48,9 +51,9 @@ def conversation_thread(repo, current: bool, cid) -> str | None:
     return api.find_conversation(repo, cid)
 
 
-def make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte, tool=()):
+def make_filters(repo, model, thread, since, until, role, tools, source, id_gt, id_gte, tool=(), fragment=()):
     return api.make_filters(repo, model=model, thread=thread, since=since, until=until, role=role, tools=tools,
-                            source=source, id_gt=id_gt, id_gte=id_gte, tool=tool)
+                            source=source, id_gt=id_gt, id_gte=id_gte, tool=tool, fragment=fragment)
 
 
 # -- view options ---------------------------------------------------------------------------
@@ -115,19 +118,29 @@ def usage_line(e) -> str | None:
 
 
 def totals_line(entries: List) -> str:
-    t = views.usage_totals(entries)
+    return _totals_text(views.usage_totals(entries))
+
+
+def _totals_text(t: dict) -> str:
     return (f"Total:  {t['input_tokens']} input, {t['output_tokens']} output tokens "
             f"({t['total_tokens']} in all) over {t['turns']} turn(s)")
 
 
-def print_short(entries: List, *, json_: bool, usage: bool) -> None:
-    rows = views.short(entries, lambda e: e.key)
+def print_short(repo, entries: List, *, json_: bool, usage: bool, filters=None, newest_first: bool = True) -> None:
+    rows = api.summaries(repo, entries, filters=filters, newest_first=newest_first)
+    totals = {"turns": 0, "input_tokens": 0, "output_tokens": 0}
+    for r in rows:  # each call listed once, also those that added no message
+        if r["usage"]:
+            totals["turns"] += 1
+            totals["input_tokens"] += r["usage"]["input_tokens"] or 0
+            totals["output_tokens"] += r["usage"]["output_tokens"] or 0
+    totals["total_tokens"] = totals["input_tokens"] + totals["output_tokens"]
     if json_:
         for r in rows:
             r["started_at"] = api.iso(r["started_at"])
             if not usage:
                 r.pop("usage")
-        doc = {"turns": rows, "usage": views.usage_totals(entries)} if usage else rows
+        doc = {"turns": rows, "usage": totals} if usage else rows
         output.emit_json(doc)
         return
     for r in rows:
@@ -142,7 +155,7 @@ def print_short(entries: List, *, json_: bool, usage: bool) -> None:
         if usage and r["usage"]:
             output.line(f"  usage: {r['usage']['input_tokens']} input, {r['usage']['output_tokens']} output", "dim")
     if usage:
-        output.line(totals_line(entries), "bold")
+        output.line(_totals_text(totals), "bold")
 
 
 def entry_json(repo, e, *, usage: bool, truncate: bool) -> dict:

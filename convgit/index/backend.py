@@ -25,8 +25,9 @@ class IndexBackend(Protocol):
     def refresh(self) -> None:
         """Catch up with every ref on disk."""
 
-    def rebuild(self) -> dict:
-        """Build afresh from objects, refs and reflogs; ``{"messages", "threads", "seconds"}``."""
+    def rebuild(self, progress=None) -> dict:
+        """Build afresh from objects, refs and reflogs; ``{"messages", "threads", "seconds"}``.
+        ``progress(done, total)``, optional: called as the work advances (for a bar)."""
 
     def record_moves(self, names: Iterable[str], cache: dict | None = None, *, fast_forward: bool = False) -> None:
         """After a repository transaction: index the threads it moved (and what the refs

@@ -16,6 +16,7 @@ the turn's.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -96,6 +97,13 @@ class Filters:
     id_gt: str | None = None
     id_gte: str | None = None
     tool_names: tuple[str, ...] = ()  # only messages of turns that called one of these tools
+    # Messages that pass the turn conditions (models, since/until, sources) whatever their
+    # own turn: a recorded call that passes them covered them (its prompt and what it brought,
+    # also a call that added no message). The library fills it in (api.turn_level).
+    covered: tuple[str, ...] = ()
+    # Only messages whose text (one part's: text, reasoning, a tool call's arguments or a
+    # tool's output) holds each of these texts (``-f/--fragment``, resolved by api.make_filters).
+    fragments: tuple[str, ...] = ()
 
     @property
     def paging(self) -> bool:
@@ -105,12 +113,13 @@ class Filters:
     def any(self) -> bool:
         """Is there any condition at all?"""
         return bool(self.models or self.threads or self.since is not None or self.until is not None
-                    or self.roles or self.tools or self.sources or self.paging or self.tool_names)
+                    or self.roles or self.tools or self.sources or self.paging or self.tool_names
+                    or bool(self.fragments))
 
 
 def make_filters(repo, *, model=(), thread=(), since: str | None = None, until: str | None = None, role=(),
                  tools: bool = False, source=(), id_gt: str | None = None, id_gte: str | None = None,
-                 tool=(), now_ms: int | None = None) -> Filters:
+                 tool=(), fragments=(), now_ms: int | None = None) -> Filters:
     """Filters from option values: validated, aliases resolved (config ``[aliases]``)."""
     from ..config import load_aliases
 
@@ -128,7 +137,8 @@ def make_filters(repo, *, model=(), thread=(), since: str | None = None, until: 
     s = parse_time(since, now_ms=now_ms, what="--since") if since else None
     u = parse_time(until, now_ms=now_ms, what="--until") if until else None
     return Filters(models, threads, s, u, roles, tools, _split(source),
-                   _bound(repo, id_gt, "--id-gt"), _bound(repo, id_gte, "--id-gte"), _split(tool))
+                   _bound(repo, id_gt, "--id-gt"), _bound(repo, id_gte, "--id-gte"), _split(tool),
+                   fragments=tuple(fragments))
 
 
 def _bound(repo, value: str | None, what: str) -> str | None:
@@ -167,6 +177,11 @@ TOOL_TURNS_SQL = (
 
 
 
+# A message one of whose parts holds the text ``?`` (lean mode: the text from the object).
+FRAGMENT_SQL = ("EXISTS (SELECT 1 FROM parts pf WHERE pf.message_rowid = m.rowid "
+                "AND instr(coalesce(pf.text, convgit_text(m.id, pf.position)), ?) > 0)")
+
+
 def turn_conditions(f: "Filters", conds: list[str], params: list) -> None:
     """Append the filters on the turn ``t`` (model or resolved model, time, source) to
     ``conds`` as SQL, and their values to ``params`` (log, search and the turn list alike)."""
@@ -197,7 +212,14 @@ def sql(f: Filters) -> tuple[str, list, list[str], list]:
                  "SELECT m0.parent FROM messages m0 JOIN anc ON m0.id = anc.id WHERE m0.parent IS NOT NULL) ")
         with_params = list(f.threads)
         conds.append("m.id IN (SELECT id FROM anc)")
-    turn_conditions(f, conds, params)
+    tconds: list[str] = []
+    turn_conditions(f, tconds, params)
+    if tconds:
+        cond = " AND ".join(tconds)
+        if f.covered:
+            cond = f"(({cond}) OR m.id IN (SELECT value FROM json_each(?)))"
+            params.append(json.dumps(list(f.covered)))
+        conds.append(cond)
     if f.roles:
         conds.append(f"m.role IN ({','.join('?' * len(f.roles))})")
         params.extend(f.roles)
@@ -208,6 +230,9 @@ def sql(f: Filters) -> tuple[str, list, list[str], list]:
         conds.append("m.turn_id IN (SELECT m3.turn_id FROM parts p3 JOIN messages m3 ON m3.rowid = p3.message_rowid "
                      f"WHERE p3.type = 'tool_call' AND p3.name IN ({q}) AND m3.turn_id IS NOT NULL)")
         params.extend(f.tool_names)
+    for text in f.fragments:
+        conds.append(FRAGMENT_SQL)
+        params.append(text)
     if f.id_gt is not None:
         conds.append(f"{KEY_SQL} > ?")
         params.append(f.id_gt)
@@ -253,6 +278,11 @@ class _Match:
             with_, params, _, _ = sql(Filters(threads=f.threads))
             self.in_threads = {r[0] for r in db.execute(with_ + "SELECT id FROM anc", params)}
         self.tool_turns = {r[0] for r in db.execute(TOOL_TURNS_SQL)} if f.tools else None
+        self.covered = set(f.covered)
+        self.with_fragments = None
+        if f.fragments:
+            q = " AND ".join([FRAGMENT_SQL] * len(f.fragments))
+            self.with_fragments = {r[0] for r in db.execute(f"SELECT m.id FROM messages m WHERE {q}", list(f.fragments))}
         self.named_turns = None
         if f.tool_names:
             q = ",".join("?" * len(f.tool_names))
@@ -266,7 +296,19 @@ class _Match:
             return False
         if self.in_threads is not None and oid not in self.in_threads:
             return False
+        if self.with_fragments is not None and oid not in self.with_fragments:
+            return False
         t = info or {}
+        if oid not in self.covered and not self._turn_passes(t):
+            return False
+        if self.tool_turns is not None and t.get("turn") not in self.tool_turns:
+            return False
+        if self.named_turns is not None and t.get("turn") not in self.named_turns:
+            return False
+        return True
+
+    def _turn_passes(self, t: dict) -> bool:
+        f = self.f
         if f.models and t.get("model") not in f.models and t.get("resolved_model") not in f.models:
             return False
         started = t.get("started_at")
@@ -274,10 +316,4 @@ class _Match:
             return False
         if f.until is not None and (started is None or started >= f.until):
             return False
-        if f.sources and t.get("source") not in f.sources:
-            return False
-        if self.tool_turns is not None and t.get("turn") not in self.tool_turns:
-            return False
-        if self.named_turns is not None and t.get("turn") not in self.named_turns:
-            return False
-        return True
+        return not (f.sources and t.get("source") not in f.sources)

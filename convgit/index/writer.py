@@ -5,8 +5,11 @@ schema version, and caught up whenever a ref differs from the tip it recorded. T
 code path for all three — "catch these threads up" — so an incremental index and a rebuilt
 one hold the same rows. Text is stored once (in ``parts``), never twice.
 
-Concurrency: SQLite's rollback journal (not WAL: docs/format.md §8 "Journal" says why); every
-write transaction and every swap run under the kernel lock ``index.lock``.
+Concurrency: WAL (readers never block a writer: Datasette or a ``sqlite3`` shell holding a
+read transaction no longer makes ``commit`` say "database is locked"). A rebuild is copied
+*into* the live database with SQLite's backup API, never renamed over it, so the file keeps
+its inode and its ``-wal``/``-shm`` stay its own (docs/format.md §8 "Journal" says why that
+matters). Every write transaction and every swap run under the kernel lock ``index.lock``.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def invalidate(repo) -> None:
     repo.close()  # closes the open index connection, if any
     try:
         with fsio.flock(repo.path / "index.lock", shared=False, timeout=60):
-            for suffix in ("", "-journal"):
+            for suffix in ("", "-journal", "-wal", "-shm"):
                 fsio._unlink_quiet(repo.path / (INDEX_FILE + suffix))
     except ConvgitError:
         pass  # no lock (a full disk cannot even create it): the caller already warns
@@ -67,7 +70,10 @@ class IndexWriter:
 
     def _connect(self, path: Path) -> sqlite3.Connection:
         db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=DELETE")
+        # The live index in WAL; a temp index being built in a rollback journal (it has one
+        # connection, and is copied into the live file when done).
+        db.execute("PRAGMA journal_mode=WAL" if path == self.path else "PRAGMA journal_mode=DELETE")
+        db.execute("PRAGMA journal_size_limit=67108864")  # a WAL a rebuild grew is cut back to 64 MB
         # A cache: durability is the objects' and refs' job. After a power loss a torn index is
         # caught (refs differ, constraints fail, a page is unreadable) and rebuilt.
         db.execute("PRAGMA synchronous=OFF")
@@ -166,10 +172,12 @@ class IndexWriter:
             self.db.close()
             self.db = None  # type: ignore[assignment]
 
-    def rebuild(self) -> dict:
+    def rebuild(self, progress=None) -> dict:
         """Build a fresh index in a temp file and swap it in atomically.
 
         A failure (a full disk) leaves the old index file as it was and no temp file behind.
+        ``progress(done, total)``: called as threads are indexed (each counts twice: its
+        messages, then its reflog and turns).
         """
         t0 = time.perf_counter()
         if getattr(self, "db", None) is not None:
@@ -188,15 +196,21 @@ class IndexWriter:
             self.db = db
             refs = self.repo.refs.read_all(broken={})  # an unreadable ref is left out (fsck names it)
             self._building = True
+            self._progress = progress
             try:
                 self._catch_up(refs, archived=True)
             finally:
                 self._building = False
-            db.close()
+                self._progress = None
             with fsio.flock(self.lock_path, shared=False, timeout=60):
-                for suffix in ("-journal", "-wal", "-shm"):
-                    fsio.unlink(self.path.with_name(INDEX_FILE + suffix))
-                fsio.rename(tmp, self.path)
+                if not self._copy_into_live(db):
+                    db.close()
+                    for suffix in ("-journal", "-wal", "-shm"):
+                        fsio.unlink(self.path.with_name(INDEX_FILE + suffix))
+                    fsio.rename(tmp, self.path)
+                else:
+                    db.close()
+                    fsio._unlink_quiet(tmp)
         except BaseException as e:
             if db is not None:
                 db.close()
@@ -211,6 +225,37 @@ class IndexWriter:
         self.rebuilt = True
         n = self.db.execute("SELECT count(*) FROM messages").fetchone()[0]
         return {"messages": n, "threads": len(refs), "seconds": round(time.perf_counter() - t0, 3)}
+
+    def _copy_into_live(self, src: sqlite3.Connection) -> bool:
+        """Under index.lock: copy the built index ``src`` into the live ``index.sqlite`` with
+        SQLite's backup API (one write transaction of the live database: its readers see the
+        old index or the new one, and the file, its WAL and its shared memory stay the same
+        files). False when there is no live database to copy into (missing, or not a SQLite
+        database any more): the caller renames the built file into place instead."""
+        if not self.path.is_file() or self.path.is_symlink():
+            return False
+        try:
+            dst = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        except sqlite3.DatabaseError:
+            return False
+        try:
+            dst.execute("PRAGMA busy_timeout=30000")
+            dst.execute("PRAGMA journal_size_limit=67108864")
+            if dst.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() != "wal":
+                return False
+            src.backup(dst)
+            dst.execute("PRAGMA journal_mode=WAL")
+            # The copy went through the WAL (as large as the index): fold back what no reader
+            # still needs, without waiting for readers (PASSIVE); journal_size_limit then
+            # truncates the file at a later checkpoint.
+            dst.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            return True
+        except sqlite3.DatabaseError:
+            # Garbled past reading, or no room for the copy (a full disk): replaced by name,
+            # as before WAL (its -wal/-shm removed first).
+            return False
+        finally:
+            dst.close()
 
     # -- catching up ------------------------------------------------------------------------
 
@@ -417,7 +462,10 @@ class IndexWriter:
                 if self._next_rowid == 1:
                     reach.reset(db)  # no message rows: nothing derived from them may stay
                 readable = []
-                for name, tip, offset in todo:
+                report = getattr(self, "_progress", None)
+                for i, (name, tip, offset) in enumerate(todo):
+                    if report is not None:
+                        report(i, 2 * len(todo))
                     try:
                         self._index_chain(reader, tip)  # queues nothing unless the walk succeeds
                     except (ObjectCorrupt, ObjectMissing):
@@ -427,8 +475,10 @@ class IndexWriter:
                         continue
                     readable.append((name, tip, offset))
                 with self._batched():
-                    for name, tip, offset in readable:
+                    for i, (name, tip, offset) in enumerate(readable):
                         self._index_thread(reader, name, tip, offset)
+                        if report is not None:
+                            report(len(todo) + i + 1, 2 * len(todo))
                 if archived:
                     for tname, path in self.repo.refs.iter_log_files():
                         if tname is None:

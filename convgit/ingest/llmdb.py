@@ -27,6 +27,10 @@ from .model import Conversation, Draft, Node
 from .parts import PendingAttachment, normalize_role
 
 SOURCE = "llm"
+# provider_metadata key under which convgit's llm-db export (export_llm.py) carries what llm's
+# shape cannot say: {"convgit": {"meta": ...}} on a message, {"convgit": {"part": ...}} on a
+# part. Read back exactly; a real llm database never writes it.
+CONVGIT_KEY = "convgit"
 
 
 def is_llm_db(path) -> bool:
@@ -89,6 +93,11 @@ def b2_hash(message: dict, parent: str | None) -> str:
     to check that the database was not altered)."""
     data = canonical_json({"parent": parent, "message": message}).encode("utf-8", "surrogatepass")
     return "b2:" + hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def schema_id(schema: Any) -> str:
+    """llm's id of a JSON schema (its ``schemas.id``): BLAKE2b-128 of its compact JSON."""
+    return hashlib.blake2b(json.dumps(schema, separators=(",", ":")).encode(), digest_size=16).hexdigest()
 
 
 def iter_conversations(path, label: str) -> Iterator[Conversation | tuple[str, Exception]]:
@@ -166,8 +175,9 @@ class _Reader:
         pm = json.loads(row["provider_metadata"]) if row["provider_metadata"] else None
         if pm:
             msg["provider_metadata"] = pm
-        draft = Draft(role=normalize_role(row["role"], h), parts=tuple(parts),
-                      meta={"provider_metadata": pm} if pm else None)
+        carried = _carried(pm, "meta")
+        meta = carried if isinstance(carried, dict) else ({"provider_metadata": pm} if pm else None)
+        draft = Draft(role=normalize_role(row["role"], h), parts=tuple(parts), meta=meta or None)
         return dict(row), msg, draft
 
     def thread(self, t: sqlite3.Row, label: str) -> Conversation:
@@ -348,9 +358,31 @@ def _attachment(a: dict) -> Any:
     return AttachmentPart(mime_type=a.get("type"), name=a.get("path"), url=url, meta=meta or None)
 
 
+def _carried(pm: Any, key: str) -> Any:
+    """What convgit's export put under ``provider_metadata["convgit"][key]``, else None."""
+    if isinstance(pm, dict) and set(pm) == {CONVGIT_KEY} and isinstance(pm[CONVGIT_KEY], dict):
+        return pm[CONVGIT_KEY].get(key)
+    return None
+
+
+def part_from_llm(d: dict) -> Any:
+    """The convgit part for llm's part dict ``d`` (text and attachments already resolved)."""
+    return _part(d)
+
+
 def _part(d: dict) -> Any:
     t = d.get("type")
     pm = d.get("provider_metadata")
+    whole = _carried(pm, "part")
+    if whole is not None:
+        import msgspec
+
+        from ..objects import Part
+
+        try:
+            return msgspec.convert(whole, Part)
+        except (msgspec.ValidationError, TypeError) as e:
+            raise SchemaValidationFailed(f"a part convgit exported does not read back: {e}") from e
     meta = {"provider_metadata": pm} if pm else None
     if t == "text":
         return TextPart(text=d.get("text") or "", meta=meta)
@@ -372,10 +404,16 @@ def _part(d: dict) -> Any:
         return ToolResultPart(tool_call_id=d.get("tool_call_id"), name=d.get("name"), output=out,
                               is_error=d.get("exception") is not None)
     if t == "attachment" and isinstance(d.get("attachment"), dict):
-        return _attachment(d["attachment"])
+        att = _attachment(d["attachment"])
+        carried = _carried(pm, "meta")
+        if isinstance(carried, dict):  # convgit's own meta, exported (export_llm.py)
+            import msgspec
+
+            att = msgspec.structs.replace(att, meta=carried or None)
+        return att
     from ..objects import OpaquePart
 
     return OpaquePart(data=d, source=SOURCE)
 
 
-__all__ = ["b2_hash", "is_llm_db", "iter_conversations"]
+__all__ = ["CONVGIT_KEY", "b2_hash", "is_llm_db", "iter_conversations", "part_from_llm", "schema_id"]

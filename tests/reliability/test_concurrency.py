@@ -116,11 +116,11 @@ def _break_gc() -> None:
     Repository.exclusive_lock = lambda self, timeout=None: contextlib.nullcontext()  # type: ignore[method-assign]
     real_run, real_roots = gc_mod._run, gc_mod._roots
 
-    def run_with_early_refs(repo, stats, grace, now, dry_run):
+    def run_with_early_refs(repo, stats, grace, now, dry_run, progress=None):
         early = real_roots(repo, now, repo.config.reflog_expire_days * 86400)
         gc_mod._roots = lambda *a: early
         try:
-            return real_run(repo, stats, grace, now + 3600, dry_run)
+            return real_run(repo, stats, grace, now + 3600, dry_run, progress)
         finally:
             gc_mod._roots = real_roots
 
