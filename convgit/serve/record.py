@@ -195,6 +195,20 @@ def build(rec: CallRecord, *, history_for: HistoryLookup, config=None, raw: dict
     return Built(payload, rec.thread, chain.tip, response_id, payload.all_messages, chain.ids[0], chain)
 
 
+def with_raw(b: Built, raw: dict[str, str] | None) -> Built:
+    """``b`` with the ids of the raw-body blobs named in its turn's meta (as ``build(raw=)``
+    does: the chain, and so the tip, is the same)."""
+    if not raw:
+        return b
+    t = b.payload.turn
+    meta = dict(t.meta or {})
+    aliases = meta.pop("aliases", None)
+    meta.update(raw)
+    if aliases is not None:
+        meta["aliases"] = aliases
+    return msgspec.structs.replace(b, payload=msgspec.structs.replace(b.payload, turn=msgspec.structs.replace(t, meta=meta)))
+
+
 def _parse(api: str, req: dict, resp: Any, meta: dict, history_for: HistoryLookup) -> tuple[Payload, Any]:
     """The payload of one API's request and response document (``resp`` None: request only)."""
     if api == sse.OPENAI_CHAT:

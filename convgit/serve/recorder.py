@@ -43,8 +43,10 @@ class Recorder:
     """Builds and commits batches of records into ``repo`` (no threads here: ``Committer``
     runs it). ``on_call(summary)`` is told about each call once it is recorded or refused."""
 
-    def __init__(self, repo, *, on_call: Callable[[dict], None] | None = None) -> None:
+    def __init__(self, repo, *, on_call: Callable[[dict], None] | None = None,
+                 prebuilt: dict[str, rec_mod.Built] | None = None) -> None:
         self.repo = repo
+        self.prebuilt = prebuilt if prebuilt is not None else {}  # call id → built by the proxy
         self.on_call = on_call or (lambda doc: None)
         self._history: OrderedDict[str, tuple[Draft, ...]] = OrderedDict()
         self.recorded = 0
@@ -108,7 +110,9 @@ class Recorder:
                         blobs.append((oid, enc))
                         raw[key] = oid
             try:
-                b = rec_mod.build(r, history_for=self.history_for, config=self.repo.config, raw=raw)
+                b = self.prebuilt.pop(r.id, None)
+                b = rec_mod.with_raw(b, raw) if b is not None else \
+                    rec_mod.build(r, history_for=self.history_for, config=self.repo.config, raw=raw)
             except ConvgitError as e:
                 built.append((r, None, f"{e.code}: {e.message}"))
                 continue
@@ -206,6 +210,7 @@ class Committer:
         self.writer = None  # the SpoolWriter, told what is committed
         self._cond = threading.Condition()
         self._queue: list[tuple[object, CallRecord]] = []
+        self.prebuilt: dict[str, rec_mod.Built] = {}  # call id → built by the proxy (X-Convgit-Tip)
         self._stop = False
         self.idle = threading.Event()
         self.drained_leftovers = threading.Event()
@@ -236,7 +241,7 @@ class Committer:
             self.warn(f"the store cannot be opened ({e}); calls are spooled, not committed")
             self.drained_leftovers.set()
             return
-        recorder = Recorder(repo, on_call=self.on_call)
+        recorder = Recorder(repo, on_call=self.on_call, prebuilt=self.prebuilt)
         try:
             self._drain_leftovers(recorder)
             self.drained_leftovers.set()
