@@ -58,25 +58,32 @@ async def one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[float, f
     return (first or end) - t0, end - t0
 
 
-async def cell(direct: str, proxy: str, *, stream: bool, conc: int, calls: int) -> dict:
-    res = {"direct": ([], []), "proxy": ([], [])}
-    limits = httpx.Limits(max_connections=conc * 2, max_keepalive_connections=conc * 2)
+async def cell(direct: str, proxies: dict[str, str], *, stream: bool, conc: int, calls: int) -> dict:
+    """The same calls made directly and through each proxy (``proxies``: name → url), in
+    rotating order; per proxy the p50/p99 TTFB and total and what it adds to the direct call."""
+    urls = {"direct": direct, **proxies}
+    names = list(urls)
+    res = {n: ([], []) for n in names}
+    limits = httpx.Limits(max_connections=conc * len(names), max_keepalive_connections=conc * len(names))
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         async def worker(k: int) -> None:
             for i in range(calls // conc):
                 body = {"model": "gpt-fake", "stream": stream,
                         "messages": [{"role": "user", "content": f"bench {k} {i} {time.time_ns()}"}]}
-                for name, url in (("direct", direct), ("proxy", proxy)) if i % 2 == 0 else (("proxy", proxy), ("direct", direct)):
-                    ttfb, total = await one(client, url, body)
+                order = names[i % len(names):] + names[:i % len(names)]
+                for name in order:
+                    ttfb, total = await one(client, urls[name], body)
                     res[name][0].append(ttfb * 1000)
                     res[name][1].append(total * 1000)
 
         await asyncio.gather(*(worker(k) for k in range(conc)))
     out = {}
-    for what, i in (("ttfb", 0), ("total", 1)):
-        for p in (50, 99):
-            d, v = pct(res["direct"][i], p), pct(res["proxy"][i], p)
-            out[f"{what}_p{p}"] = {"direct": round(d, 2), "proxy": round(v, 2), "added": round(v - d, 2)}
+    for name in proxies:
+        for what, i in (("ttfb", 0), ("total", 1)):
+            for p in (50, 99):
+                d, v = pct(res["direct"][i], p), pct(res[name][i], p)
+                key = f"{what}_p{p}" if name == "after" else f"{name}_{what}_p{p}"
+                out[key] = {"direct": round(d, 2), "proxy": round(v, 2), "added": round(v - d, 2)}
     return out
 
 
@@ -200,6 +207,37 @@ def drain_rate(base: Path, work: Path, records: list, code: str | None) -> float
     return len(records) / el
 
 
+COMMITTER = """
+import sys, time
+from pathlib import Path
+from convgit.repository import Repository
+from convgit.serve.record import decode_record
+from convgit.serve.recorder import Recorder
+from convgit.serve.spool import read_frames
+store, frames, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+records = [decode_record(f) for f in read_frames(Path(frames))]
+repo = Repository.open(Path(store) / ".convgit")
+rec = Recorder(repo)
+t = time.perf_counter()
+for i in range(0, len(records), batch):
+    docs = rec.commit_batch(records[i:i + batch])
+    assert all("not_recorded" not in d for d in docs), docs[0]
+print(len(records) / (time.perf_counter() - t))
+"""
+
+
+def committer_rate(base: Path, work: Path, frames: Path, batch: int, code: str | None) -> float:
+    """Logging capacity: the committer alone (``Recorder.commit_batch``: build each record,
+    commit the batch, fsync on) on spooled calls, in batches of ``batch`` (512: a committer
+    behind a burst; 32: one keeping up with 32 clients), on a copy of ``base``; calls/s."""
+    shutil.copytree(base, work)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")} | (serve_env(code) or {})
+    p = subprocess.run([sys.executable, "-c", COMMITTER, str(work), str(frames), str(batch)], env=env,
+                       capture_output=True, text=True, check=True)
+    shutil.rmtree(work)
+    return float(p.stdout.strip().splitlines()[-1])
+
+
 def prefill(store: Path, conversations: int) -> None:
     """A store holding ``conversations`` earlier 8-message conversations (one bulk commit)."""
     convgit.init(store).close()
@@ -225,7 +263,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=400, help="calls per latency cell (each made directly and via the proxy)")
     ap.add_argument("--sustained", type=int, default=2000, help="calls of the sustained-rate run")
     ap.add_argument("--parts", default="latency,sustained,capture",
-                    help="which parts to run (comma-separated: latency, sustained, drain, capture, llm)")
+                    help="which parts to run (comma-separated: latency, sustained, committer, drain, capture, llm)")
     ap.add_argument("--sizes", default="0", help="sustained: conversations already in the store (comma-separated)")
     ap.add_argument("--rounds", type=int, default=1, help="sustained: runs per size and code (interleaved; medians)")
     ap.add_argument("--before", default=None,
@@ -243,16 +281,21 @@ def main() -> None:
     try:
         rows = []
         if "latency" in parts:
-            convgit.init(tmp / "s").close()
-            sp = ServeProcess(tmp / "s", up.url, "--no-store-raw")
-            url = sp.wait_listening()
+            # this code's proxy ("after") and, with --before, the other one's, each on its own
+            # store, called in rotation with the upstream directly
+            procs = {}
+            for name, code in [("after", None)] + ([("before", args.before)] if args.before else []):
+                convgit.init(tmp / name).close()
+                procs[name] = ServeProcess(tmp / name, up.url, "--no-store-raw", env=serve_env(code))
+            urls = {name: p.wait_listening() for name, p in procs.items()}
             for stream in (False, True):
                 for conc in (1, 32):
-                    r = asyncio.run(cell(up.url, url, stream=stream, conc=conc, calls=args.calls))
+                    r = asyncio.run(cell(up.url, urls, stream=stream, conc=conc, calls=args.calls))
                     rows.append(({"stream": stream, "clients": conc}, r))
                     print(json.dumps({"stream": stream, "clients": conc, **r}), flush=True)
-            sp.stop()
-            shutil.rmtree(tmp / "s")
+            for name, p in procs.items():
+                p.stop()
+                shutil.rmtree(tmp / name)
         if "sustained" in parts:
             # a store per size, copied for each run; raw bodies kept (the default), fsync on
             codes = [("after", None)] + ([("before", args.before)] if args.before else [])
@@ -298,6 +341,28 @@ def main() -> None:
             print("|---|---|---|---|")
             for (size, name), xs in drates.items():
                 print(f"| {size:,} | {name} | {len(xs)} | {statistics.median(xs):.0f} |")
+        if "committer" in parts:
+            from convgit.serve.record import encode_record
+            from convgit.serve.spool import frame
+
+            codes = [("after", None)] + ([("before", args.before)] if args.before else [])
+            frames = tmp / "calls.frames"
+            frames.write_bytes(b"".join(frame(encode_record(r)) for r in sustained_records(args.sustained)))
+            crates: dict[tuple[int, int, str], list[float]] = {}
+            for size in (int(x) for x in args.sizes.split(",")):
+                prefill(tmp / f"base-{size}", size)
+                for rnd in range(args.rounds):
+                    for batch in (512, 32):
+                        for name, code in (codes if rnd % 2 == 0 else codes[::-1]):
+                            rate = committer_rate(tmp / f"base-{size}", tmp / "c", frames, batch, code)
+                            crates.setdefault((size, batch, name), []).append(rate)
+                            print(json.dumps({"committer": name, "store_conversations": size, "batch": batch,
+                                              "calls_per_s": round(rate, 1)}), flush=True)
+                shutil.rmtree(tmp / f"base-{size}")
+            print("\n| store (conversations) | batch | code | runs | calls committed per s (median) |")
+            print("|---|---|---|---|---|")
+            for (size, batch, name), xs in crates.items():
+                print(f"| {size:,} | {batch} | {name} | {len(xs)} | {statistics.median(xs):.0f} |")
         if "llm" in parts:
             print(json.dumps(llm_rate(tmp, args.sustained)), flush=True)
         if "capture" in parts:
@@ -308,11 +373,13 @@ def main() -> None:
             print("\n| calls | clients | TTFB p50 direct / proxy (added) | TTFB p99 (added) | total p50 (added) | total p99 (added) |")
             print("|---|---|---|---|---|---|")
         for k, r in rows:
-            def f(key):
-                c = r[key]
-                return f"{c['direct']} / {c['proxy']} (+{c['added']})"
-            print(f"| {'stream' if k['stream'] else 'whole'} | {k['clients']} | {f('ttfb_p50')} | {f('ttfb_p99')} | "
-                  f"{f('total_p50')} | {f('total_p99')} |")
+            for prefix in ("", "before_") if "before_ttfb_p50" in r else ("",):
+                def f(key):
+                    c = r[prefix + key]
+                    return f"{c['direct']} / {c['proxy']} (+{c['added']})"
+                label = ("stream" if k["stream"] else "whole") + (" (before)" if prefix else "")
+                print(f"| {label} | {k['clients']} | {f('ttfb_p50')} | {f('ttfb_p99')} | "
+                      f"{f('total_p50')} | {f('total_p99')} |")
     finally:
         if sp is not None:
             sp.stop()  # (a no-op when it stopped already)

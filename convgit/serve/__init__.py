@@ -111,20 +111,22 @@ class Server:
         self._encode = encode_record
         settings = ProxySettings(openai_upstream=opts.openai_upstream, anthropic_upstream=opts.anthropic_upstream,
                                  thread=opts.thread, store_raw=opts.store_raw, token=opts.token, timeout=opts.timeout)
-        self.proxy = Proxy(settings, self._spool, config=_config(repo_path))
+        self.proxy = Proxy(settings, self._spool, config=_config(repo_path), offer=self.committer.offer)
         self.url: str | None = None
 
-    async def _spool(self, record, built=None) -> None:
+    def _spool(self, record, expect_build: bool = False) -> "asyncio.Future":
+        """Submit ``record`` to the spool now; the future is done once it is durable.
+        ``expect_build``: the proxy will offer its build of the call (``Committer.offer``)."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
 
         def done() -> None:
             loop.call_soon_threadsafe(_resolve, fut)
 
-        if built is not None:
-            self.committer.prebuilt[record.id] = built
+        if expect_build:
+            self.committer.expect(record.id)
         self.writer.submit(self._encode(record), record, done)
-        await fut
+        return fut
 
     def bind(self) -> socket.socket:
         """The listening socket (port 0: an ephemeral one, named by ``self.url``)."""

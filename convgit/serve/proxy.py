@@ -92,9 +92,11 @@ class Proxy:
     """The ASGI app behind Starlette's one catch-all route. ``spool(record) -> awaitable``
     returns once the record is durable (group-committed by the spool writer)."""
 
-    def __init__(self, settings: ProxySettings, spool: Callable[..., Any], *, config=None) -> None:
+    def __init__(self, settings: ProxySettings, spool: Callable[..., Any], *, config=None,
+                 offer: Callable[..., None] | None = None) -> None:
         self.settings = settings
-        self.spool = spool
+        self.spool = spool  # spool(record, expect_build=False) -> awaitable, submitted at once
+        self.offer = offer or (lambda call_id, built: None)  # the build of an expected call, or None
         self.config = config  # the store's Config (how build hashes a chain), None: defaults
         self.client: httpx.AsyncClient | None = None
         self._history: OrderedDict[str, tuple] = OrderedDict()  # Responses: response id → chain
@@ -241,10 +243,17 @@ class Proxy:
             return
         data = b"".join(chunks)
         rec = record(response=data, ttft_ms=ttft, **meta)
-        built = self.prebuild(rec) if 200 <= resp.status_code < 300 else None
-        if built is not None:
-            extra = [*extra, (b"x-convgit-tip", built.tip.encode())]
-        await self.spool(rec, built)
+        ok = 200 <= resp.status_code < 300
+        durable = self.spool(rec, expect_build=ok)  # the spool's write and fsync start now ...
+        if ok:
+            built = None
+            try:
+                built = self.prebuild(rec)  # ... and the chain is built meanwhile (the GIL is free during an fsync)
+            finally:
+                self.offer(rec.id, built)
+            if built is not None:
+                extra = [*extra, (b"x-convgit-tip", built.tip.encode())]
+        await durable
         await send({"type": "http.response.start", "status": resp.status_code,
                     "headers": _response_headers(resp, extra, length=len(data))})
         await send({"type": "http.response.body", "body": data, "more_body": False})

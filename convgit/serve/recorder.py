@@ -44,9 +44,9 @@ class Recorder:
     runs it). ``on_call(summary)`` is told about each call once it is recorded or refused."""
 
     def __init__(self, repo, *, on_call: Callable[[dict], None] | None = None,
-                 prebuilt: dict[str, rec_mod.Built] | None = None) -> None:
+                 prebuilt: "Prebuilt | None" = None) -> None:
         self.repo = repo
-        self.prebuilt = prebuilt if prebuilt is not None else {}  # call id → built by the proxy
+        self.prebuilt = prebuilt if prebuilt is not None else Prebuilt()  # calls built by the proxy
         self.on_call = on_call or (lambda doc: None)
         self._history: OrderedDict[str, tuple[Draft, ...]] = OrderedDict()
         self.recorded = 0
@@ -110,7 +110,7 @@ class Recorder:
                         blobs.append((oid, enc))
                         raw[key] = oid
             try:
-                b = self.prebuilt.pop(r.id, None)
+                b = self.prebuilt.take(r.id)
                 b = rec_mod.with_raw(b, raw) if b is not None else \
                     rec_mod.build(r, history_for=self.history_for, config=self.repo.config, raw=raw)
             except ConvgitError as e:
@@ -197,6 +197,46 @@ class Recorder:
             pass
 
 
+_PENDING, _CLAIMED = object(), object()
+
+
+class Prebuilt:
+    """The proxy's builds of calls, handed to the committer (thread-safe). The proxy builds a
+    call while the spool makes it durable, so the committer may reach the call first: it then
+    builds it itself (the same build: ids are content addresses) and the late offer is
+    dropped. Every ``expect`` is followed by one ``offer``, so nothing is left behind."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[str, object] = {}
+
+    def expect(self, call_id: str) -> None:
+        """An offer for ``call_id`` will come."""
+        with self._lock:
+            self._calls[call_id] = _PENDING
+
+    def offer(self, call_id: str, built) -> None:
+        """The build of ``call_id`` (None: none), kept unless the committer went ahead."""
+        with self._lock:
+            state = self._calls.get(call_id)
+            if state is _PENDING and built is not None:
+                self._calls[call_id] = built
+            else:
+                self._calls.pop(call_id, None)
+
+    def take(self, call_id: str):
+        """The build of ``call_id``, or None (the committer builds it; a late offer is dropped)."""
+        with self._lock:
+            state = self._calls.get(call_id)
+            if state is _PENDING:
+                self._calls[call_id] = _CLAIMED
+                return None
+            if state is None or state is _CLAIMED:
+                return None
+            del self._calls[call_id]
+            return state
+
+
 class Committer:
     """The committer thread: drains leftover spool segments first, then commits what the
     spool writer hands it, batch by batch; retries a failing store with a backoff."""
@@ -210,11 +250,20 @@ class Committer:
         self.writer = None  # the SpoolWriter, told what is committed
         self._cond = threading.Condition()
         self._queue: list[tuple[object, CallRecord]] = []
-        self.prebuilt: dict[str, rec_mod.Built] = {}  # call id → built by the proxy (X-Convgit-Tip)
+        self.prebuilt = Prebuilt()  # calls built by the proxy (X-Convgit-Tip)
         self._stop = False
         self.idle = threading.Event()
         self.drained_leftovers = threading.Event()
         self._thread = threading.Thread(target=self._run, name="convgit-commit", daemon=True)
+
+    def expect(self, call_id: str) -> None:
+        """The proxy will offer its build of this call (``offer``), maybe after the spool has
+        handed the call over: see ``Prebuilt``."""
+        self.prebuilt.expect(call_id)
+
+    def offer(self, call_id: str, built) -> None:
+        """The proxy's build of an expected call (None: it could not build it)."""
+        self.prebuilt.offer(call_id, built)
 
     def start(self) -> None:
         """Start the thread."""
