@@ -13,6 +13,16 @@ percentile. Then the sustained rate: 32 clients, stateless conversations startin
 messages and growing by 2 per call, until every call is committed to the store (the proxy's
 ``--json`` line per recorded call). Last, ``convgit.capture``'s cost per call: the openai SDK
 bare and wrapped, alternating, on the fake upstream (median µs per call).
+
+More parts (``--parts``): ``committer``, the committer alone on the sustained run's calls
+already spooled (``Recorder.commit_batch`` in batches of 512, a committer behind a burst, and
+32, one keeping up); ``drain``, the same through ``convgit serve --drain``; ``llm``, the same
+calls logged by llm 0.36's ``log_to_db`` (benchmarks/llm_driver.py in benchmarks/.venv-llm).
+``--sizes`` runs the sustained, committer and drain parts on stores already holding that many
+conversations; ``--before DIR`` runs the convgit source tree DIR (e.g. ``git archive main |
+tar -x -C DIR``) in alternation with this one, round by round (``--rounds``; medians).
+
+    .venv/bin/python benchmarks/bench_serve.py --parts committer,sustained --sizes 0,10000 --rounds 2 --before /tmp/main
 """
 
 from __future__ import annotations
@@ -199,7 +209,7 @@ def drain_rate(base: Path, work: Path, records: list, code: str | None) -> float
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")} | (serve_env(code) or {})
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "convgit", "-C", str(work), "serve", "--drain", "--json"], env=env,
-                       capture_output=True, text=True, check=True)
+                       capture_output=True, text=True, check=True, cwd=str(work.parent))
     el = time.perf_counter() - t
     doc = json.loads(p.stdout.strip().splitlines()[-1])
     assert doc.get("recorded") == len(records), (doc, p.stderr[-2000:])
@@ -232,8 +242,9 @@ def committer_rate(base: Path, work: Path, frames: Path, batch: int, code: str |
     behind a burst; 32: one keeping up with 32 clients), on a copy of ``base``; calls/s."""
     shutil.copytree(base, work)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")} | (serve_env(code) or {})
+    # (cwd: not this checkout, whose convgit would come first on sys.path)
     p = subprocess.run([sys.executable, "-c", COMMITTER, str(work), str(frames), str(batch)], env=env,
-                       capture_output=True, text=True, check=True)
+                       capture_output=True, text=True, check=True, cwd=str(work.parent))
     shutil.rmtree(work)
     return float(p.stdout.strip().splitlines()[-1])
 
