@@ -13,6 +13,16 @@ percentile. Then the sustained rate: 32 clients, stateless conversations startin
 messages and growing by 2 per call, until every call is committed to the store (the proxy's
 ``--json`` line per recorded call). Last, ``convgit.capture``'s cost per call: the openai SDK
 bare and wrapped, alternating, on the fake upstream (median µs per call).
+
+More parts (``--parts``): ``committer``, the committer alone on the sustained run's calls
+already spooled (``Recorder.commit_batch`` in batches of 512, a committer behind a burst, and
+32, one keeping up); ``drain``, the same through ``convgit serve --drain``; ``llm``, the same
+calls logged by llm 0.36's ``log_to_db`` (benchmarks/llm_driver.py in benchmarks/.venv-llm).
+``--sizes`` runs the sustained, committer and drain parts on stores already holding that many
+conversations; ``--before DIR`` runs the convgit source tree DIR (e.g. ``git archive main |
+tar -x -C DIR``) in alternation with this one, round by round (``--rounds``; medians).
+
+    .venv/bin/python benchmarks/bench_serve.py --parts committer,sustained --sizes 0,10000 --rounds 2 --before /tmp/main
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -30,6 +41,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
 
 import httpx  # noqa: E402
 
@@ -56,25 +68,32 @@ async def one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[float, f
     return (first or end) - t0, end - t0
 
 
-async def cell(direct: str, proxy: str, *, stream: bool, conc: int, calls: int) -> dict:
-    res = {"direct": ([], []), "proxy": ([], [])}
-    limits = httpx.Limits(max_connections=conc * 2, max_keepalive_connections=conc * 2)
+async def cell(direct: str, proxies: dict[str, str], *, stream: bool, conc: int, calls: int) -> dict:
+    """The same calls made directly and through each proxy (``proxies``: name → url), in
+    rotating order; per proxy the p50/p99 TTFB and total and what it adds to the direct call."""
+    urls = {"direct": direct, **proxies}
+    names = list(urls)
+    res = {n: ([], []) for n in names}
+    limits = httpx.Limits(max_connections=conc * len(names), max_keepalive_connections=conc * len(names))
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         async def worker(k: int) -> None:
             for i in range(calls // conc):
                 body = {"model": "gpt-fake", "stream": stream,
                         "messages": [{"role": "user", "content": f"bench {k} {i} {time.time_ns()}"}]}
-                for name, url in (("direct", direct), ("proxy", proxy)) if i % 2 == 0 else (("proxy", proxy), ("direct", direct)):
-                    ttfb, total = await one(client, url, body)
+                order = names[i % len(names):] + names[:i % len(names)]
+                for name in order:
+                    ttfb, total = await one(client, urls[name], body)
                     res[name][0].append(ttfb * 1000)
                     res[name][1].append(total * 1000)
 
         await asyncio.gather(*(worker(k) for k in range(conc)))
     out = {}
-    for what, i in (("ttfb", 0), ("total", 1)):
-        for p in (50, 99):
-            d, v = pct(res["direct"][i], p), pct(res["proxy"][i], p)
-            out[f"{what}_p{p}"] = {"direct": round(d, 2), "proxy": round(v, 2), "added": round(v - d, 2)}
+    for name in proxies:
+        for what, i in (("ttfb", 0), ("total", 1)):
+            for p in (50, 99):
+                d, v = pct(res["direct"][i], p), pct(res[name][i], p)
+                key = f"{what}_p{p}" if name == "after" else f"{name}_{what}_p{p}"
+                out[key] = {"direct": round(d, 2), "proxy": round(v, 2), "added": round(v - d, 2)}
     return out
 
 
@@ -115,11 +134,154 @@ def capture_overhead(upstream: str, store: Path, calls: int) -> dict:
     return {"capture_calls": calls, "bare_us": round(b), "capture_us": round(w), "added_us": round(w - b)}
 
 
+def llm_rate(tmp: Path, calls: int, clients: int = 32) -> dict:
+    """The same calls as the sustained run (32 stateless conversations starting at 8 messages,
+    growing by 2 per call, the fake upstream's answers) logged by llm 0.36's own
+    ``Response.log_to_db`` (benchmarks/llm_driver.py ``stateless``: one ``model.prompt(messages=
+    history)`` + ``log_to_db`` per call, a logs.db opened as the llm CLI opens it), in its venv."""
+    from bench_scale import ensure_llm, llm_drive
+    from serve_helpers import FakeUpstream
+
+    py = ensure_llm()
+    if py is None:
+        return {"llm": "skipped (no llm venv)"}
+    fake = FakeUpstream()
+    corpus = []
+    hists = []
+    for k in range(clients):
+        h = []
+        for j in range(4):
+            h += [{"role": "user", "content": f"c{k} warm {j}"}, {"role": "assistant", "content": f"a {j}"}]
+        hists.append(h)
+    for i in range(calls // clients):
+        for k, h in enumerate(hists):
+            h.append({"role": "user", "content": f"c{k} q{i}"})
+            req = {"model": "gpt-fake", "messages": h}
+            answer = fake.chat_completion(req, json.dumps(req).encode())["choices"][0]["message"]
+            h.append({"role": "assistant", "content": answer["content"]})
+            corpus.append([dict(m) for m in h])
+    doc = llm_drive(py, corpus, tmp / "logs.db", tmp, {k: v for k, v in os.environ.items()
+                                                         if not k.startswith("LLM_")} | {"LLM_USER_PATH": str(tmp)})
+    (tmp / "logs.db").unlink()
+    return {"llm_version": doc["llm_version"], "llm_calls": doc["calls"],
+            "llm_log_to_db_calls_per_s": round(doc["calls"] / doc["log_to_db_s"], 1),
+            "llm_ms_per_call": round(doc["log_to_db_s"] * 1000 / doc["calls"], 2), "llm_db_bytes": doc["db_bytes"]}
+
+
+def sustained_records(calls: int, clients: int = 32) -> list:
+    """The sustained run's calls as the proxy spools them (CallRecords with the fake
+    upstream's answers), without the network."""
+    import uuid
+
+    from convgit.serve.record import CallRecord
+    from serve_helpers import FakeUpstream
+
+    fake = FakeUpstream()
+    hists = []
+    for k in range(clients):
+        h = []
+        for j in range(4):
+            h += [{"role": "user", "content": f"c{k} warm {j}"}, {"role": "assistant", "content": f"a {j}"}]
+        hists.append(h)
+    out = []
+    for i in range(calls // clients):
+        for k, h in enumerate(hists):
+            h.append({"role": "user", "content": f"c{k} q{i}"})
+            req = {"model": "gpt-fake", "messages": h}
+            body = json.dumps(req).encode()
+            resp = fake.chat_completion(req, body)
+            out.append(CallRecord(id=uuid.uuid4().hex, api="openai-chat", request=body, response=json.dumps(resp).encode(),
+                                  status=200, started_at=int(time.time() * 1000), duration_ms=2))
+            h.append(resp["choices"][0]["message"])
+    return out
+
+
+def drain_rate(base: Path, work: Path, records: list, code: str | None) -> float:
+    """Logging capacity: the spooled calls committed by ``convgit serve --drain`` (the
+    committer's own path: batches of 512, fsync on) on a copy of ``base``; calls/s."""
+    from convgit.serve.record import encode_record
+    from convgit.serve.spool import frame
+
+    shutil.copytree(base, work)
+    d = work / ".convgit" / "spool"
+    d.mkdir(exist_ok=True)
+    (d / f"{int(time.time() * 1000)}-1-0.spool").write_bytes(b"".join(frame(encode_record(r)) for r in records))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")} | (serve_env(code) or {})
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "convgit", "-C", str(work), "serve", "--drain", "--json"], env=env,
+                       capture_output=True, text=True, check=True, cwd=str(work.parent))
+    el = time.perf_counter() - t
+    doc = json.loads(p.stdout.strip().splitlines()[-1])
+    assert doc.get("recorded") == len(records), (doc, p.stderr[-2000:])
+    shutil.rmtree(work)
+    return len(records) / el
+
+
+COMMITTER = """
+import sys, time
+from pathlib import Path
+from convgit.repository import Repository
+from convgit.serve.record import decode_record
+from convgit.serve.recorder import Recorder
+from convgit.serve.spool import read_frames
+store, frames, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+records = [decode_record(f) for f in read_frames(Path(frames))]
+repo = Repository.open(Path(store) / ".convgit")
+rec = Recorder(repo)
+t = time.perf_counter()
+for i in range(0, len(records), batch):
+    docs = rec.commit_batch(records[i:i + batch])
+    assert all("not_recorded" not in d for d in docs), docs[0]
+print(len(records) / (time.perf_counter() - t))
+"""
+
+
+def committer_rate(base: Path, work: Path, frames: Path, batch: int, code: str | None) -> float:
+    """Logging capacity: the committer alone (``Recorder.commit_batch``: build each record,
+    commit the batch, fsync on) on spooled calls, in batches of ``batch`` (512: a committer
+    behind a burst; 32: one keeping up with 32 clients), on a copy of ``base``; calls/s."""
+    shutil.copytree(base, work)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")} | (serve_env(code) or {})
+    # (cwd: not this checkout, whose convgit would come first on sys.path)
+    p = subprocess.run([sys.executable, "-c", COMMITTER, str(work), str(frames), str(batch)], env=env,
+                       capture_output=True, text=True, check=True, cwd=str(work.parent))
+    shutil.rmtree(work)
+    return float(p.stdout.strip().splitlines()[-1])
+
+
+def prefill(store: Path, conversations: int) -> None:
+    """A store holding ``conversations`` earlier 8-message conversations (one bulk commit)."""
+    convgit.init(store).close()
+    if not conversations:
+        return
+    repo = convgit.open_repo(store)
+    try:
+        for i in range(0, conversations, 2000):
+            docs = [{"messages": [{"role": ("user", "assistant")[j % 2], "content": f"old {k} message {j}"}
+                                  for j in range(8)]} for k in range(i, min(conversations, i + 2000))]
+            convgit.commit_many(repo, docs)
+    finally:
+        repo.close()
+
+
+def serve_env(code: str | None) -> dict | None:
+    """The environment that makes the proxy run the convgit at ``code`` (a source tree)."""
+    return None if code is None else {"PYTHONPATH": code}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=400, help="calls per latency cell (each made directly and via the proxy)")
     ap.add_argument("--sustained", type=int, default=2000, help="calls of the sustained-rate run")
+    ap.add_argument("--parts", default="latency,sustained,capture",
+                    help="which parts to run (comma-separated: latency, sustained, committer, drain, capture, llm)")
+    ap.add_argument("--sizes", default="0", help="sustained: conversations already in the store (comma-separated)")
+    ap.add_argument("--rounds", type=int, default=1, help="sustained: runs per size and code (interleaved; medians)")
+    ap.add_argument("--before", default=None,
+                    help="sustained: a source tree of another convgit (e.g. `git archive` of main) run by the "
+                         "proxy in alternation with this one: before/after in the same run")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     # The fake upstream in its own process: in this one it would share the GIL with the client.
     up = subprocess.Popen([sys.executable, "-c", UPSTREAM], stdout=subprocess.PIPE, text=True,
                           cwd=str(HERE.parent / "tests"))
@@ -128,40 +290,107 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     sp = None
     try:
-        convgit.init(tmp / "s").close()
-        sp = ServeProcess(tmp / "s", up.url, "--no-store-raw")
-        url = sp.wait_listening()
         rows = []
-        for stream in (False, True):
-            for conc in (1, 32):
-                r = asyncio.run(cell(up.url, url, stream=stream, conc=conc, calls=args.calls))
-                rows.append(({"stream": stream, "clients": conc}, r))
-                print(json.dumps({"stream": stream, "clients": conc, **r}), flush=True)
-        sp.stop()
-        # sustained: a fresh store, raw bodies kept (the default), fsync on
-        shutil.rmtree(tmp / "s")
-        convgit.init(tmp / "s").close()
-        sp = ServeProcess(tmp / "s", up.url)
-        url = sp.wait_listening()
-        answered = asyncio.run(sustained(url, 32, args.sustained))
-        t0 = time.perf_counter()
-        n = (args.sustained // 32) * 32
-        sp.wait_calls(n, timeout=600)
-        logged = answered + (time.perf_counter() - t0)
-        sp.stop()
-        print(json.dumps({"sustained_calls": n, "answered_s": round(answered, 2), "all_logged_s": round(logged, 2),
-                          "calls_per_s_logged": round(n / logged, 1)}), flush=True)
-        shutil.rmtree(tmp / "s")
-        convgit.init(tmp / "s").close()
-        print(json.dumps(capture_overhead(up.url, tmp / "s", min(args.calls, 300))), flush=True)
-        print("\n| calls | clients | TTFB p50 direct / proxy (added) | TTFB p99 (added) | total p50 (added) | total p99 (added) |")
-        print("|---|---|---|---|---|---|")
+        if "latency" in parts:
+            # this code's proxy ("after") and, with --before, the other one's, each on its own
+            # store, called in rotation with the upstream directly
+            procs = {}
+            for name, code in [("after", None)] + ([("before", args.before)] if args.before else []):
+                convgit.init(tmp / name).close()
+                procs[name] = ServeProcess(tmp / name, up.url, "--no-store-raw", env=serve_env(code))
+            urls = {name: p.wait_listening() for name, p in procs.items()}
+            for stream in (False, True):
+                for conc in (1, 32):
+                    r = asyncio.run(cell(up.url, urls, stream=stream, conc=conc, calls=args.calls))
+                    rows.append(({"stream": stream, "clients": conc}, r))
+                    print(json.dumps({"stream": stream, "clients": conc, **r}), flush=True)
+            for name, p in procs.items():
+                p.stop()
+                shutil.rmtree(tmp / name)
+        if "sustained" in parts:
+            # a store per size, copied for each run; raw bodies kept (the default), fsync on
+            codes = [("after", None)] + ([("before", args.before)] if args.before else [])
+            rates: dict[tuple[int, str], list[float]] = {}
+            for size in (int(x) for x in args.sizes.split(",")):
+                prefill(tmp / f"base-{size}", size)
+                for rnd in range(args.rounds):
+                    for name, code in (codes if rnd % 2 == 0 else codes[::-1]):
+                        shutil.copytree(tmp / f"base-{size}", tmp / "s")
+                        sp = ServeProcess(tmp / "s", up.url, env=serve_env(code))
+                        url = sp.wait_listening()
+                        answered = asyncio.run(sustained(url, 32, args.sustained))
+                        t0 = time.perf_counter()
+                        n = (args.sustained // 32) * 32
+                        sp.wait_calls(n, timeout=600)
+                        logged = answered + (time.perf_counter() - t0)
+                        sp.stop()
+                        shutil.rmtree(tmp / "s")
+                        rate = n / logged
+                        rates.setdefault((size, name), []).append(rate)
+                        print(json.dumps({"code": name, "store_conversations": size, "sustained_calls": n,
+                                          "answered_s": round(answered, 2), "all_logged_s": round(logged, 2),
+                                          "calls_per_s_logged": round(rate, 1)}), flush=True)
+                shutil.rmtree(tmp / f"base-{size}")
+            print("\n| store (conversations) | code | runs | calls/s logged (median) |")
+            print("|---|---|---|---|")
+            for (size, name), xs in rates.items():
+                print(f"| {size:,} | {name} | {len(xs)} | {statistics.median(xs):.0f} |")
+        if "drain" in parts:
+            codes = [("after", None)] + ([("before", args.before)] if args.before else [])
+            records = sustained_records(args.sustained)
+            drates: dict[tuple[int, str], list[float]] = {}
+            for size in (int(x) for x in args.sizes.split(",")):
+                prefill(tmp / f"base-{size}", size)
+                for rnd in range(args.rounds):
+                    for name, code in (codes if rnd % 2 == 0 else codes[::-1]):
+                        rate = drain_rate(tmp / f"base-{size}", tmp / "d", records, code)
+                        drates.setdefault((size, name), []).append(rate)
+                        print(json.dumps({"drain": name, "store_conversations": size, "calls": len(records),
+                                          "calls_per_s": round(rate, 1)}), flush=True)
+                shutil.rmtree(tmp / f"base-{size}")
+            print("\n| store (conversations) | code | runs | spooled calls committed per s (median) |")
+            print("|---|---|---|---|")
+            for (size, name), xs in drates.items():
+                print(f"| {size:,} | {name} | {len(xs)} | {statistics.median(xs):.0f} |")
+        if "committer" in parts:
+            from convgit.serve.record import encode_record
+            from convgit.serve.spool import frame
+
+            codes = [("after", None)] + ([("before", args.before)] if args.before else [])
+            frames = tmp / "calls.frames"
+            frames.write_bytes(b"".join(frame(encode_record(r)) for r in sustained_records(args.sustained)))
+            crates: dict[tuple[int, int, str], list[float]] = {}
+            for size in (int(x) for x in args.sizes.split(",")):
+                prefill(tmp / f"base-{size}", size)
+                for rnd in range(args.rounds):
+                    for batch in (512, 32):
+                        for name, code in (codes if rnd % 2 == 0 else codes[::-1]):
+                            rate = committer_rate(tmp / f"base-{size}", tmp / "c", frames, batch, code)
+                            crates.setdefault((size, batch, name), []).append(rate)
+                            print(json.dumps({"committer": name, "store_conversations": size, "batch": batch,
+                                              "calls_per_s": round(rate, 1)}), flush=True)
+                shutil.rmtree(tmp / f"base-{size}")
+            print("\n| store (conversations) | batch | code | runs | calls committed per s (median) |")
+            print("|---|---|---|---|---|")
+            for (size, batch, name), xs in crates.items():
+                print(f"| {size:,} | {batch} | {name} | {len(xs)} | {statistics.median(xs):.0f} |")
+        if "llm" in parts:
+            print(json.dumps(llm_rate(tmp, args.sustained)), flush=True)
+        if "capture" in parts:
+            convgit.init(tmp / "s").close()
+            print(json.dumps(capture_overhead(up.url, tmp / "s", min(args.calls, 300))), flush=True)
+            shutil.rmtree(tmp / "s")
+        if rows:
+            print("\n| calls | clients | TTFB p50 direct / proxy (added) | TTFB p99 (added) | total p50 (added) | total p99 (added) |")
+            print("|---|---|---|---|---|---|")
         for k, r in rows:
-            def f(key):
-                c = r[key]
-                return f"{c['direct']} / {c['proxy']} (+{c['added']})"
-            print(f"| {'stream' if k['stream'] else 'whole'} | {k['clients']} | {f('ttfb_p50')} | {f('ttfb_p99')} | "
-                  f"{f('total_p50')} | {f('total_p99')} |")
+            for prefix in ("", "before_") if "before_ttfb_p50" in r else ("",):
+                def f(key):
+                    c = r[prefix + key]
+                    return f"{c['direct']} / {c['proxy']} (+{c['added']})"
+                label = ("stream" if k["stream"] else "whole") + (" (before)" if prefix else "")
+                print(f"| {label} | {k['clients']} | {f('ttfb_p50')} | {f('ttfb_p99')} | "
+                      f"{f('total_p50')} | {f('total_p99')} |")
     finally:
         if sp is not None:
             sp.stop()  # (a no-op when it stopped already)

@@ -135,6 +135,14 @@ class _Wrapped:
         path = (*self._path, name)
         if name == "create" and self._path in self._routes:
             return _logged(value, self._routes[self._path], self._ctx)
+        if name == "stream" and self._path in self._routes:
+            # The SDK's helper itself, run with this wrapper as its resource: it calls
+            # ``self.create(stream=True)`` (openai) or ``self._post(..., stream=True)``
+            # (anthropic), which are the logged ones here; its events are the SDK's own.
+            helper = getattr(type(self._target), "stream")
+            return lambda *args, **kwargs: helper(self, *args, **kwargs)
+        if name == "_post" and self._path in self._routes and self._routes[self._path] == sse.ANTHROPIC:
+            return _logged_post(value, self._ctx)
         if any(p[: len(path)] == path for p in self._routes):
             return _Wrapped(value, path, self._routes, self._ctx)
         return value
@@ -178,8 +186,13 @@ def _event_bytes(api: str, ev: Any) -> bytes:
     return f"event: {d.get('type')}\ndata: {data}\n\n".encode()
 
 
-def _logged(create, api: str, ctx: _Context):
-    """``create`` logging each call (sync or async, streamed or not)."""
+def _kwargs(args: tuple, kwargs: dict) -> dict:
+    return kwargs
+
+
+def _logged(create, api: str, ctx: _Context, request_of=_kwargs):
+    """``create`` logging each call (sync or async, streamed or not). ``request_of(args,
+    kwargs)``: the request document of a call (default: its keyword arguments)."""
 
     def record(kwargs, t0, started, *, response=b"", status=None, stream=False, ttft=None, error=None):
         rec = rec_mod.CallRecord(
@@ -201,29 +214,46 @@ def _logged(create, api: str, ctx: _Context):
     if ctx.is_async or inspect.iscoroutinefunction(create):
         async def acreate(*args, **kwargs):
             t0, started = time.perf_counter(), int(time.time() * 1000)
+            req = request_of(args, kwargs)
             try:
                 result = await create(*args, **kwargs)
             except Exception as e:
-                failed(kwargs, t0, started, e)
+                failed(req, t0, started, e)
                 raise
-            if kwargs.get("stream") is True:
-                return _AsyncStream(result, api, kwargs, t0, started, record)
-            record(kwargs, t0, started, response=_jsonable_bytes(result), status=200)
+            if req.get("stream") is True:
+                return _AsyncStream(result, api, req, t0, started, record)
+            record(req, t0, started, response=_jsonable_bytes(result), status=200)
             return result
         return acreate
 
     def screate(*args, **kwargs):
         t0, started = time.perf_counter(), int(time.time() * 1000)
+        req = request_of(args, kwargs)
         try:
             result = create(*args, **kwargs)
         except Exception as e:
-            failed(kwargs, t0, started, e)
+            failed(req, t0, started, e)
             raise
-        if kwargs.get("stream") is True:
-            return _Stream(result, api, kwargs, t0, started, record)
-        record(kwargs, t0, started, response=_jsonable_bytes(result), status=200)
+        if req.get("stream") is True:
+            return _Stream(result, api, req, t0, started, record)
+        record(req, t0, started, response=_jsonable_bytes(result), status=200)
         return result
     return screate
+
+
+def _logged_post(post, ctx: _Context):
+    """The resource's ``_post`` as anthropic's ``messages.stream`` helper calls it: a streamed
+    ``/v1/messages`` request is logged as ``messages.create(stream=True)`` would be (its
+    ``body`` is the request); anything else is passed on."""
+    logged = _logged(post, sse.ANTHROPIC, ctx, request_of=lambda args, kwargs: kwargs["body"])
+
+    def call(path, *args, **kwargs):
+        body = kwargs.get("body")
+        if path != "/v1/messages" or kwargs.get("stream") is not True or not isinstance(body, dict) \
+                or body.get("stream") is not True:
+            return post(path, *args, **kwargs)
+        return logged(path, *args, **kwargs)
+    return call
 
 
 def _jsonable_bytes(result: Any) -> bytes:

@@ -136,8 +136,11 @@ def _reflog_message(plan: Plan) -> str:
 # -- entry points ---------------------------------------------------------------------------
 
 
-def prepare(repo, payload: Payload, after: str | None = None) -> Chain:
+def prepare(repo, payload: Payload, after: str | None = None, *, chain: Chain | None = None) -> Chain:
     """Hash a payload. Raises the input errors before anything is written.
+
+    ``chain``: the payload's messages hashed already (``build_chain(payload.all_messages,
+    None, repo.config)``, e.g. by a caller that needed the tip first): used as it is.
 
     ``after``: the id of a stored message the payload continues (``commit --continue``): its
     messages are appended below it. A first message naming a stored ``"parent"`` id means the
@@ -162,7 +165,7 @@ def prepare(repo, payload: Payload, after: str | None = None) -> Chain:
                                claimed=after, computed=None)
     if not drafts:
         raise SchemaValidationFailed("the conversation has no messages")
-    chain = build_chain(drafts, after, repo.config)
+    chain = chain if chain is not None and after is None else build_chain(drafts, after, repo.config)
     if after is None:
         return chain
     full = _history(repo, after)
@@ -288,22 +291,36 @@ def _result(plan: Plan, new: int) -> CommitResult:
 
 
 def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None,
-                move_head: bool = False) -> list[CommitResult]:
-    """Bulk ingestion with the same decisions as ``commit_payload`` (no trusted thread name;
-    ``source`` + ``upstream_thread_id`` in a payload still name its thread), in one repository
-    transaction. ``move_head``: HEAD follows the last thread committed to, as for
-    ``commit_payload``.
+                move_head: bool = False, threads: list[str | None] | None = None, on_conflict: str = "reject",
+                chains: list[Chain | None] | None = None,
+                blobs: list[tuple[str, bytes]] = ()) -> list[CommitResult]:
+    """Bulk ingestion with the same decisions as ``commit_payload``, in one repository
+    transaction. ``threads``: a trusted thread name per payload (None: decided, as without
+    it; ``source`` + ``upstream_thread_id`` in a payload still name its thread), with
+    ``on_conflict`` as for ``commit_payload``. ``chains``: payloads hashed already
+    (``prepare``'s ``chain``), None for those to hash here. ``move_head``: HEAD follows the
+    last thread committed to, as for ``commit_payload``. ``blobs``: more objects (encoded,
+    with their ids) written with the batch's, before them: blobs its turns' metadata names.
 
     All objects are written and made durable at once; then every ref moves, in durable
-    batches; then the index is updated from what moved. Returns when all of it is durable. A
+    batches, a thread committed to several times moved once (its reflog has a line per
+    commit); then the index is updated from what moved. Returns when all of it is durable. A
     ref that moved under us meanwhile is decided again, in the same transaction.
     """
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     payloads = list(payloads)
+    check_on_conflict(on_conflict)
+    threads = list(threads) if threads is not None else [None] * len(payloads)
+    given = list(chains) if chains is not None else [None] * len(payloads)
+    if len(threads) != len(payloads) or len(given) != len(payloads):
+        raise ValueError("threads and chains must have one entry per payload")
+    for t in threads:
+        if t is not None:
+            check_thread_name(t)
     chains = []
     for i, p in enumerate(payloads):
         try:
-            chains.append(prepare(repo, p))
+            chains.append(prepare(repo, p, chain=given[i]))
         except SchemaValidationFailed as e:
             if e.message == "the conversation has no messages":
                 raise SchemaValidationFailed(f"conversation {i} has no messages") from None
@@ -311,7 +328,7 @@ def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None,
     with repo.transaction(fast_forward=True) as tx:
         if move_head:
             tx.read_head()
-        results = _commit_batch(tx, payloads, chains, now)
+        results = _commit_batch(tx, payloads, chains, now, threads, on_conflict, list(blobs))
         if move_head:
             for r in results:
                 tx.follow(r.thread)
@@ -323,13 +340,14 @@ def commit_many(repo, payloads: Iterable[Payload], *, now_ms: int | None = None,
     return results
 
 
-def _commit_batch(tx, payloads: list[Payload], chains: list[Chain], now: int) -> list[CommitResult]:
+def _commit_batch(tx, payloads: list[Payload], chains: list[Chain], now: int, threads: list[str | None],
+                  on_conflict: str, blobs: list[tuple[str, bytes]]) -> list[CommitResult]:
     repo = tx.repo
     view = View(repo)
     plans: list[Plan] = []
     pending_turns: set[str] = set()
-    for p, c in zip(payloads, chains):
-        plan = decide(view, p, c, None, "reject", now)
+    for p, c, t in zip(payloads, chains, threads):
+        plan = decide(view, p, c, t, on_conflict, now)
         if plan.thread and plan.expected is None and plan.thread not in view.pending_refs:
             repo.refs.check_free(plan.thread)
         _make_turn(plan, now)
@@ -340,7 +358,7 @@ def _commit_batch(tx, payloads: list[Payload], chains: list[Chain], now: int) ->
         view.add_pending(plan)
     # Phase 1: every object, made durable at once: one pack for a large batch, else loose
     # files staged and flushed together.
-    per_plan = [plan.objects() for plan in plans]
+    per_plan = [blobs] + [plan.objects() for plan in plans]  # (the blobs first: turns name them)
     missing = {oid for plan in plans for oid in plan.new_ids}
     decoded = {oid: m for plan in plans for oid, m in _decoded(plan).items()}
     if sum(len(o) for o in per_plan) > object_store.PACK_THRESHOLD:  # (read at call time: benchmarks patch it)
@@ -352,21 +370,43 @@ def _commit_batch(tx, payloads: list[Payload], chains: list[Chain], now: int) ->
             news.append(len(mine))
     else:
         news = [tx.write_objects(objs, missing=missing, decoded=decoded) for objs in per_plan]
+    news = news[1:]
     crash_point("commit_after_objects")
     # Phase 2: refs, each a durable compare-and-swap: a power loss may leave some of the
     # batch's threads moved and others not (each conversation is its own commit), never a
     # torn ref file (RefStore.update_many: one syncfs before the renames, one after).
     movers = [i for i, plan in enumerate(plans) if plan.thread is not None and (plan.move_ref or plan.turn)]
-    outcomes = tx.move_many([_ref_move(plans[i], now) for i in movers])
+    groups = _coalesce(plans, movers, now)
+    outcomes = tx.move_many([m for m, _ in groups])
     retry: set[int] = set()
-    for i, out in zip(movers, outcomes):
+    for (_, members), out in zip(groups, outcomes):
         if isinstance(out, (RefStale, RefExists, NotFound)):
-            retry.add(i)
+            retry.update(members)
         elif isinstance(out, Exception):
             raise out
     crash_point("commit_after_ref")
     results = [None if i in retry else _result(plans[i], news[i]) for i in range(len(plans))]
     for i in sorted(retry):  # another writer moved the thread: decide this one again
         tx.catch_up()
-        results[i] = _commit_one(tx, payloads[i], chains[i], None, "reject", now)
+        results[i] = _commit_one(tx, payloads[i], chains[i], threads[i], on_conflict, now)
     return results  # type: ignore[return-value]
+
+
+def _coalesce(plans: list[Plan], movers: list[int], now: int) -> list[tuple[RefMove, list[int]]]:
+    """The ref moves of a batch, a thread's successive moves made one (its earlier ones as
+    ``steps``: a reflog line each, one rename): on ext4 replacing a ref costs far more than
+    anything else a commit does. Returns (move, the plans it carries)."""
+    groups: list[tuple[RefMove, list[int]]] = []
+    last: dict[str, int] = {}  # thread -> its group
+    for i in movers:
+        m = _ref_move(plans[i], now)
+        g = last.get(m.name)
+        if g is not None and m.expected == groups[g][0].new:
+            prev, members = groups[g]
+            steps = (*prev.steps, (prev.new, prev.turn, prev.message))
+            groups[g] = (RefMove(m.name, m.new, expected=prev.expected, message=m.message, turn=m.turn,
+                                 time_ms=m.time_ms, steps=steps), [*members, i])
+            continue
+        last[m.name] = len(groups)
+        groups.append((m, [i]))
+    return groups

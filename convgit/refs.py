@@ -59,6 +59,10 @@ class RefMove:
     turn: str | None = None
     time_ms: int | None = None
     extra: tuple[tuple[str, str], ...] = ()  # more (turn, message) lines at the new tip (merge)
+    # Moves made before this one in the same compare-and-swap, oldest first: (tip, turn,
+    # message) each. ``expected`` → steps[0] → ... → ``new``: a reflog line per step, one
+    # rename (a thread committed to several times in one bulk commit).
+    steps: tuple[tuple[str, str | None, str], ...] = ()
 
 
 class RefStore:
@@ -343,8 +347,12 @@ class RefStore:
         if not self.fsync or len(moves) < 4:
             for i, m in enumerate(moves):
                 try:
-                    results[i] = self.update(m.name, m.new, expected=m.expected, message=m.message,
-                                             turn=m.turn, exists=exists, time_ms=m.time_ms)
+                    expected, olds = m.expected, []
+                    for tip, turn, msg in (*m.steps, (m.new, m.turn, m.message)):  # each step its own move
+                        olds.append(self.update(m.name, tip, expected=expected, message=msg, turn=turn,
+                                                exists=exists, time_ms=m.time_ms))
+                        expected = tip
+                    results[i] = olds[0]
                 except (RefStale, RefExists, NotFound, ObjectMissing) as e:
                     results[i] = e
                     continue
@@ -388,16 +396,22 @@ class RefStore:
                         results[i] = e
                         continue
                     results[i] = old
-                    if old == m.new and m.turn is None and not m.extra:
+                    lines = []
+                    prev = old
+                    for tip, turn, msg in (*m.steps, (m.new, m.turn, m.message)):
+                        if prev != tip or turn is not None:
+                            lines.append((prev, tip, turn, msg))
+                        prev = tip
+                    if not lines and not m.extra:
                         continue
                     if old is None:
                         self._archive_stale_log(m.name)
                     logged.append((m.name, self._log_size(m.name)))
                     t = m.time_ms if m.time_ms is not None else int(time.time() * 1000)
                     fsio.makedirs(self.log_path(m.name).parent, fsync=True)
-                    lines = [] if old == m.new and m.turn is None else [format_reflog_line(old, m.new, t, m.turn, m.message)]
-                    lines += [format_reflog_line(m.new, m.new, t, turn, msg) for turn, msg in m.extra]
-                    fsio.append_line(self.log_path(m.name), "".join(lines), fsync=False)
+                    text = [format_reflog_line(a, b, t, turn, msg) for a, b, turn, msg in lines]
+                    text += [format_reflog_line(m.new, m.new, t, turn, msg) for turn, msg in m.extra]
+                    fsio.append_line(self.log_path(m.name), "".join(text), fsync=False)
                     if old != m.new:
                         tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
                         fsio.write_new_file(tmp, f"{m.new}\n".encode())

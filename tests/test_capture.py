@@ -93,3 +93,50 @@ def test_errors_are_raised_as_before_and_recorded(store, upstream):
     flush()
     (t,) = _turns(store)
     assert t.error == "http_500" and t.meta["error_body"]["error"]["message"] == "the fake upstream failed"
+
+
+def test_the_sdks_stream_helpers_are_logged_like_create(store, upstream):
+    """``chat.completions.stream``, ``responses.stream`` and ``messages.stream`` (sync and
+    async): the SDK's own helper events, unchanged, and the call stored as ``create`` stores
+    it (the same message); a helper left early is recorded with what it got."""
+    oc = capture(openai.OpenAI(base_url=upstream.url + "/v1", api_key="k", max_retries=0), repo=store)
+    bare = openai.OpenAI(base_url=upstream.url + "/v1", api_key="k", max_retries=0)
+    msgs = [{"role": "user", "content": "helper chat"}]
+    with oc.chat.completions.stream(model="gpt-think-tool", messages=msgs) as s:
+        kinds = [e.type for e in s]
+        final = s.get_final_completion()
+    with bare.chat.completions.stream(model="gpt-think-tool", messages=msgs) as s:
+        assert [e.type for e in s] == kinds and s.get_final_completion().model_dump() == final.model_dump()
+    oc.chat.completions.create(model="gpt-think-tool", messages=msgs)
+    with oc.responses.stream(model="gpt-think", input="helper responses") as s:
+        text = s.get_final_response().output_text
+    assert text == bare.responses.create(model="gpt-think", input="helper responses").output_text
+    oc.responses.create(model="gpt-think", input="helper responses")
+    ac = capture(anthropic.Anthropic(base_url=upstream.url, api_key="k", max_retries=0), repo=store)
+    amsgs = [{"role": "user", "content": "helper messages"}]
+    with ac.messages.stream(model="claude-think", max_tokens=20, messages=amsgs) as s:
+        m = s.get_final_message()
+    assert m.content[1].text.startswith("echo helper messages")
+
+    async def run():
+        aac = capture(anthropic.AsyncAnthropic(base_url=upstream.url, api_key="k", max_retries=0), repo=store)
+        async with aac.messages.stream(model="claude-think", max_tokens=20, messages=amsgs) as s:
+            return await s.get_final_message()
+
+    assert asyncio.run(run()).model_dump() == m.model_dump()
+    with ac.messages.stream(model="slow", max_tokens=20, messages=[{"role": "user", "content": "early"}]) as s:
+        for i, _ in enumerate(s):
+            if i == 3:
+                break
+    flush()
+    turns = _turns(store)
+    assert [(t.source, t.meta["stream"], t.error) for t in turns] == [
+        ("serve:openai-chat", True, None), ("serve:openai-chat", False, None),
+        ("serve:openai-responses", True, None), ("serve:openai-responses", False, None),
+        ("serve:anthropic", True, None), ("serve:anthropic", True, None),
+        ("serve:anthropic", True, "client_disconnected")]
+    assert turns[0].output == turns[1].output  # streamed by the helper == created whole
+    assert turns[2].output == turns[3].output
+    assert turns[4].output == turns[5].output
+    assert _conversation(store, turns[4].output)[-1][1] == m.content[1].text
+    assert [t for _, t in _conversation(store, turns[6].output)][0] == "early"

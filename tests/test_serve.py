@@ -201,6 +201,10 @@ def test_a_stateless_conversation_stores_only_the_new_tail_and_a_retry_only_a_tu
             history.append({"role": "assistant", "content": text})
             server.wait_calls(i + 1)
             assert _count(store, Message) - before == (3 if i == 0 else 2)
+            # a whole answer names the tip its call's chain has (known before it is relayed:
+            # content-addressed); a streamed one cannot (its headers go before the answer)
+            assert r.headers.get("x-convgit-tip") == (server.calls[-1]["tip"] if i % 2 == 0 else None)
+            assert server.calls[-1]["tip"] == next(iter(_threads(store).values()))
         assert len(_threads(store)) == 1
         assert len(_turns(store)) == 20
         # a retry of the last call: no message, one more turn
@@ -213,6 +217,7 @@ def test_a_stateless_conversation_stores_only_the_new_tail_and_a_retry_only_a_tu
 
 
 def test_a_responses_chain_is_one_thread(server, store):
+    tips = []
     with httpx.Client(timeout=30) as c:
         prev = None
         for i in range(5):
@@ -225,10 +230,14 @@ def test_a_responses_chain_is_one_thread(server, store):
                 done = [json.loads(ln[6:]) for ln in r.text.splitlines() if ln.startswith("data: ")][-1]
                 prev = done["response"]["id"]
             else:
-                prev = c.post(server.url + "/v1/responses", json=body).json()["id"]
+                r = c.post(server.url + "/v1/responses", json=body)
+                prev = r.json()["id"]
+                tips.append(r.headers["x-convgit-tip"])  # (a chain continued: known from this server's memory)
         server.wait_calls(5)
+    assert tips == [d["tip"] for d in server.calls if not d["stream"]]
     threads = _threads(store)
     assert len(threads) == 1
+    assert list(threads.values()) == [server.calls[-1]["tip"]]
     (name,) = threads
     conv = _conversation(store, name)
     assert [r for r, _ in conv] == ["system"] + ["user", "assistant"] * 5
@@ -247,10 +256,13 @@ def test_a_responses_chain_continues_after_a_restart(store, upstream):
     sp = ServeProcess(store, upstream.url)
     url = sp.wait_listening()
     try:
-        httpx.post(url + "/v1/responses", json={"model": "gpt-fake", "input": "second", "previous_response_id": rid})
+        r = httpx.post(url + "/v1/responses", json={"model": "gpt-fake", "input": "second", "previous_response_id": rid})
         sp.wait_calls(1)
     finally:
         sp.stop()
+    # a chain this server never saw is found in the store by the committer, after the answer:
+    # no tip header then (the answer is never kept waiting for the store)
+    assert "x-convgit-tip" not in r.headers
     (name,) = _threads(store)
     assert [t for _, t in _conversation(store, name)][::2] == ["first", "second"]
 
@@ -447,7 +459,9 @@ def test_the_openai_sdk_through_the_proxy(server, store):
 def test_the_anthropic_sdk_through_the_proxy(server, store):
     anthropic = pytest.importorskip("anthropic")
     client = anthropic.Anthropic(base_url=server.url, api_key=ANT_KEY, max_retries=0)
-    m = client.messages.create(model="claude-think", max_tokens=50, messages=[{"role": "user", "content": "hi"}])
+    raw = client.messages.with_raw_response.create(model="claude-think", max_tokens=50,
+                                                   messages=[{"role": "user", "content": "hi"}])
+    m = raw.parse()
     assert m.content[-1].text.startswith("echo hi")
     with client.messages.stream(model="claude-think", max_tokens=50, messages=[{"role": "user", "content": "hi"}]) as s:
         final = s.get_final_message()
@@ -455,6 +469,7 @@ def test_the_anthropic_sdk_through_the_proxy(server, store):
     server.wait_calls(2)
     t1, t2 = _turns(store)
     assert t1.output == t2.output and t2.usage == {"input_tokens": 12, "output_tokens": 8}
+    assert raw.headers["x-convgit-tip"] == t1.output
 
 
 # -- the spool -------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import hmac
 import json
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -31,6 +32,8 @@ from . import sse
 from .record import CallRecord
 
 LOGGED = {"/v1/chat/completions": sse.OPENAI_CHAT, "/v1/responses": sse.OPENAI_RESPONSES, "/v1/messages": sse.ANTHROPIC}
+
+_HISTORY = 4096  # Responses chains remembered by response id (as the committer does)
 
 _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
         "transfer-encoding", "upgrade", "host", "content-length"}
@@ -89,10 +92,35 @@ class Proxy:
     """The ASGI app behind Starlette's one catch-all route. ``spool(record) -> awaitable``
     returns once the record is durable (group-committed by the spool writer)."""
 
-    def __init__(self, settings: ProxySettings, spool: Callable[[CallRecord], Any]) -> None:
+    def __init__(self, settings: ProxySettings, spool: Callable[..., Any], *, config=None,
+                 offer: Callable[..., None] | None = None) -> None:
         self.settings = settings
-        self.spool = spool
+        self.spool = spool  # spool(record, expect_build=False) -> awaitable, submitted at once
+        self.offer = offer or (lambda call_id, built: None)  # the build of an expected call, or None
+        self.config = config  # the store's Config (how build hashes a chain), None: defaults
         self.client: httpx.AsyncClient | None = None
+        self._history: OrderedDict[str, tuple] = OrderedDict()  # Responses: response id → chain
+
+    def prebuild(self, rec: CallRecord) -> "rec_mod.Built | None":
+        """The whole answer's payload and tip, built before it is relayed (``X-Convgit-Tip``;
+        the committer then uses it: the chain is hashed once). None when it cannot be known
+        here: a Responses call continuing a response this process did not relay (the
+        committer looks it up in the store), or a call that is no conversation (the committer
+        says why)."""
+        try:
+            req_prev = rec.api == sse.OPENAI_RESPONSES and b"previous_response_id" in rec.request
+            if req_prev:
+                prev = json.loads(rec.request).get("previous_response_id")
+                if isinstance(prev, str) and prev and prev not in self._history:
+                    return None
+            b = rec_mod.build(rec, history_for=self._history.get, config=self.config)
+        except Exception:  # noqa: BLE001  (the committer builds it again and says why)
+            return None
+        if rec.api == sse.OPENAI_RESPONSES and b.response_id:
+            self._history[b.response_id] = b.history
+            while len(self._history) > _HISTORY:
+                self._history.popitem(last=False)
+        return b
 
     async def start(self) -> None:
         """Open the upstream connection pool."""
@@ -214,20 +242,32 @@ class Proxy:
             await _send_simple(send, 502, error_body(None, 502, f"upstream broke: {e}", rec_mod.UPSTREAM_STREAM_ERROR), extra)
             return
         data = b"".join(chunks)
-        await self.spool(record(response=data, ttft_ms=ttft, **meta))
+        rec = record(response=data, ttft_ms=ttft, **meta)
+        ok = 200 <= resp.status_code < 300
+        durable = self.spool(rec, expect_build=ok)  # the spool's write and fsync start now ...
+        if ok:
+            built = None
+            try:
+                built = self.prebuild(rec)  # ... and the chain is built meanwhile (the GIL is free during an fsync)
+            finally:
+                self.offer(rec.id, built)
+            if built is not None:
+                extra = [*extra, (b"x-convgit-tip", built.tip.encode())]
+        await durable
         await send({"type": "http.response.start", "status": resp.status_code,
                     "headers": _response_headers(resp, extra, length=len(data))})
         await send({"type": "http.response.body", "body": data, "more_body": False})
 
     async def _relay_stream(self, resp, receive, send, extra, t0, record, meta) -> None:
-        state = {"chunks": [], "ttft": None, "spooled": False}
+        state = {"chunks": [], "ttft": None, "spooled": False, "record": None}
         compressed = (meta.get("content_encoding") or "identity").lower() not in ("identity", "")
         splitter = sse.EventSplitter()
 
         async def spool(error: str | None) -> None:
             if not state["spooled"]:
                 state["spooled"] = True
-                await self.spool(record(response=b"".join(state["chunks"]), ttft_ms=state["ttft"], error=error, **meta))
+                state["record"] = record(response=b"".join(state["chunks"]), ttft_ms=state["ttft"], error=error, **meta)
+                await self.spool(state["record"])
 
         async def relay() -> None:
             await send({"type": "http.response.start", "status": resp.status_code,
@@ -273,6 +313,9 @@ class Proxy:
             raise exc
         await spool(None if (compressed or state["spooled"]) else rec_mod.UPSTREAM_STREAM_ERROR)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+        rec = state["record"]
+        if rec is not None and rec.api == sse.OPENAI_RESPONSES and rec.error is None:
+            self.prebuild(rec)  # after the last byte: only so that a whole call continuing it knows its tip
 
 
 async def _send_simple(send, status: int, body: bytes, extra: list | None = None) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import msgspec
 
 from ..errors import SchemaValidationFailed
-from ..ingest import Draft, Payload, TurnInfo, build_chain
+from ..ingest import Chain, Draft, Payload, TurnInfo, build_chain
 from ..ingest.apis import anthropic_payload, responses_payload
 from ..ingest.chat import parse_chat
 from . import sse
@@ -99,6 +99,7 @@ class Built(msgspec.Struct):
     response_id: str | None
     history: tuple[Draft, ...]  # every message of the chain (a Responses chain continues from it)
     root: str = ""  # the chain's first message: calls of one conversation share it
+    chain: Chain | None = None  # the payload's messages hashed (the commit uses it: hashed once)
 
 
 HistoryLookup = Callable[[str], "tuple[Draft, ...] | None"]
@@ -191,7 +192,21 @@ def build(rec: CallRecord, *, history_for: HistoryLookup, config=None, raw: dict
     if response_id:
         aliases[response_id] = chain.tip
     payload = msgspec.structs.replace(payload, turn=msgspec.structs.replace(info, meta={**info.meta, "aliases": aliases}))
-    return Built(payload, rec.thread, chain.tip, response_id, payload.all_messages, chain.ids[0])
+    return Built(payload, rec.thread, chain.tip, response_id, payload.all_messages, chain.ids[0], chain)
+
+
+def with_raw(b: Built, raw: dict[str, str] | None) -> Built:
+    """``b`` with the ids of the raw-body blobs named in its turn's meta (as ``build(raw=)``
+    does: the chain, and so the tip, is the same)."""
+    if not raw:
+        return b
+    t = b.payload.turn
+    meta = dict(t.meta or {})
+    aliases = meta.pop("aliases", None)
+    meta.update(raw)
+    if aliases is not None:
+        meta["aliases"] = aliases
+    return msgspec.structs.replace(b, payload=msgspec.structs.replace(b.payload, turn=msgspec.structs.replace(t, meta=meta)))
 
 
 def _parse(api: str, req: dict, resp: Any, meta: dict, history_for: HistoryLookup) -> tuple[Payload, Any]:

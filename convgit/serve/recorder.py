@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import api, codec, fsio, graph
+from ..commit import commit_many
 from ..errors import AmbiguousThread, ConvgitError, Locked, RefStale, StorageFailed
 from ..ingest import Draft
 from ..objects import Blob
@@ -42,8 +43,10 @@ class Recorder:
     """Builds and commits batches of records into ``repo`` (no threads here: ``Committer``
     runs it). ``on_call(summary)`` is told about each call once it is recorded or refused."""
 
-    def __init__(self, repo, *, on_call: Callable[[dict], None] | None = None) -> None:
+    def __init__(self, repo, *, on_call: Callable[[dict], None] | None = None,
+                 prebuilt: "Prebuilt | None" = None) -> None:
         self.repo = repo
+        self.prebuilt = prebuilt if prebuilt is not None else Prebuilt()  # calls built by the proxy
         self.on_call = on_call or (lambda doc: None)
         self._history: OrderedDict[str, tuple[Draft, ...]] = OrderedDict()
         self.recorded = 0
@@ -107,7 +110,9 @@ class Recorder:
                         blobs.append((oid, enc))
                         raw[key] = oid
             try:
-                b = rec_mod.build(r, history_for=self.history_for, config=self.repo.config, raw=raw)
+                b = self.prebuilt.take(r.id)
+                b = rec_mod.with_raw(b, raw) if b is not None else \
+                    rec_mod.build(r, history_for=self.history_for, config=self.repo.config, raw=raw)
             except ConvgitError as e:
                 built.append((r, None, f"{e.code}: {e.message}"))
                 continue
@@ -119,35 +124,16 @@ class Recorder:
             if check_recorded and self.recorded_already(r, b.tip):
                 continue
             built.append((r, b, None))
-        if blobs:
-            with self.repo.write_lock():
-                self.repo.objects.write_many(blobs)
         summaries: list[dict] = []
-        i = 0
-        while i < len(built):
-            r, b, problem = built[i]
+        ok = [(r, b) for r, b, problem in built if b is not None]
+        results = self._commit_all([b for _, b in ok], blobs) if ok else []
+        res_of = {id(b): res for (_, b), res in zip(ok, results)}
+        for r, b, problem in built:
             if b is None:
                 self._reject(r, problem or "")
                 summaries.append(rec_mod.summary(r, None, problem=problem))
-                i += 1
-                continue
-            if b.thread is not None:
-                res = self._commit_named(b)
-                summaries.append(self._done(r, b, res))
-                i += 1
-                continue
-            # A run of calls without a named thread, each conversation (root message) at most
-            # once: one commit_many then moves each thread once, so the whole run costs a
-            # few syncs (a thread moved twice in one bulk commit takes a ref batch per move).
-            j, roots = i, set()
-            while j < len(built) and built[j][1] is not None and built[j][1].thread is None \
-                    and built[j][1].root not in roots:
-                roots.add(built[j][1].root)
-                j += 1
-            run = built[i:j]
-            for (r2, b2, _), res in zip(run, self._commit_run([b2 for _, b2, _ in run])):
-                summaries.append(self._done(r2, b2, res))
-            i = j
+            else:
+                summaries.append(self._done(r, b, res_of[id(b)]))
         return summaries
 
     def _body(self, r: CallRecord) -> bytes:
@@ -166,16 +152,24 @@ class Recorder:
         except ConvgitError as e:
             return e
 
-    def _commit_run(self, payloads: list[rec_mod.Built]) -> list:
+    def _commit_all(self, built: list[rec_mod.Built], blobs: list[tuple[str, bytes]]) -> list:
+        """Every call of a batch in one repository transaction (``convgit.commit.commit_many``: one
+        write of the objects, each thread moved once, its chain hashed once, by ``build``).
+        A call the batch cannot take (a named thread holding these messages in another order,
+        a name in the way) makes each call commit alone, so the others are kept."""
         try:
-            return api.commit_many(self.repo, [b.payload for b in payloads])
+            return commit_many(self.repo, [b.payload for b in built], move_head=True,
+                                          threads=[b.thread for b in built], on_conflict="fork",
+                                          chains=[b.chain for b in built], blobs=blobs)
         except RETRY:
             raise
-        except ConvgitError:  # one of them: commit each alone, so the others are kept
+        except ConvgitError:
+            with self.repo.write_lock():  # (the raw bodies the turns name)
+                self.repo.objects.write_many(blobs)
             out = []
-            for b in payloads:
+            for b in built:
                 try:
-                    out.append(api.commit(self.repo, b.payload))
+                    out.append(self._commit_named(b) if b.thread is not None else api.commit(self.repo, b.payload))
                 except RETRY:
                     raise
                 except ConvgitError as e:
@@ -203,6 +197,46 @@ class Recorder:
             pass
 
 
+_PENDING, _CLAIMED = object(), object()
+
+
+class Prebuilt:
+    """The proxy's builds of calls, handed to the committer (thread-safe). The proxy builds a
+    call while the spool makes it durable, so the committer may reach the call first: it then
+    builds it itself (the same build: ids are content addresses) and the late offer is
+    dropped. Every ``expect`` is followed by one ``offer``, so nothing is left behind."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[str, object] = {}
+
+    def expect(self, call_id: str) -> None:
+        """An offer for ``call_id`` will come."""
+        with self._lock:
+            self._calls[call_id] = _PENDING
+
+    def offer(self, call_id: str, built) -> None:
+        """The build of ``call_id`` (None: none), kept unless the committer went ahead."""
+        with self._lock:
+            state = self._calls.get(call_id)
+            if state is _PENDING and built is not None:
+                self._calls[call_id] = built
+            else:
+                self._calls.pop(call_id, None)
+
+    def take(self, call_id: str):
+        """The build of ``call_id``, or None (the committer builds it; a late offer is dropped)."""
+        with self._lock:
+            state = self._calls.get(call_id)
+            if state is _PENDING:
+                self._calls[call_id] = _CLAIMED
+                return None
+            if state is None or state is _CLAIMED:
+                return None
+            del self._calls[call_id]
+            return state
+
+
 class Committer:
     """The committer thread: drains leftover spool segments first, then commits what the
     spool writer hands it, batch by batch; retries a failing store with a backoff."""
@@ -216,10 +250,20 @@ class Committer:
         self.writer = None  # the SpoolWriter, told what is committed
         self._cond = threading.Condition()
         self._queue: list[tuple[object, CallRecord]] = []
+        self.prebuilt = Prebuilt()  # calls built by the proxy (X-Convgit-Tip)
         self._stop = False
         self.idle = threading.Event()
         self.drained_leftovers = threading.Event()
         self._thread = threading.Thread(target=self._run, name="convgit-commit", daemon=True)
+
+    def expect(self, call_id: str) -> None:
+        """The proxy will offer its build of this call (``offer``), maybe after the spool has
+        handed the call over: see ``Prebuilt``."""
+        self.prebuilt.expect(call_id)
+
+    def offer(self, call_id: str, built) -> None:
+        """The proxy's build of an expected call (None: it could not build it)."""
+        self.prebuilt.offer(call_id, built)
 
     def start(self) -> None:
         """Start the thread."""
@@ -246,7 +290,7 @@ class Committer:
             self.warn(f"the store cannot be opened ({e}); calls are spooled, not committed")
             self.drained_leftovers.set()
             return
-        recorder = Recorder(repo, on_call=self.on_call)
+        recorder = Recorder(repo, on_call=self.on_call, prebuilt=self.prebuilt)
         try:
             self._drain_leftovers(recorder)
             self.drained_leftovers.set()
@@ -320,19 +364,23 @@ class Committer:
 
 
 def real_turns(repo, name: str) -> list[str]:
-    """The turns thread ``name``'s reflog records for moves that happened, oldest first. A
-    writer killed between appending its reflog line and renaming the ref in leaves a line
-    for a move that never happened: the next line does not start where it ends (or, last,
-    the ref is not where it ends), so it is left out."""
+    """The turns thread ``name``'s reflog records for moves that happened, oldest first.
+
+    A writer killed between appending its reflog lines and renaming the ref in leaves lines
+    for moves that never happened (one, or several for a thread a bulk commit moved more than
+    once). The moves that happened form a chain ending at the ref's tip, so the walk goes
+    from the newest line back: a line is real when it ends where the next real line starts
+    (the last one: at the tip); the others are left out."""
     try:
         text = repo.refs.log_bytes(name).decode("utf-8", "replace")  # packed part, then loose
     except (OSError, ConvgitError):
         return []
     entries = [e for e in (parse_reflog_line(ln) for ln in text.splitlines(keepends=True)) if e is not None]
-    tip = repo.refs.read(name)
+    at = repo.refs.read(name)
     out = []
-    for i, e in enumerate(entries):
-        after = entries[i + 1].old if i + 1 < len(entries) else tip
-        if e.turn and after == e.new:
-            out.append(e.turn)
-    return out
+    for e in reversed(entries):
+        if e.new == at:
+            if e.turn:
+                out.append(e.turn)
+            at = e.old
+    return out[::-1]
