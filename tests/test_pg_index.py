@@ -55,6 +55,10 @@ def _queries(names: list[str], store: Path) -> list[list[str]]:
            ["log", "--all", "--since", "2023-11-14T22:13:30Z", "--json"], ["log", "main~1", "--json"],
            ["log", "--all", "--id-gt", "0", "-n", "5", "--json"], ["log", "main", "--id-gte", "0", "--json"],
            ["threads", "--json"], ["show", "alt", "--json"], ["log", "--all", "--graph"]]
+    frag = store.parent.parent / "fragment.txt"  # the same path for both stores of a test
+    frag.write_text("sunny", "utf-8")
+    qs += [["log", "--all", "-f", str(frag), "--json"], ["search", "paris", "--in", "all", "-f", str(frag), "--json"],
+           ["log", "--all", "-s", "-m", "gpt-4o"], ["log", "--all", "-s", "-u", "--json"]]
     rc, out = cli_json(["log", "--all", "-n", "0", "--json"], store=store)
     keys = [e["key"] for e in json.loads(out)]
     qs += [["log", "--all", "--id-gt", keys[len(keys) // 2], "--json"], ["search", "topic", "--id-gt", keys[3], "--json"]]

@@ -153,10 +153,10 @@ class PgIndex(IndexLookups, IndexWriter):
 
     # -- rebuilding ------------------------------------------------------------------------
 
-    def rebuild(self) -> dict:
+    def rebuild(self, progress=None) -> dict:
         """Build the index afresh in a schema of its own, then swap it in (one transaction:
         readers see the old index or the new one). A failure drops the half-built schema and
-        leaves the old one as it was."""
+        leaves the old one as it was. ``progress(done, total)``: called as threads are indexed."""
         t0 = time.perf_counter()
         db = self.db
         build = f"{self.namespace}__build"
@@ -173,10 +173,12 @@ class PgIndex(IndexLookups, IndexWriter):
                 db.raw("COMMIT")
                 refs = self.repo.refs.read_all(broken={})
                 self._building = True
+                self._progress = progress
                 try:
                     self._catch_up(refs, archived=True)
                 finally:
                     self._building = False
+                    self._progress = None
                 db.raw("SET maintenance_work_mem = '256MB'")  # (this session only) a faster GIN build
                 db.raw(LATE_DDL)
                 # Planner statistics for the tables the shared queries join (message_fts is

@@ -45,6 +45,12 @@ OVERRIDES = {
     "SELECT 1 FROM message_fts_docsize LIMIT 1": "SELECT 1 FROM message_fts LIMIT 1",
     "PRAGMA quick_check": "SELECT 'ok'",
 }
+# filters.FRAGMENT_SQL and Filters.covered (issue 11): the text is always in parts here (no
+# lean mode), and a JSON array of ids is read with json_array_elements_text.
+_REWRITES = (
+    ("instr(coalesce(pf.text, convgit_text(m.id, pf.position)), ?) > 0", "strpos(pf.text, ?) > 0"),
+    ("m.id IN (SELECT value FROM json_each(?))", "m.id IN (SELECT json_array_elements_text(?::json))"),
+)
 _DELETE_ALL_FTS = "INSERT INTO message_fts (message_fts) VALUES ('delete-all')"
 
 _UPSERT = re.compile(r"^\s*INSERT OR (REPLACE|IGNORE) INTO (\w+)", re.S)
@@ -58,6 +64,8 @@ def translate(sql: str) -> tuple[str, str]:
     """(PostgreSQL text, placeholder style: "none", "pos", "num" or "named") for a statement."""
     sql = OVERRIDES.get(sql, sql)
     sql = sql.replace(KEY_SQL, PG_KEY_SQL)
+    for old, new in _REWRITES:
+        sql = sql.replace(old, new)
     m = _UPSERT.match(sql)
     if m:
         kind, table = m.groups()
