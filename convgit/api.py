@@ -545,13 +545,21 @@ def search(repo: Repository, query: str, *, mode: str = "auto", count: int = 20,
     return _search(repo, query, mode=mode, count=count, latest=latest, columns=columns, filters=filters)
 
 
-def embed(repo: Repository, *, retry: bool = True, batch_size: int | None = None, progress=None, **overrides):
+def embed(repo: Repository, *, retry: bool = True, batch_size: int | None = None, progress=None, switch: bool = False,
+          **overrides):
     """Embed every pending chunk (and retry failed ones) into the active namespace
     (config.toml ``[embed]``; ``overrides`` such as ``provider="hash"`` replace its values).
+    ``switch`` (with overrides): once that namespace is complete (nothing pending or failed),
+    config.toml's ``[embed]`` names it, so searches use it; ``switched`` says whether it did.
     Returns EmbedResult; see docs/search.md."""
+    from .config_edit import switch_embed
     from .semantic import embed as _embed
 
-    return _embed(repo, retry=retry, batch_size=batch_size, progress=progress, **overrides)
+    res = _embed(repo, retry=retry, batch_size=batch_size, progress=progress, **overrides)
+    if switch and any(v is not None for v in overrides.values()) and not res.pending and not res.failed:
+        switch_embed(repo.path / "config.toml", overrides, fsync=repo.config.fsync)
+        res.switched = True
+    return res
 
 
 def embed_status(repo: Repository, **overrides) -> dict:

@@ -70,13 +70,14 @@ class EmbedResult:
     batches: int = 0
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    switched: bool = False  # embed --switch: config.toml [embed] now names this namespace
 
     def to_json(self) -> dict:
         """The result as ``embed --json`` prints it."""
         return {"status": "ok" if not self.failed else "error", "namespace": self.namespace,
                 "new_chunks": self.new_chunks, "embedded_chunks": self.embedded, "failed_chunks": self.failed,
                 "retried_chunks": self.retried, "pending_chunks": self.pending, "batches": self.batches,
-                "errors": self.errors[:10], "seconds": round(self.seconds, 3)}
+                "errors": self.errors[:10], "seconds": round(self.seconds, 3), "switched": self.switched}
 
 
 def embed(repo, *, emb: Embedding | None = None, retry: bool = True, batch_size: int | None = None,

@@ -26,7 +26,6 @@ import json
 import os
 import random
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from blake3 import blake3
 
 from . import fsio
 from .config import crash_point, load_remotes, push_pack_bytes
+from .config_edit import replace_table
 from .errors import (ConvgitError, InvalidInput, NonFastForward, NotFound, ObjectCorrupt, RefExists, RefStale,
                      RemoteCorrupt, SourceCorrupt)
 from .graph import typed_references
@@ -161,27 +161,10 @@ def _remote_header(line: str) -> str | None:
 def write_remote(path: Path, name: str, values: dict | None, *, fsync: bool = True) -> None:
     """Set (``values``) or remove (None) the ``[remote.NAME]`` table of config.toml, leaving
     every other line as it is; checked to be TOML before it replaces the file (atomically)."""
-    try:
-        text = path.read_text("utf-8")
-    except FileNotFoundError:
-        text = ""
-    out, skipping = [], False
-    for line in text.splitlines(keepends=True):
-        if line.lstrip().startswith("["):
-            skipping = _remote_header(line) == name
-        if not skipping:
-            out.append(line)
-    new = "".join(out)
+    block = None
     if values:
-        if new and not new.endswith("\n"):
-            new += "\n"
         block = f"[remote.{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items() if v)
-        new += ("\n" if new.strip() else "") + block
-    try:
-        tomllib.loads(new)
-    except tomllib.TOMLDecodeError as e:
-        raise InvalidInput(f"{path}: cannot be updated as TOML ({e}); edit [remote.{name}] by hand") from e
-    fsio.replace_file(path, new.encode("utf-8"), fsync=fsync)
+    replace_table(path, lambda line: _remote_header(line) == name, block, fsync=fsync, what=f"[remote.{name}]")
 
 
 # -- the remote, as this store sees it ------------------------------------------------------

@@ -341,7 +341,8 @@ model is `embedding_unavailable` (51): `pip install 'convgit[semantic]'`.
 
 `--provider` (with `--model`, `--dimension`, `--url`) builds another namespace instead of the
 configured one, for example before switching models: searches keep using the namespace of
-config.toml until `[embed]` names the new one, whose vectors are then ready. `--status`
+config.toml until `[embed]` names the new one, whose vectors are then ready; with `--switch`
+the run itself rewrites `[embed]` to name it once nothing is left pending or failed. `--status`
 only counts: chunks `indexed`, `pending` and `failed`, vectors stored (also those of
 messages no thread reaches), bytes, and every namespace under `.convgit/vectors/`.
 `--json` prints the result as one document (docs/json.md §13).

@@ -90,3 +90,33 @@ def test_a_bad_on_commit_value_is_rejected_before_anything_is_written(cli, proj,
     assert r.rc != 0 and r.json()["error_code"] == "invalid_input"
     assert not list((proj / ".convgit" / "refs").rglob("*")) or not any(
         p.is_file() for p in (proj / ".convgit" / "refs").rglob("*"))
+
+
+def test_embed_switch_moves_searches_to_the_new_namespace_only_once_it_is_complete(cli, proj, tmp_path):
+    cfg = proj / ".convgit" / "config.toml"
+    cfg.write_text("# my settings\n[core]\nfsync = false\n\n[embed]\nprovider = \"hash\"\nbatch_size = 2\n"
+                   "on_commit = false\n")
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"messages": conv("a question about quokkas", "they live on Rottnest")}))
+    ok(cli("commit", str(f)))
+    old = ok(cli("embed", "--json")).json()["namespace"]["key"]
+    with FakeEmbeddings(dim=8, fail_every=1) as fake:
+        # The new namespace cannot be completed (every batch fails): nothing is switched.
+        r = cli("embed", "--provider", "openai-compatible", "--url", fake.url, "--model", "m", "--dimension", "8",
+                "--switch", "--json")
+        assert r.rc != 0 and r.json()["switched"] is False
+        assert "provider = \"hash\"" in cfg.read_text()
+        fake.fail_every = 0
+        doc = ok(cli("embed", "--provider", "openai-compatible", "--url", fake.url, "--model", "m", "--dimension", "8",
+                     "--switch", "--json")).json()
+        assert doc["switched"] is True and doc["namespace"]["key"] != old
+        text = cfg.read_text()
+        assert text.startswith("# my settings\n[core]\nfsync = false\n")  # the rest of the file kept
+        st = ok(cli("embed", "--status", "--json")).json()
+        assert st["namespace"]["key"] == doc["namespace"]["key"] and st["pending"] == 0
+        assert {n["key"] for n in st["namespaces"]} >= {old, doc["namespace"]["key"]}  # the old one kept
+        assert "batch_size = 2" in text and "on_commit = false" in text
+        hits = ok(cli("search", "quokkas", "--semantic", "--json")).json()
+        assert hits and hits[0]["chunk"]
+    assert_bad = cli("embed", "--switch")
+    assert assert_bad.rc != 0 and "--switch needs --provider" in assert_bad.err

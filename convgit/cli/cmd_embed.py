@@ -22,6 +22,7 @@ def embed_cmd(
     model: Optional[str] = typer.Option(None, "--model", metavar="MODEL", help="With --provider openai-compatible: the model."),
     dimension: Optional[int] = typer.Option(None, "--dimension", metavar="N", help="The vectors' dimension (openai-compatible, hash)."),
     url: Optional[str] = typer.Option(None, "--url", metavar="URL", help="With --provider openai-compatible: the endpoint."),
+    switch: bool = typer.Option(False, "--switch", help="With --provider: once every chunk has its vector, make that namespace the one searches use (rewrites config.toml [embed])."),
     json_: bool = typer.Option(False, "--json", help="Output JSON."),
 ) -> None:
     """Embed the chunks no vector covers yet (new messages, failed ones) with the provider of
@@ -33,6 +34,10 @@ def embed_cmd(
 
         raise InvalidInput("--batch-size must be 1 or more")
     overrides = {"provider": provider, "model": model, "dimension": dimension, "url": url}
+    if switch and provider is None:
+        from ..errors import InvalidInput
+
+        raise InvalidInput("--switch needs --provider (the namespace to switch to)")
     if status:
         st = api.embed_status(repo, **overrides)
         if json_:
@@ -47,7 +52,7 @@ def embed_cmd(
             output.line(f"other namespaces: {', '.join(others)}")
         return
     with _Progress(json_) as progress:
-        res = api.embed(repo, retry=not no_retry, batch_size=batch_size, progress=progress, **overrides)
+        res = api.embed(repo, retry=not no_retry, batch_size=batch_size, progress=progress, switch=switch, **overrides)
     doc = res.to_json()
     if json_:
         output.emit_json(doc)
@@ -55,6 +60,10 @@ def embed_cmd(
         output.line(f"embedded {res.embedded} chunks ({res.new_chunks} new) into {res.namespace['key']} "
                     f"in {doc['seconds']} s" + (f"; {res.failed} failed" if res.failed else "")
                     + (f"; {res.pending} still pending" if res.pending else ""))
+        if res.switched:
+            output.line(f"searches now use {res.namespace['key']} (config.toml [embed] updated)")
+        elif switch:
+            output.info("convgit: not switched: some chunks have no vector yet; run the same command again")
         for e in res.errors[:3]:
             output.info(f"convgit: warning: {e}")
     if res.failed:
