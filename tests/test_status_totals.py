@@ -152,3 +152,16 @@ def test_fsck_names_totals_that_drifted_and_reindex_cures_them(tmp_path):
     assert read_totals(repo.index.db) == count_totals(repo.index.db)
     assert api.fsck(repo).ok
     repo.close()
+
+
+def test_last_gc_reads_the_tail_of_a_long_gc_log(tmp_path):
+    from convgit.stats import last_gc
+
+    lines = [json.dumps({"started_at": i, "finished_at": i + 1, "pad": "x" * 200}) for i in range(1000)]
+    (tmp_path / "gc.log").write_text("\n".join(lines) + '\n{"started_at": 5000, "fin')  # a torn last line
+    assert (tmp_path / "gc.log").stat().st_size > 65536
+    assert last_gc(tmp_path)["finished_at"] == 1000
+    # a tail with no complete record: the whole file is read
+    (tmp_path / "gc.log").write_text(lines[0] + "\n" + "y" * 70000 + "\n")
+    assert last_gc(tmp_path)["finished_at"] == 1
+    assert last_gc(tmp_path / "none") is None
