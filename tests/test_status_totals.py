@@ -165,3 +165,22 @@ def test_last_gc_reads_the_tail_of_a_long_gc_log(tmp_path):
     (tmp_path / "gc.log").write_text(lines[0] + "\n" + "y" * 70000 + "\n")
     assert last_gc(tmp_path)["finished_at"] == 1
     assert last_gc(tmp_path / "none") is None
+
+
+def test_after_gc_status_reads_no_ref(tmp_path):
+    """gc rotates the refs journal; it catches the index up itself, so that the next status
+    finds nothing to re-read (it would otherwise read every ref once)."""
+    repo = fast_repo(tmp_path / "s")
+    for i in range(3):
+        convgit.commit(repo, {"messages": conv(f"q{i}", "a")}, now_ms=NOW + i)
+    api.gc(repo, prune="never")
+    path = repo.path
+    repo.close()
+    with Repository.open(path) as r:
+        idx = r.open_index(autorefresh=False)
+        try:
+            assert idx.refs_unchanged()
+        finally:
+            idx.close()
+        st = api.status(r)
+    assert st["index"]["up_to_date"] and st["threads"] == 3
