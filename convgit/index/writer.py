@@ -139,7 +139,7 @@ class IndexWriter:
             if row is None or row[0] != self._text_mode():  # ``[index] text`` changed: rebuild
                 db.close()
                 return None
-            db.execute("SELECT count(*) FROM threads").fetchone()
+            db.execute("SELECT 1 FROM threads LIMIT 1").fetchone()  # readable (not a count: O(1))
             return db
         except sqlite3.DatabaseError:
             return None
