@@ -143,10 +143,11 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
             if not dry_run:
                 clock = [time.perf_counter()]
                 repo.objects.packs(reload=True)
-                # Rebuilt when objects were pruned (their rows go); caught up when reflogs were
-                # rewritten; otherwise left alone (packing changes no content), which leaves
-                # other processes' open index connections valid.
-                tx.index_mode = "rebuild" if stats.pruned else "refresh" if stats.reflog_expired else "none"
+                # Rebuilt when objects were pruned (their rows go); otherwise caught up in place
+                # (never swapped: other processes' open index connections stay valid). The
+                # journal was rotated, so only reading every ref can tell the index nothing
+                # moved: gc pays that once here, and the next command (status) reads none.
+                tx.index_mode = "rebuild" if stats.pruned else "refresh"
         if not dry_run:
             stats.warnings.extend(tx.warnings)
             _finish_stats(repo, stats, clock)

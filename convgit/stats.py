@@ -8,12 +8,16 @@ import time
 from pathlib import Path
 
 
-def _du(path: Path) -> tuple[int, int]:
-    """(allocated bytes, files) under ``path``: what ``du`` would count."""
+def _du(path: Path, parts: dict[str, str] | None = None) -> tuple[int, int, dict[str, int]]:
+    """(allocated bytes, files, bytes per part) under ``path``: what ``du`` would count, in
+    one walk. ``parts``: directory path → part name; a file counts towards the part of the
+    nearest such directory above it (none: no part)."""
+    parts = parts or {}
     total = files = 0
-    stack = [str(path)]
+    sums = dict.fromkeys(parts.values(), 0)
+    stack: list[tuple[str, str | None]] = [(str(path), parts.get(str(path)))]
     while stack:
-        d = stack.pop()
+        d, part = stack.pop()
         try:
             it = os.scandir(d)
         except (FileNotFoundError, NotADirectoryError, PermissionError):
@@ -22,23 +26,44 @@ def _du(path: Path) -> tuple[int, int]:
             for e in it:
                 try:
                     if e.is_dir(follow_symlinks=False):
-                        stack.append(e.path)
+                        stack.append((e.path, parts.get(e.path, part)))
                     else:
                         st = e.stat(follow_symlinks=False)
-                        total += getattr(st, "st_blocks", 0) * 512 or st.st_size
+                        size = getattr(st, "st_blocks", 0) * 512 or st.st_size
+                        total += size
                         files += 1
+                        if part is not None:
+                            sums[part] += size
                 except FileNotFoundError:
                     continue  # removed meanwhile (gc, a lock file)
-    return total, files
+    return total, files, sums
+
+
+_TAIL = 65536
 
 
 def last_gc(store: Path) -> dict | None:
-    """The last complete record of ``gc.log`` (JSON lines written by gc), or None."""
+    """The last complete record of ``gc.log`` (JSON lines written by gc), or None. Reads the
+    file's tail (one gc's record is well under 64 KiB), the whole file only if that holds none."""
+    path = store / "gc.log"
     try:
-        lines = (store / "gc.log").read_text("utf-8", errors="replace").splitlines()
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - _TAIL))
+            tail = f.read()
+            if size > _TAIL:
+                tail = tail[tail.find(b"\n") + 1:]  # (a line cut by the seek is not a record)
+            rec = _last_record(tail)
+            if rec is None and size > _TAIL:
+                f.seek(0)
+                rec = _last_record(f.read())
+            return rec
     except (FileNotFoundError, NotADirectoryError):
         return None
-    for line in reversed(lines):
+
+
+def _last_record(data: bytes) -> dict | None:
+    for line in reversed(data.decode("utf-8", errors="replace").splitlines()):
         try:
             rec = json.loads(line)
         except ValueError:
@@ -90,9 +115,9 @@ def _status(repo) -> dict:
     loose = sum(1 for _ in repo.objects.iter_loose())
     packs = repo.objects.packs(reload=True)
     packed = sum(p.count for p in packs)
-    total, files = _du(store)
-    obj_bytes, _ = _du(store / "objects")
-    pack_bytes, _ = _du(store / "objects" / "pack")
+    total, files, sums = _du(store, {str(store / "objects"): "loose", str(store / "objects" / "pack"): "packs"})
+    pack_bytes = sums["packs"]
+    obj_bytes = sums["loose"] + pack_bytes
     index_bytes = idx.disk_bytes()  # (on the server, for the PostgreSQL index: not part of ``total``)
     local_index = index_bytes if getattr(idx, "backend", "sqlite") == "sqlite" else 0
     gc = last_gc(store)

@@ -239,3 +239,28 @@ def test_semantic_and_hybrid_search_answer_alike(tmp_path, pg_dsn):
     want = [cli_json(q, store=a.path) for q in qs]
     assert all(rc == 0 for rc, _ in want) and json.loads(want[0][1])
     assert [cli_json(q, store=b) for q in qs] == want
+
+
+def test_the_running_totals_hold_on_postgres_after_every_kind_of_write(tmp_path, pg_dsn):
+    """The index's running totals (schema.TOTALS), kept by the shared writer through the
+    dialect, equal a direct count on the server after each kind of write."""
+    import itertools
+
+    from convgit.index.schema import count_totals, read_totals
+    from test_status_totals import _apply, _assert_totals_true
+
+    repo = new_store(tmp_path / "s", fsync=False)
+    (repo.path / "config.toml").write_text(_pg_config(pg_dsn))
+    repo.close()
+    repo = Repository.open(repo.path)
+    clock = itertools.count(NOW, 1000)
+    try:
+        assert repo.index.backend == "postgres"
+        for op in [("new", 0, 0), ("continue", 0, 1), ("fork", 0, 1), ("rewind", 0, 0), ("rename", 1, 0),
+                   ("import", 1, 0), ("merge", 0, 1), ("delete", 2, 0), ("gc", 0, 0), ("continue", 0, 3),
+                   ("reindex", 0, 0)]:
+            _apply(repo, op, tmp_path, clock)
+            _assert_totals_true(repo)
+        assert read_totals(repo.index.db) == count_totals(repo.index.db) and read_totals(repo.index.db)["turns"] > 0
+    finally:
+        repo.close()

@@ -213,6 +213,10 @@ class IndexLookups:
         )
         out["messages"] = [list(r) for r in reach]
         out["renames"] = [list(r) for r in self._renames()]
+        # The running totals status reads (a fresh index counts them from its rows).
+        from .schema import read_totals
+
+        out["totals"] = read_totals(self.db)
         # The text and fields of every part too: search, log and show read them from here, so
         # a part that differs from its message object (fsck) is a wrong answer.
         out["parts"] = [list(r) for r in self.db.execute(
@@ -241,23 +245,14 @@ class IndexLookups:
         """What ``status`` reports from the index: reachable ``messages``, ``message_refs``
         (every thread counted root to tip), ``text_bytes`` of reachable text parts,
         ``threads``, ``turns`` (on a thread) and ``built_at`` (ms, or None)."""
+        from .schema import count_totals, read_totals
+
         db = self.db
-        q = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
-        messages = q("SELECT count(*) FROM messages") - q("SELECT count(*) FROM unreachable")
-        refs_total = q("SELECT coalesce(sum(m.depth + 1), 0) FROM threads h JOIN messages m ON m.id = h.tip")
-        text_bytes = q(
-            "SELECT coalesce(sum(p.text_bytes), 0) FROM parts p "
-            "WHERE p.text_bytes IS NOT NULL AND p.message_rowid NOT IN (SELECT rowid FROM unreachable)"
-        )
+        totals = read_totals(db)  # the writer's running totals: one row, whatever the store's size
+        if totals is None:  # (an index written without them: count)
+            totals = count_totals(db)
         built = db.execute("SELECT value FROM meta WHERE key='built_at'").fetchone()
-        return {
-            "messages": messages,
-            "message_refs": refs_total,
-            "text_bytes": text_bytes,
-            "threads": q("SELECT count(*) FROM threads"),
-            "turns": q("SELECT count(*) FROM turns WHERE thread IS NOT NULL"),
-            "built_at": int(built[0]) if built else None,
-        }
+        return {**totals, "built_at": int(built[0]) if built else None}
 
     def quick_check(self) -> str | None:
         """SQLite's ``PRAGMA quick_check`` verdict ("ok" when the file is sound); raises

@@ -20,25 +20,31 @@ import json
 from .fts import fts_add, fts_remove
 
 
-def after_catch_up(db, known: dict[str, tuple], refs: dict[str, str], gone: set[str], *, commit: bool = False) -> None:
+def after_catch_up(db, known: dict[str, tuple], refs: dict[str, str], gone: set[str], *,
+                   commit: bool = False) -> tuple[list[int], list[int]]:
     """Keep ``unreachable`` right after the threads in ``refs`` were caught up.
 
     ``known``: name → (tip, reflog size) before; ``refs``: the caught-up name → tip;
     ``gone``: the threads the catch-up removed; ``commit``: the catch-up was a commit's,
     which never leaves a message behind (it only creates threads or fast-forwards them).
+    Returns the rowids that left the table (reachable again) and those that entered it, in
+    that order: what the index's running totals (writer.py) change by.
     """
+    back: list[int] = []
+    left: list[int] = []
     moved_from = [old[0] for name, old in known.items()
                   if (name in refs and refs[name] != old[0]) or name in gone]
     if db.execute("SELECT 1 FROM unreachable LIMIT 1").fetchone() is not None:
         for name, tip in refs.items():
             old = known.get(name)
             if old is None or old[0] != tip:
-                _mark_reachable(db, tip)
+                _mark_reachable(db, tip, back)
     if moved_from and not commit:
         tips = _Tips(db)
         for old in moved_from:
             if old not in tips:
-                _mark_unreachable_from(db, old, tips)
+                _mark_unreachable_from(db, old, tips, left)
+    return back, left
 
 
 class _Tips:
@@ -59,13 +65,14 @@ def reset(db) -> None:
         db.execute("INSERT INTO message_fts (message_fts) VALUES ('delete-all')")
 
 
-def _mark_reachable(db, oid: str | None) -> None:
+def _mark_reachable(db, oid: str | None, out: list[int]) -> None:
     while oid is not None:
         row = db.execute("SELECT rowid, parent FROM messages WHERE id=?", (oid,)).fetchone()
         if row is None:
             return
         if db.execute("DELETE FROM unreachable WHERE rowid=?", (row[0],)).rowcount == 0:
             return  # reachable already, and so is everything above it
+        out.append(row[0])
         fts_add(db, row[0])
         oid = row[1]
 
@@ -83,12 +90,13 @@ def _reaches_tip(db, rid: int, oid: str, tips: set[str]) -> bool:
     return False
 
 
-def _mark_unreachable_from(db, oid: str | None, tips: set[str]) -> None:
+def _mark_unreachable_from(db, oid: str | None, tips: set[str], out: list[int]) -> None:
     while oid is not None:
         row = db.execute("SELECT rowid, parent FROM messages WHERE id=?", (oid,)).fetchone()
         if row is None or _reaches_tip(db, row[0], oid, tips):
             return
         if db.execute("INSERT OR IGNORE INTO unreachable VALUES (?)", (row[0],)).rowcount:
+            out.append(row[0])
             fts_remove(db, row[0])
         oid = row[1]
 

@@ -3,11 +3,48 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 8  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
+SCHEMA_VERSION = 9  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
 # 5: turns record what they cover (out_depth, span) and which import listed them (record);
 # 6: chunks (semantic search); 7: parts.text_bytes, and the lean mode (``[index] text = false``:
-# parts.text is NULL); 8: message_tree names tool calls and results where there is no text
+# parts.text is NULL); 8: message_tree names tool calls and results where there is no text;
+# 9: running totals (meta 'totals', kept by the writer: TOTALS below)
 INDEX_FILE = "index.sqlite"
+
+# What ``status`` reports from the index, as a direct count over the rows. The writer keeps
+# each of them as a running total in ``meta`` (key ``totals``, a JSON object), changed in the
+# same transaction as the rows it counts, so that ``status`` reads one row instead of these
+# O(rows) queries; a rebuild counts them afresh, and fsck compares the two (Index.dump).
+TOTALS = {
+    "threads": "SELECT count(*) FROM threads",
+    # every thread counted root to tip
+    "message_refs": "SELECT coalesce(sum(m.depth + 1), 0) FROM threads h JOIN messages m ON m.id = h.tip",
+    # stored once, reachable from a thread
+    "messages": "SELECT (SELECT count(*) FROM messages) - (SELECT count(*) FROM unreachable)",
+    "text_bytes": ("SELECT coalesce(sum(p.text_bytes), 0) FROM parts p WHERE p.text_bytes IS NOT NULL "
+                   "AND p.message_rowid NOT IN (SELECT rowid FROM unreachable)"),
+    "turns": "SELECT count(*) FROM turns WHERE thread IS NOT NULL",  # on a thread
+}
+
+
+def count_totals(db) -> dict[str, int]:
+    """The totals counted from the rows (O(rows)): what the running totals must equal."""
+    return {k: int(db.execute(sql).fetchone()[0]) for k, sql in TOTALS.items()}
+
+
+def read_totals(db) -> dict[str, int] | None:
+    """The running totals the writer keeps (O(1)), or None when this index has none."""
+    import json
+
+    row = db.execute("SELECT value FROM meta WHERE key='totals'").fetchone()
+    if row is None:
+        return None
+    try:
+        out = json.loads(row[0])
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(out, dict) or any(not isinstance(out.get(k), int) for k in TOTALS):
+        return None
+    return {k: out[k] for k in TOTALS}
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);

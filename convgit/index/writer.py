@@ -32,7 +32,7 @@ from . import fts, reach
 from .fts import FTS_SCHEMA
 from .healing import healing, index_storage_failure
 from .rows import Reader, dump_json, part_row
-from .schema import INDEX_FILE, SCHEMA, SCHEMA_VERSION
+from .schema import INDEX_FILE, SCHEMA, SCHEMA_VERSION, TOTALS, count_totals, read_totals
 
 
 def invalidate(repo) -> None:
@@ -139,7 +139,7 @@ class IndexWriter:
             if row is None or row[0] != self._text_mode():  # ``[index] text`` changed: rebuild
                 db.close()
                 return None
-            db.execute("SELECT count(*) FROM threads").fetchone()
+            db.execute("SELECT 1 FROM threads LIMIT 1").fetchone()  # readable (not a count: O(1))
             return db
         except sqlite3.DatabaseError:
             return None
@@ -435,6 +435,9 @@ class IndexWriter:
                 refs = refs()
             db = self.db
             db.execute("BEGIN IMMEDIATE")
+            # What this transaction changes the running totals by (schema.TOTALS), counted as
+            # its rows change; a rebuild (an empty index) counts them once at the end instead.
+            self._delta = None if getattr(self, "_building", False) else dict.fromkeys(TOTALS, 0)
             try:
                 if only is None:
                     known = {r[0]: (r[1], r[2]) for r in db.execute("SELECT name, tip, reflog_size FROM threads")}
@@ -445,15 +448,18 @@ class IndexWriter:
                         if row is not None:
                             known[n] = tuple(row)
                 gone = set(known) - set(refs) if only is None else {n for n in only if n in known and n not in refs}
+                self._count_threads(gone, -1)
                 for name in gone:
                     db.execute("DELETE FROM threads WHERE name=?", (name,))
-                    db.execute("UPDATE turns SET thread=NULL WHERE thread=?", (name,))
+                    off = db.execute("UPDATE turns SET thread=NULL WHERE thread=?", (name,)).rowcount
+                    self._add("turns", -max(off, 0))
                 todo = []
                 for name, tip in sorted(refs.items()):
                     old = known.get(name)
                     if old is not None and old[0] == tip and self._log_size(name) == old[1]:
                         continue
                     todo.append((name, tip, old[1] if old else 0))
+                self._count_threads([t[0] for t in todo], -1)  # their rows before (replaced below)
                 # Pass 1: new messages become pending rows; pass 2 (reflogs and turns) sets
                 # their turn before they are inserted in bulk.
                 self._pending: dict[str, list] = {}
@@ -461,6 +467,7 @@ class IndexWriter:
                 self._next_rowid = (db.execute("SELECT max(rowid) FROM messages").fetchone()[0] or 0) + 1
                 if self._next_rowid == 1:
                     reach.reset(db)  # no message rows: nothing derived from them may stay
+                    self._delta = None  # nor any total counted from them: counted afresh at the end
                 readable = []
                 report = getattr(self, "_progress", None)
                 for i, (name, tip, offset) in enumerate(todo):
@@ -483,8 +490,15 @@ class IndexWriter:
                     for tname, path in self.repo.refs.iter_log_files():
                         if tname is None:
                             self._note_renames(self._index_log(reader, None, path, 0)[0])
+                self._add("messages", len(self._pending))
+                self._add("text_bytes", sum(len(p[3].encode("utf-8", "surrogatepass"))
+                                            for p in self._pending_parts if p[3] is not None))
                 self._flush()
-                reach.after_catch_up(db, known, refs, gone, commit=commit)
+                back, left = reach.after_catch_up(db, known, refs, gone, commit=commit)
+                self._add("messages", len(back) - len(left))
+                self._add("text_bytes", self._text_bytes_of(back) - self._text_bytes_of(left))
+                self._count_threads([t[0] for t in todo], +1)  # and after
+                self._store_totals()
                 if state is not None:
                     db.execute("INSERT OR REPLACE INTO meta VALUES ('refs_state', ?)", (json.dumps(state),))
                 db.execute("COMMIT")
@@ -500,6 +514,43 @@ class IndexWriter:
                 if failed is not None and failed is not e:
                     raise failed from e
                 raise
+
+    # -- the running totals (schema.TOTALS) ----------------------------------------------------
+
+    def _add(self, key: str, n: int) -> None:
+        if self._delta is not None:
+            self._delta[key] += n
+
+    def _count_threads(self, names, sign: int) -> None:
+        """Add (``sign`` +1) or take away (-1) what the rows of threads ``names`` count:
+        one thread each, and its tip's depth + 1 messages (O(len(names)))."""
+        if self._delta is None:
+            return
+        for name in names:
+            row = self.db.execute("SELECT m.depth FROM threads h LEFT JOIN messages m ON m.id = h.tip WHERE h.name=?",
+                                  (name,)).fetchone()
+            if row is not None:
+                self._delta["threads"] += sign
+                if row[0] is not None:
+                    self._delta["message_refs"] += sign * (row[0] + 1)
+
+    def _text_bytes_of(self, rowids: list[int]) -> int:
+        if self._delta is None:
+            return 0
+        q = "SELECT coalesce(sum(text_bytes), 0) FROM parts WHERE message_rowid=? AND text_bytes IS NOT NULL"
+        return sum(int(self.db.execute(q, (r,)).fetchone()[0]) for r in rowids)
+
+    def _store_totals(self) -> None:
+        """Write the totals, inside the catch-up's transaction: the last ones plus what this
+        one changed, or (a rebuild, or an index without them) counted from the rows."""
+        have = read_totals(self.db) if self._delta is not None else None
+        if have is None:
+            totals = count_totals(self.db)
+        else:
+            totals = {k: have[k] + self._delta[k] for k in TOTALS}
+            if min(totals.values()) < 0:  # rows changed behind the writer's back: count them
+                totals = count_totals(self.db)
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('totals', ?)", (json.dumps(totals, sort_keys=True),))
 
     def _log_size(self, name: str) -> int:
         return self.repo.refs.log_size(name)  # packed part and loose file (docs/format.md §4.2)
@@ -710,6 +761,9 @@ class IndexWriter:
                 out_depth = depth + steps  # the output is ``steps`` messages above this one
             steps += 1
             oid = parent
+        if getattr(self, "_delta", None) is not None:  # the turn's row before it is replaced
+            was = db.execute("SELECT thread FROM turns WHERE id=?", (tid,)).fetchone()
+            self._delta["turns"] += (thread is not None) - (was is not None and was[0] is not None)
         db.execute(
             "INSERT OR REPLACE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
