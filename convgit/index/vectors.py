@@ -14,8 +14,11 @@ killed between the two leaves bytes past the last committed row, which the next 
 overwrites: nothing is duplicated and nothing half-written is ever read. A chunk id is the
 primary key, so a vector is stored once per namespace.
 
-Search is exact: the matrix is memory-mapped and every row is scored against the query
-(one matrix-vector product). Compaction (``compact``, run by ``gc``) rewrites the matrix
+Search is exact below ``ann_threshold`` vectors (or with ``search = "exact"``): the matrix
+is memory-mapped and every row is scored against the query (one matrix-vector product).
+From the threshold on, an IVF coarse quantizer (ivf.py, ``ivf-<gen>.bin``, row numbers
+only) picks the rows to score, then those are scored exactly in float32; without valid
+lists the search stays exact. Compaction (``compact``, run by ``gc``) rewrites the matrix
 without the vectors of messages that are gone, under a new generation number, and swaps
 the SQLite file in: readers keep the generation they opened.
 """
@@ -31,9 +34,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .. import fsio
+from . import ivf as IVF
 from ..errors import EmbeddingFailed
 
 VECTORS_DIR = "vectors"
+ANN_THRESHOLD = 200_000  # from this many vectors on, search uses the IVF lists (docs/search.md)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -77,8 +82,13 @@ def namespaces(store_path: Path) -> list[dict]:
 class VectorStore:
     """The vectors of one namespace (``ns``: embedders.Namespace)."""
 
-    def __init__(self, store_path: Path, ns, *, create: bool = True) -> None:
+    def __init__(self, store_path: Path, ns, *, create: bool = True, search: str = "auto",
+                 ann_threshold: int = ANN_THRESHOLD, nprobe: int = 0) -> None:
         self.ns = ns
+        self.search = search  # "auto": IVF from ``ann_threshold`` vectors on; "exact": never
+        self.ann_threshold = ann_threshold
+        self.nprobe = nprobe  # 0: ivf.default_nprobe
+        self.last_method = "exact"  # how the last ``nearest`` answered: "exact" or "approximate"
         self.dim = ns.dimension
         self.dir = store_path / VECTORS_DIR / ns.key
         if create:
@@ -170,14 +180,46 @@ class VectorStore:
             return None
         return np.memmap(self._matrix_path(), dtype="<f4", mode="r", shape=(n, self.dim))
 
+    def _ann_wanted(self, n: int) -> bool:
+        return self.search != "exact" and n >= self.ann_threshold
+
+    def _ivf_path(self) -> Path:
+        return IVF.path_for(self.dir, int(self._meta("generation")))
+
+    def ensure_ann(self, *, force: bool = False) -> str | None:
+        """Build or update the IVF lists when the store is at the threshold (under the lock).
+        Returns what was done ("fresh", "extended", "built") or None below the threshold."""
+        m = self.matrix()
+        if m is None or not (force or self._ann_wanted(m.shape[0])):
+            return None
+        with fsio.flock(self.lock, shared=False, timeout=60):
+            self._follow_swap()
+            m = self.matrix()
+            return IVF.ensure(self._ivf_path(), m)
+
     def nearest(self, qvec, k: int, matrix=None) -> list[tuple[int, float]]:
         """(row, cosine score) of the ``k`` rows nearest to unit vector ``qvec``, best first
-        (ties by row). Exact: every row is scored."""
+        (ties by row). Exact (every row scored) below the threshold or without valid IVF
+        lists; else the rows of the best lists and the unlisted tail, scored exactly."""
         np = _numpy()
         m = self.matrix() if matrix is None else matrix
         if m is None or k <= 0:
             return []
-        scores = m @ np.asarray(qvec, dtype=np.float32)
+        q = np.asarray(qvec, dtype=np.float32)
+        self.last_method = "exact"
+        n = m.shape[0]
+        if self._ann_wanted(n):
+            lists = IVF.load(self._ivf_path(), self.dim, n)
+            if lists is not None:
+                cand = lists.candidates(q, self.nprobe or IVF.default_nprobe(lists.nlist), n)
+                if len(cand) >= 4 * k:  # else too few candidates: exact
+                    scores = np.asarray(m[cand]) @ q
+                    k = min(k, len(scores))
+                    top = np.argpartition(-scores, k - 1)[:k]
+                    top = top[np.lexsort((cand[top], -scores[top]))]
+                    self.last_method = "approximate"
+                    return [(int(cand[i]), float(scores[i])) for i in top]
+        scores = m @ q
         k = min(k, len(scores))
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.lexsort((top, -scores[top]))]
@@ -271,6 +313,7 @@ class VectorStore:
                 return 0
             gen = int(self._meta("generation")) + 1
             old_matrix = self._matrix_path()
+            old_ivf = self._ivf_path()
             new_matrix = self.dir / f"matrix-{gen}.f32"
             m = self.matrix()
             with open(new_matrix, "wb") as f:
@@ -294,9 +337,16 @@ class VectorStore:
                 db.execute("COMMIT")
             finally:
                 db.close()
+            nrows = rows[-1][0] + 1
+            lists = IVF.load(old_ivf, self.dim, nrows)
+            if lists is not None:  # the centroids stay valid: renumber the listed rows
+                new_row = np.full(nrows, -1, dtype=np.int64)
+                new_row[np.array([r for r, _, _ in alive], dtype=np.int64)] = np.arange(len(alive))
+                IVF.write(IVF.path_for(self.dir, gen), IVF.remap(lists, new_row))
             fsio.rename(tmp, self.dir / "vectors.sqlite")
             self._follow_swap()
             fsio.unlink_quiet(old_matrix)
+            fsio.unlink_quiet(old_ivf)
             return len(rows) - len(alive)
 
     def message_ids(self) -> set[str]:
