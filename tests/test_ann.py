@@ -38,6 +38,11 @@ def store_with(tmp_path: Path, x, **kw) -> VectorStore:
     return st
 
 
+def top_cid(st: VectorStore, q) -> str:
+    r = st.nearest(q, 1)[0][0]
+    return st.chunk_ids([r])[r]
+
+
 def exact(st: VectorStore, q, k=10):
     mode, st.search = st.search, "exact"
     try:
@@ -66,16 +71,21 @@ def test_approximate_search_agrees_with_exact_on_clustered_vectors(tmp_path):
     st = store_with(tmp_path, x)
     assert st.nearest(x[0], 10)[0][0] == 0 and st.last_method == "exact"  # no lists yet: exact
     assert st.ensure_ann() == "built" and st.ensure_ann() == "fresh"
-    lists = IVF.load(IVF.path_for(st.dir, 0), DIM, len(x))
-    assert lists.rows == len(x) and lists.nlist == round(len(x) ** 0.5)
-    assert sorted(lists.ids.tolist()) == list(range(len(x)))  # every row in exactly one list
+    # the matrix was laid out list by list as generation 1: every vector kept, once
+    assert not (st.dir / "matrix-0.f32").exists() and st.count() == len(x)
+    lists = IVF.load(IVF.path_for(st.dir, 1), DIM, len(x))
+    assert lists.rows == lists.offsets[-1] == len(x) and lists.nlist == round(len(x) ** 0.5)
+    ids = st.chunk_ids(list(range(len(x))))
+    assert sorted(ids.values()) == sorted(cid(i) for i in range(len(x)))
+    got = st.vectors_of([cid(i) for i in (0, 5, 11_999)])
+    assert np.array_equal(got, x[[0, 5, 11_999]])
     qs = queries(x)
     assert recall(st, qs) >= 0.9
     for q in qs[:5]:  # scores are exact (float32 rerank), the top hit is the exact one, answers repeat
         a = st.nearest(q, 10)
         assert a[0] == exact(st, q, 1)[0] and a == st.nearest(q, 10)
         assert all(s1 >= s2 for (_, s1), (_, s2) in zip(a, a[1:]))
-    assert (st.dir / "ivf-0.bin").stat().st_size < len(x) * 4 + lists.nlist * DIM * 4 + 4096  # row numbers only
+    assert (st.dir / "ivf-1.bin").stat().st_size < lists.nlist * (DIM * 4 + 8) + 4096  # centroids and offsets only
     big = st.nearest(qs[0], 5000)  # more than the probed lists hold: exact
     assert st.last_method == "exact" and big == exact(st, qs[0], 5000)
     st.search = "exact"
@@ -90,7 +100,9 @@ def test_ties_are_broken_by_row(tmp_path):
     st.ensure_ann()
     got = st.nearest(x[7], 11)
     assert st.last_method == "approximate"
-    assert [r for r, _ in got] == [7, *range(100, 110)]
+    assert got == exact(st, x[7], 11) and [r for r, _ in got] == sorted(r for r, _ in got)
+    ids = st.chunk_ids([r for r, _ in got])
+    assert sorted(ids.values()) == sorted(cid(i) for i in [7, *range(100, 110)])
 
 
 def test_appended_vectors_are_found_then_listed(tmp_path):
@@ -98,18 +110,19 @@ def test_appended_vectors_are_found_then_listed(tmp_path):
     st = store_with(tmp_path, x[:6000])
     st.ensure_ann()
     st.add([cid(i) for i in range(6000, 6100)], x[6000:6100])  # the tail: scanned, not listed yet
-    assert st.nearest(x[6050], 1)[0][0] == 6050 and st.last_method == "approximate"
-    assert IVF.load(IVF.path_for(st.dir, 0), DIM, 6100).rows == 6000
+    assert top_cid(st, x[6050]) == cid(6050) and st.last_method == "approximate"
+    assert IVF.load(IVF.path_for(st.dir, 1), DIM, 6100).rows == 6000
     assert st.ensure_ann() == "fresh"  # under 5 % of the rows: left as a tail
     st.add([cid(i) for i in range(6100, 8000)], x[6100:8000])
     assert st.ensure_ann() == "extended"
-    lists = IVF.load(IVF.path_for(st.dir, 0), DIM, 8000)
+    lists = IVF.load(IVF.path_for(st.dir, 2), DIM, 8000)
     assert lists.rows == 8000 and lists.trained == 6000
-    assert st.nearest(x[7777], 1)[0][0] == 7777
+    assert top_cid(st, x[7777]) == cid(7777) and top_cid(st, x[3]) == cid(3)
     assert recall(st, queries(x)) >= 0.9
     st.add([cid(i) for i in range(8000, 20_000)], clustered(12_000, seed=5))
     assert st.ensure_ann() == "built"  # more than twice the rows it was trained on: trained again
-    assert IVF.load(IVF.path_for(st.dir, 0), DIM, 20_000).trained == 20_000
+    assert IVF.load(IVF.path_for(st.dir, 3), DIM, 20_000).trained == 20_000
+    assert st.count() == 20_000 and top_cid(st, x[42]) == cid(42)
 
 
 def test_compaction_renumbers_the_lists_for_the_new_generation(tmp_path):
@@ -118,15 +131,13 @@ def test_compaction_renumbers_the_lists_for_the_new_generation(tmp_path):
     st.ensure_ann()
     dropped = st.compact(lambda mid: int(mid, 16) % 3 != 0)
     assert dropped == 3000
-    assert not (st.dir / "ivf-0.bin").exists() and (st.dir / "ivf-1.bin").exists()
-    lists = IVF.load(IVF.path_for(st.dir, 1), DIM, 6000)
-    assert lists.rows == 6000 and sorted(lists.ids.tolist()) == list(range(6000))
-    ids = st.chunk_ids(list(range(6000)))
+    assert not (st.dir / "ivf-1.bin").exists() and (st.dir / "ivf-2.bin").exists()
+    lists = IVF.load(IVF.path_for(st.dir, 2), DIM, 6000)
+    assert lists.rows == lists.offsets[-1] == 6000
     kept = [i for i in range(9000) if i % 3]
+    assert sorted(st.chunk_ids(list(range(6000))).values()) == sorted(cid(i) for i in kept)
     for old in (1, 4000, 8999):
-        new = kept.index(old)
-        top = st.nearest(x[old], 1)
-        assert st.last_method == "approximate" and top[0][0] == new and ids[new] == cid(old)
+        assert top_cid(st, x[old]) == cid(old) and st.last_method == "approximate"
     assert recall(st, queries(x[kept])) >= 0.9
 
 
@@ -135,12 +146,12 @@ def test_missing_or_corrupt_lists_mean_exact_search(tmp_path, damage):
     x = clustered(4000)
     st = store_with(tmp_path, x)
     st.ensure_ann()
-    path = IVF.path_for(st.dir, 0)
+    path = IVF.path_for(st.dir, 1)
     data = bytearray(path.read_bytes())
     if damage == "missing":
         path.unlink()
     elif damage == "flipped":
-        data[-5] ^= 0xFF  # a row number: the checksum no longer holds
+        data[-20] ^= 0xFF  # an offset: the checksum no longer holds
         path.write_bytes(bytes(data))
     elif damage == "truncated":
         path.write_bytes(bytes(data[: len(data) // 2]))
@@ -150,7 +161,7 @@ def test_missing_or_corrupt_lists_mean_exact_search(tmp_path, damage):
         st2 = VectorStore(tmp_path / "o", Namespace("test", "other", DIM * 2, "1" * 64), ann_threshold=10)
         st2.add([cid(i) for i in range(100)], np.eye(DIM * 2, dtype=np.float32)[np.arange(100) % (DIM * 2)])
         st2.ensure_ann()
-        path.write_bytes(IVF.path_for(st2.dir, 0).read_bytes())
+        path.write_bytes(IVF.path_for(st2.dir, 1).read_bytes())
     q = queries(x, 1)[0]
     assert st.nearest(q, 10) == exact(st, q) and st.last_method == "exact"
     assert st.ensure_ann() == "built"  # `convgit embed` repairs it
@@ -170,14 +181,14 @@ def test_search_through_the_api_uses_the_lists_above_the_threshold(tmp_path):
     res = convgit.embed(repo)
     assert res.embedded == 240 and res.to_json()["ann_index"] == "built"
     key = convgit.embed_status(repo)["namespace"]["key"]
-    assert (repo.path / "vectors" / key / "ivf-0.bin").exists()
+    assert (repo.path / "vectors" / key / "ivf-1.bin").exists()
     approx = [(h.threads, h.id) for h in convgit.search(repo, "sourdough rye oven", mode="semantic", count=5)]
     repo = set_config(repo, base + "ann_threshold = 50\nsearch = \"exact\"\n")
     assert [(h.threads, h.id) for h in convgit.search(repo, "sourdough rye oven", mode="semantic", count=5)] == approx
     convgit.delete_thread(repo, "t0")
     repo = set_config(repo, base + "ann_threshold = 50\n")
     assert convgit.gc(repo, prune="now").vectors_dropped == 1
-    assert (repo.path / "vectors" / key / "ivf-1.bin").exists()
+    assert (repo.path / "vectors" / key / "ivf-2.bin").exists()
     hits = convgit.search(repo, "sourdough rye oven", mode="semantic", count=5)
     assert [(h.threads, h.id) for h in hits] == [a for a in approx if a[0] != ["t0"]][:len(hits)]
 

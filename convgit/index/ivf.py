@@ -2,21 +2,23 @@
 beside a namespace's matrix (vectors.py), ``ivf-<gen>.bin`` for matrix generation ``gen``.
 
 The vectors are grouped into about √N lists by k-means (spherical, on a deterministic
-sample, fixed seed): a query scores the list centroids, takes the ``nprobe`` best lists,
-and scores exactly (float32, the matrix itself) only the rows of those lists plus the rows
-appended since the lists were written (the *tail*, always scanned). The lists hold row
-numbers only (4 bytes a vector), never a second copy of the vectors.
+sample, fixed seed), and the matrix itself is rewritten in list order (a new generation,
+as gc's compaction does: vectors.py), so list i is the contiguous rows
+``[offsets[i], offsets[i+1])``. A query scores the centroids, takes the ``nprobe`` best
+lists, and scores exactly (float32, slices of the memory-mapped matrix: no copy) only those
+rows plus the rows appended since the layout (the *tail* ``[rows, N)``, always scanned).
+Nothing is stored twice: the file is the centroids and the offsets (a few bytes a vector).
 
-    magic  b"CGIVF01\\n"
+    magic  b"CGIVF02\\n"
     u32    header length, then the header (JSON): rows, trained, nlist, dim, blake3
-    f32    centroids (nlist × dim), i64 offsets (nlist + 1), i32 rows (``rows`` of them,
-           sorted by list then row); ``blake3`` is the hash of these bytes
+    f32    centroids (nlist × dim), then i64 offsets (nlist + 1); ``blake3`` hashes them
 
-Kept fresh by ``ensure`` (after ``convgit embed`` and gc compaction): rows appended since
-are assigned to their nearest centroid and the lists rewritten once the tail passes
-``TAIL_FRACTION`` of the indexed rows; k-means is trained again once the store has doubled
-since training, or when the file is missing, from another generation, or does not verify.
-A file that does not verify is never used: the search is exact then (``load`` is None).
+Kept fresh by ``VectorStore.ensure_ann`` (after ``convgit embed``): once the tail passes
+``TAIL_FRACTION`` of the laid-out rows, its rows are assigned to their nearest centroid and
+the matrix laid out again; k-means is trained again once the store has doubled since
+training, or when the file is missing, from another generation, or does not verify.
+Compaction keeps the order, so it only recounts the offsets (``remap``). A file that does
+not verify is never used: the search is exact then (``load`` is None).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from blake3 import blake3
 
 from .. import fsio
 
-MAGIC = b"CGIVF01\n"
+MAGIC = b"CGIVF02\n"
 TAIL_FRACTION = 0.05  # rewrite the lists once the unindexed tail passes this share of the rows
 SAMPLE_PER_LIST = 40  # k-means training sample: this many vectors per list (at most 64k)
 ITERATIONS = 8
@@ -56,31 +58,43 @@ def default_nprobe(nlist: int) -> int:
 
 
 class Ivf:
-    """Loaded lists: ``centroids`` (nlist × dim), ``offsets`` (nlist + 1), ``ids`` (rows)."""
+    """Loaded lists: ``centroids`` (nlist × dim) and ``offsets`` (nlist + 1) over the first
+    ``rows`` rows of the matrix; ``trained``: how many rows k-means was trained on."""
 
-    def __init__(self, rows: int, trained: int, centroids, offsets, ids) -> None:
+    def __init__(self, rows: int, trained: int, centroids, offsets) -> None:
         self.rows, self.trained = rows, trained
-        self.centroids, self.offsets, self.ids = centroids, offsets, ids
+        self.centroids, self.offsets = centroids, offsets
         self.nlist = len(centroids)
 
-    def candidates(self, q, nprobe: int, total: int):
-        """Sorted matrix rows to score for query ``q``: the rows of the ``nprobe`` lists whose
-        centroids score best (ties by list number) and the tail ``[rows, total)``."""
+    def labels(self):
+        """The list of each of the first ``rows`` rows."""
         np = _numpy()
+        return np.repeat(np.arange(self.nlist, dtype=np.int64), np.diff(self.offsets))
+
+    def score(self, matrix, q, nprobe: int):
+        """(rows, exact scores) of the rows of the ``nprobe`` lists whose centroids score best
+        for ``q`` (ties by list number) and of the tail, rows ascending."""
+        np = _numpy()
+        total = matrix.shape[0]
         cs = self.centroids @ q
-        best = np.lexsort((np.arange(self.nlist), -cs))[: max(1, nprobe)]
-        parts = [self.ids[self.offsets[i] : self.offsets[i + 1]] for i in best]
+        best = np.sort(np.lexsort((np.arange(self.nlist), -cs))[: max(1, nprobe)])
+        rows, scores = [], []
+        for i in best:
+            a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+            if b > a:
+                rows.append(np.arange(a, b))
+                scores.append(matrix[a:b] @ q)
         if total > self.rows:
-            parts.append(np.arange(self.rows, total, dtype=np.int32))
-        out = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
-        out.sort()
-        return out
+            rows.append(np.arange(self.rows, total))
+            scores.append(matrix[self.rows : total] @ q)
+        if not rows:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        return np.concatenate(rows), np.concatenate(scores)
 
 
 def load(path: Path, dim: int, total: int) -> Ivf | None:
-    """The lists in ``path`` when they verify (magic, sizes, checksum, rows < ``total``),
+    """The lists in ``path`` when they verify (magic, sizes, checksum, rows ≤ ``total``),
     else None. Cached by the file's identity (inode, size, mtime)."""
-    np = _numpy()
     try:
         st = os.stat(path)
     except OSError:
@@ -112,18 +126,15 @@ def _read(path: Path, dim: int) -> Ivf | None:
         if int(h["dim"]) != dim or nlist < 1 or rows < 0:
             return None
         payload = memoryview(data)[start:]
-        if len(payload) != nlist * dim * 4 + (nlist + 1) * 8 + rows * 4:
+        if len(payload) != nlist * dim * 4 + (nlist + 1) * 8:
             return None
         if blake3(payload).hexdigest() != h["blake3"]:
             return None
         cent = np.frombuffer(payload, dtype="<f4", count=nlist * dim).reshape(nlist, dim)
         offs = np.frombuffer(payload, dtype="<i8", count=nlist + 1, offset=nlist * dim * 4)
-        ids = np.frombuffer(payload, dtype="<i4", count=rows, offset=nlist * dim * 4 + (nlist + 1) * 8)
         if offs[0] != 0 or offs[-1] != rows or (np.diff(offs) < 0).any():
             return None
-        if rows and (ids.min() < 0 or ids.max() >= rows):
-            return None
-        return Ivf(rows, trained, cent, offs, ids)
+        return Ivf(rows, trained, cent, offs)
     except (OSError, ValueError, KeyError, TypeError, struct.error):
         return None
 
@@ -132,28 +143,29 @@ def write(path: Path, ivf: Ivf) -> None:
     """Write ``ivf`` to ``path`` atomically (a reader sees the old file or the new one)."""
     np = _numpy()
     payload = (np.ascontiguousarray(ivf.centroids, dtype="<f4").tobytes()
-               + np.ascontiguousarray(ivf.offsets, dtype="<i8").tobytes()
-               + np.ascontiguousarray(ivf.ids, dtype="<i4").tobytes())
+               + np.ascontiguousarray(ivf.offsets, dtype="<i8").tobytes())
     head = json.dumps({"rows": ivf.rows, "trained": ivf.trained, "nlist": ivf.nlist,
                        "dim": int(ivf.centroids.shape[1]), "blake3": blake3(payload).hexdigest()}).encode()
     fsio.replace_file(path, MAGIC + struct.pack("<I", len(head)) + head + payload, fsync=False)
 
 
-def _assign(matrix, centroids, start: int, stop: int):
+def assign(matrix, centroids, start: int, stop: int):
+    """The nearest centroid of each row in ``[start, stop)``."""
     np = _numpy()
-    out = np.empty(stop - start, dtype=np.int32)
+    out = np.empty(stop - start, dtype=np.int64)
     for i in range(start, stop, 32768):
         j = min(stop, i + 32768)
         out[i - start : j - start] = np.argmax(np.asarray(matrix[i:j]) @ centroids.T, axis=1)
     return out
 
 
-def _lists(assign, nlist: int):
+def layout(labels, nlist: int):
+    """(old rows in their new order: by list, then row; offsets) for rows labelled ``labels``."""
     np = _numpy()
-    order = np.argsort(assign, kind="stable").astype(np.int32)  # stable: rows ascending in a list
+    order = np.argsort(labels, kind="stable")
     offsets = np.zeros(nlist + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum(np.bincount(assign, minlength=nlist))
-    return offsets, order
+    offsets[1:] = np.cumsum(np.bincount(labels, minlength=nlist))
+    return order, offsets
 
 
 def train(matrix, nlist: int | None = None):
@@ -179,50 +191,25 @@ def train(matrix, nlist: int | None = None):
     return cent
 
 
-def build(matrix, nlist: int | None = None) -> Ivf:
-    """Train centroids on ``matrix`` and list every row."""
-    cent = train(matrix, nlist)
-    n = matrix.shape[0]
-    offsets, ids = _lists(_assign(matrix, cent, 0, n), len(cent))
-    return Ivf(n, n, cent, offsets, ids)
-
-
-def extend(ivf: Ivf, matrix) -> Ivf:
-    """``ivf`` with the tail rows of ``matrix`` assigned to their nearest centroid."""
+def remap(ivf: Ivf, keep) -> Ivf:
+    """``ivf`` after compaction, which keeps the row order: ``keep[r]`` says whether row r
+    (< ``ivf.rows``) survived; the offsets are recounted, the centroids stay."""
     np = _numpy()
+    counts = np.bincount(ivf.labels()[keep[: ivf.rows]], minlength=ivf.nlist)
+    offsets = np.zeros(ivf.nlist + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum(counts)
+    return Ivf(int(offsets[-1]), ivf.trained, ivf.centroids, offsets)
+
+
+def plan(cur: Ivf | None, matrix, *, force: bool = False):
+    """What to do for ``matrix`` given the current lists ``cur``: None (fresh) or
+    (what, centroids, labels of every row, trained)."""
     n = matrix.shape[0]
-    old = np.empty(ivf.rows, dtype=np.int32)
-    for i in range(ivf.nlist):
-        old[ivf.ids[ivf.offsets[i] : ivf.offsets[i + 1]]] = i
-    assign = np.concatenate([old, _assign(matrix, ivf.centroids, ivf.rows, n)])
-    offsets, ids = _lists(assign, ivf.nlist)
-    return Ivf(n, ivf.trained, ivf.centroids, offsets, ids)
-
-
-def remap(ivf: Ivf, new_row) -> Ivf:
-    """``ivf`` after compaction: ``new_row[old row]`` is the row's new number, -1 when dropped
-    (the centroids stay; the lists keep their order)."""
-    np = _numpy()
-    assign = np.full(ivf.rows, -1, dtype=np.int64)
-    for i in range(ivf.nlist):
-        assign[ivf.ids[ivf.offsets[i] : ivf.offsets[i + 1]]] = i
-    keep = new_row[: ivf.rows] >= 0
-    n = int(keep.sum())
-    new_assign = np.empty(n, dtype=np.int64)
-    new_assign[new_row[: ivf.rows][keep]] = assign[keep]
-    offsets, ids = _lists(new_assign, ivf.nlist)
-    return Ivf(n, ivf.trained, ivf.centroids, offsets, ids)
-
-
-def ensure(path: Path, matrix, *, force: bool = False) -> str:
-    """Bring the lists at ``path`` up to date with ``matrix`` (the caller holds the store's
-    lock). Returns what was done: "fresh", "extended" or "built"."""
-    n = matrix.shape[0]
-    cur = None if force else load(path, matrix.shape[1], n)
-    if cur is not None and n <= 2 * cur.trained:
+    if cur is not None and not force and n <= 2 * cur.trained:
         if n - cur.rows <= TAIL_FRACTION * max(1, cur.rows):
-            return "fresh"
-        write(path, extend(cur, matrix))
-        return "extended"
-    write(path, build(matrix))
-    return "built"
+            return None
+        np = _numpy()
+        labels = np.concatenate([cur.labels(), assign(matrix, cur.centroids, cur.rows, n)])
+        return "extended", cur.centroids, labels, cur.trained
+    cent = train(matrix)
+    return "built", cent, assign(matrix, cent, 0, n), n
