@@ -199,3 +199,17 @@ def test_bad_settings_are_refused(tmp_path, bad):
     convgit.commit(repo, {"messages": conv("hello")}, now_ms=NOW)
     with pytest.raises(errors.InvalidInput):
         convgit.embed(repo)
+
+
+def test_a_matrix_of_an_older_generation_is_searched_exactly(tmp_path):
+    x = clustered(3000)
+    st = store_with(tmp_path, x)
+    old = st.matrix()  # opened before the layout (a reader that started earlier)
+    st.ensure_ann()
+    q = queries(x, 1)[0]
+    got = st.nearest(q, 10, old)
+    assert st.last_method == "exact"
+    want = {st.chunk_ids([r])[r] for r, _ in st.nearest(q, 10)}
+    assert len(want) == 10 and st.last_method == "approximate"
+    # rows of the old generation: same vectors, old numbering (before the layout: i is chunk i)
+    assert {cid(r) for r, _ in got} == want

@@ -219,7 +219,8 @@ class VectorStore:
         q = np.asarray(qvec, dtype=np.float32)
         self.last_method = "exact"
         n = m.shape[0]
-        if self._ann_wanted(n):
+        fname = getattr(m, "filename", None)  # a matrix of another generation: its lists are gone
+        if self._ann_wanted(n) and (fname is None or Path(fname) == self._matrix_path().resolve()):
             lists = IVF.load(self._ivf_path(), self.dim, n)
             if lists is not None:
                 cand, scores = lists.score(m, q, self.nprobe or IVF.default_nprobe(lists.nlist))
