@@ -163,7 +163,7 @@ def embed(repo, *, emb: Embedding | None = None, retry: bool = True, batch_size:
             return res
     if last_rid != mark:
         C.set_embedded_mark(repo, emb.mark_key, last_rid)
-    if res.embedded or limit is None:  # `convgit embed` also repairs missing lists; a search's catch-up only updates
+    if limit is None:  # `convgit embed`: the IVF lists follow (index/ivf.py); a search's catch-up never lays out
         res.ann = store.ensure_ann()  # the IVF lists follow the appended vectors (index/ivf.py)
     res.seconds = time.perf_counter() - t0
     return res
