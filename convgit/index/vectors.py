@@ -14,8 +14,11 @@ killed between the two leaves bytes past the last committed row, which the next 
 overwrites: nothing is duplicated and nothing half-written is ever read. A chunk id is the
 primary key, so a vector is stored once per namespace.
 
-Search is exact: the matrix is memory-mapped and every row is scored against the query
-(one matrix-vector product). Compaction (``compact``, run by ``gc``) rewrites the matrix
+Search is exact below ``ann_threshold`` vectors (or with ``search = "exact"``): the matrix
+is memory-mapped and every row is scored against the query (one matrix-vector product).
+From the threshold on, an IVF coarse quantizer (ivf.py, ``ivf-<gen>.bin``: centroids and
+offsets; the matrix is laid out list by list) picks the rows to score, then those are
+scored exactly in float32; without valid lists the search stays exact. Compaction (``compact``, run by ``gc``) rewrites the matrix
 without the vectors of messages that are gone, under a new generation number, and swaps
 the SQLite file in: readers keep the generation they opened.
 """
@@ -31,9 +34,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .. import fsio
+from . import ivf as IVF
 from ..errors import EmbeddingFailed
 
 VECTORS_DIR = "vectors"
+ANN_THRESHOLD = 200_000  # from this many vectors on, search uses the IVF lists (docs/search.md)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -77,8 +82,13 @@ def namespaces(store_path: Path) -> list[dict]:
 class VectorStore:
     """The vectors of one namespace (``ns``: embedders.Namespace)."""
 
-    def __init__(self, store_path: Path, ns, *, create: bool = True) -> None:
+    def __init__(self, store_path: Path, ns, *, create: bool = True, search: str = "auto",
+                 ann_threshold: int = ANN_THRESHOLD, nprobe: int = 0) -> None:
         self.ns = ns
+        self.search = search  # "auto": IVF from ``ann_threshold`` vectors on; "exact": never
+        self.ann_threshold = ann_threshold
+        self.nprobe = nprobe  # 0: ivf.default_nprobe
+        self.last_method = "exact"  # how the last ``nearest`` answered: "exact" or "approximate"
         self.dim = ns.dimension
         self.dir = store_path / VECTORS_DIR / ns.key
         if create:
@@ -170,14 +180,57 @@ class VectorStore:
             return None
         return np.memmap(self._matrix_path(), dtype="<f4", mode="r", shape=(n, self.dim))
 
+    def _ann_wanted(self, n: int) -> bool:
+        return self.search != "exact" and n >= self.ann_threshold
+
+    def _ivf_path(self) -> Path:
+        return IVF.path_for(self.dir, int(self._meta("generation")))
+
+    def ensure_ann(self, *, force: bool = False) -> str | None:
+        """Build or update the IVF lists when the store is at the threshold (under the lock).
+        Returns what was done ("fresh", "extended", "built") or None below the threshold."""
+        m = self.matrix()
+        if m is None or not (force or self._ann_wanted(m.shape[0])):
+            return None
+        np = _numpy()
+        with fsio.flock(self.lock, shared=False, timeout=600):
+            self._follow_swap()
+            m = self.matrix()
+            todo = IVF.plan(IVF.load(self._ivf_path(), self.dim, m.shape[0]), m, force=force)
+            if todo is None:
+                return "fresh"
+            what, cent, labels, trained = todo
+            order, offsets = IVF.layout(labels, len(cent))
+            rows = self.db.execute("SELECT row, mid, win FROM rows ORDER BY row").fetchall()
+            if len(rows) != m.shape[0]:
+                raise EmbeddingFailed(f"{self.dir}: rows are not numbered 0..{len(rows) - 1}")
+            del m
+            self._rewrite([rows[i] for i in order.tolist()], [], IVF.Ivf(len(rows), trained, cent, offsets))
+            return what
+
     def nearest(self, qvec, k: int, matrix=None) -> list[tuple[int, float]]:
         """(row, cosine score) of the ``k`` rows nearest to unit vector ``qvec``, best first
-        (ties by row). Exact: every row is scored."""
+        (ties by row). Exact (every row scored) below the threshold or without valid IVF
+        lists; else the rows of the best lists and the unlisted tail, scored exactly."""
         np = _numpy()
         m = self.matrix() if matrix is None else matrix
         if m is None or k <= 0:
             return []
-        scores = m @ np.asarray(qvec, dtype=np.float32)
+        q = np.asarray(qvec, dtype=np.float32)
+        self.last_method = "exact"
+        n = m.shape[0]
+        fname = getattr(m, "filename", None)  # a matrix of another generation: its lists are gone
+        if self._ann_wanted(n) and (fname is None or Path(fname) == self._matrix_path().resolve()):
+            lists = IVF.load(self._ivf_path(), self.dim, n)
+            if lists is not None:
+                cand, scores = lists.score(m, q, self.nprobe or IVF.default_nprobe(lists.nlist))
+                if len(cand) >= 4 * k:  # else too few candidates: exact
+                    k = min(k, len(scores))
+                    top = np.argpartition(-scores, k - 1)[:k]
+                    top = top[np.lexsort((cand[top], -scores[top]))]
+                    self.last_method = "approximate"
+                    return [(int(cand[i]), float(scores[i])) for i in top]
+        scores = m @ q
         k = min(k, len(scores))
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.lexsort((top, -scores[top]))]
@@ -269,35 +322,52 @@ class VectorStore:
                 if dead_failed:
                     self.db.executemany("DELETE FROM failed WHERE mid=? AND win=?", dead_failed)
                 return 0
-            gen = int(self._meta("generation")) + 1
-            old_matrix = self._matrix_path()
-            new_matrix = self.dir / f"matrix-{gen}.f32"
-            m = self.matrix()
-            with open(new_matrix, "wb") as f:
-                for i in range(0, len(alive), 4096):
-                    f.write(np.ascontiguousarray(m[[r for r, _, _ in alive[i : i + 4096]]]).tobytes())
-            del m
-            tmp = self.dir / f"{fsio.TMP_PREFIX}vectors.sqlite.{os.getpid()}"
-            fsio.unlink_quiet(tmp)
-            db = sqlite3.connect(tmp, isolation_level=None)
-            try:
-                db.executescript(_SCHEMA)
-                db.execute("BEGIN")
-                db.executemany("INSERT INTO meta VALUES (?, ?)",
-                               [(k, v) for k, v in self.db.execute("SELECT key, value FROM meta") if k != "generation"])
-                db.execute("INSERT INTO meta VALUES ('generation', ?)", (str(gen),))
-                db.executemany("INSERT INTO rows VALUES (?,?,?)", [(j, m_, w) for j, (_, m_, w) in enumerate(alive)])
-                dead = set(dead_failed)
-                db.executemany("INSERT INTO failed VALUES (?,?,?,?,?)", [
-                    r for r in self.db.execute("SELECT mid, win, error, attempts, failed_ms FROM failed")
-                    if (r[0], r[1]) not in dead])
-                db.execute("COMMIT")
-            finally:
-                db.close()
-            fsio.rename(tmp, self.dir / "vectors.sqlite")
-            self._follow_swap()
-            fsio.unlink_quiet(old_matrix)
+            nrows = rows[-1][0] + 1
+            lists = IVF.load(self._ivf_path(), self.dim, nrows)
+            if lists is not None:  # compaction keeps the order: the lists stay, recounted
+                keep_row = np.zeros(nrows, dtype=bool)
+                keep_row[np.array([r for r, _, _ in alive], dtype=np.int64)] = True
+                lists = IVF.remap(lists, keep_row)
+            self._rewrite(alive, dead_failed, lists)
             return len(rows) - len(alive)
+
+    def _rewrite(self, alive: list[tuple], dead_failed: list[tuple], lists) -> None:
+        """Write the next generation (under the lock): matrix rows ``alive`` ((old row, mid,
+        win), in their new order), failures without ``dead_failed``, the IVF lists ``lists``
+        (or none), then swap the SQLite file in and remove the old generation's files."""
+        np = _numpy()
+        gen = int(self._meta("generation")) + 1
+        old_matrix = self._matrix_path()
+        old_ivf = self._ivf_path()
+        new_matrix = self.dir / f"matrix-{gen}.f32"
+        m = self.matrix()
+        with open(new_matrix, "wb") as f:
+            for i in range(0, len(alive), 4096):
+                f.write(np.ascontiguousarray(m[[r for r, _, _ in alive[i : i + 4096]]]).tobytes())
+        del m
+        tmp = self.dir / f"{fsio.TMP_PREFIX}vectors.sqlite.{os.getpid()}"
+        fsio.unlink_quiet(tmp)
+        db = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            db.executescript(_SCHEMA)
+            db.execute("BEGIN")
+            db.executemany("INSERT INTO meta VALUES (?, ?)",
+                           [(k, v) for k, v in self.db.execute("SELECT key, value FROM meta") if k != "generation"])
+            db.execute("INSERT INTO meta VALUES ('generation', ?)", (str(gen),))
+            db.executemany("INSERT INTO rows VALUES (?,?,?)", [(j, m_, w) for j, (_, m_, w) in enumerate(alive)])
+            dead = set(dead_failed)
+            db.executemany("INSERT INTO failed VALUES (?,?,?,?,?)", [
+                r for r in self.db.execute("SELECT mid, win, error, attempts, failed_ms FROM failed")
+                if (r[0], r[1]) not in dead])
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        if lists is not None:
+            IVF.write(IVF.path_for(self.dir, gen), lists)
+        fsio.rename(tmp, self.dir / "vectors.sqlite")
+        self._follow_swap()
+        fsio.unlink_quiet(old_matrix)
+        fsio.unlink_quiet(old_ivf)
 
     def message_ids(self) -> set[str]:
         """Every message id that has a vector or a failure here."""
