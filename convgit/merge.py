@@ -252,12 +252,12 @@ def _merge(tx, source, report: MergeReport, dry_run: bool, progress=None) -> Non
     # names it any more (a deleted thread's turns that a fork's messages still need): the
     # same rule as gc's (format.md §10), applied to what this merge makes reachable.
     carried = _provenance_to_carry(repo, source, incoming)
-    seen = take_objects(tx, source, incoming, turns, report, dry_run, carried=carried)
+    seen = take_objects(tx, source, incoming, turns, report, dry_run, carried=carried, progress=progress)
     apply_refs(tx, source, incoming, turns, seen, report, dry_run, carried=carried)
 
 
 def take_objects(tx, source, incoming: dict[str, str], turns: dict[str, list[str]], report, dry_run: bool, *,
-                 carried: list = (), limit: int | None = None) -> set[str]:
+                 carried: list = (), limit: int | None = None, progress=None) -> set[str]:
     """Every object the ``incoming`` tips and ``turns`` reach that is new here, read from
     ``source`` (``size``/``read_raw``), verified (re-hashed, decoded, canonical, of the type it
     is named as, within the size limit) and staged in a quarantine pack that is moved in only

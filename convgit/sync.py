@@ -329,8 +329,10 @@ def _incoming_turns(remote: _Remote, doc: RefsDoc) -> dict[str, list[str]]:
     return turns
 
 
-def _fetch(tx, remote: _Remote, report: SyncReport, progress=None) -> RefsDoc:
-    """Fetch inside transaction ``tx``: objects verified and moved in, tracking refs moved."""
+def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool = True) -> RefsDoc:
+    """Fetch inside transaction ``tx``: objects verified and moved in, tracking refs moved.
+    ``take=False`` (index sync): no object is taken; the store reads them from the remote by
+    range (its ``objects`` is a RangedObjects), so only the tracking refs move."""
     repo = tx.repo
     doc = remote.read_doc()
     report.generation = doc.generation
@@ -346,13 +348,16 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None) -> RefsDoc:
                                 f"(convgit fsck --remote {remote.name})", thread=name)
     turns = _incoming_turns(remote, doc)
     mr = MergeReport(remote.url)
-    try:
-        seen = take_objects(tx, _RemoteSource(remote, report, progress), doc.threads, turns, mr, False)
-    except RemoteCorrupt:
-        raise
-    except SourceCorrupt as e:
-        msg = e.message.removeprefix("merge source: ").removeprefix("merge source ")
-        raise RemoteCorrupt(f"remote {remote.name}: {msg}; nothing was taken", **e.details) from e
+    if not take:
+        seen = {t for ts in turns.values() for t in ts if repo.objects.contains(t)}
+    else:
+        try:
+            seen = take_objects(tx, _RemoteSource(remote, report, progress), doc.threads, turns, mr, False)
+        except RemoteCorrupt:
+            raise
+        except SourceCorrupt as e:
+            msg = e.message.removeprefix("merge source: ").removeprefix("merge source ")
+            raise RemoteCorrupt(f"remote {remote.name}: {msg}; nothing was taken", **e.details) from e
     report.objects = mr.new_objects
     moves, entries = [], []
     for name, tip in sorted(doc.threads.items()):
