@@ -16,6 +16,7 @@ here stay here), then the remote's packs. Nothing read by range is stored locall
 from __future__ import annotations
 
 import struct
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -34,13 +35,49 @@ class RangeCounter:
         self.requests = 0
 
 
+class ChunkCache:
+    """Decompressed chunks of every remote pack, least recently used dropped past
+    ``max_bytes``: a sync's read-ahead and the index catch-up after it read each chunk once."""
+
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+
+    def get(self, key: tuple[str, int]) -> bytes | None:
+        """The chunk at ``key`` (pack name, offset), or None."""
+        chunk = self._items.get(key)
+        if chunk is not None:
+            self._items.move_to_end(key)
+        return chunk
+
+    def put(self, key: tuple[str, int], chunk: bytes) -> None:
+        """Keep ``chunk``, dropping the oldest past the budget."""
+        if key in self._items:
+            return
+        self._items[key] = chunk
+        self.bytes += len(chunk)
+        while self.bytes > self.max_bytes and len(self._items) > 1:
+            self.bytes -= len(self._items.popitem(last=False)[1])
+
+
 class RangedPack(Pack):
     """A remote pack read through its cached index, each chunk by byte range."""
 
-    def __init__(self, idx_path: Path, store_of: Callable[[], object], counter: RangeCounter) -> None:
+    def __init__(self, idx_path: Path, store_of: Callable[[], object], counter: RangeCounter,
+                 chunks: ChunkCache | None = None) -> None:
         super().__init__(idx_path)
         self._store_of = store_of
         self.counter = counter
+        self._shared = chunks if chunks is not None else ChunkCache()
+
+    def _chunk(self, oid: str, off: int, need: int) -> bytes:
+        key = (self.name, off)
+        chunk = self._shared.get(key)
+        if chunk is None:
+            chunk = super()._chunk(oid, off, need)
+            self._shared.put(key, chunk)
+        return chunk
 
     def _entry(self, oid: str, off: int) -> tuple[int, bytes]:
         if off < len(PACK_MAGIC):
@@ -77,6 +114,7 @@ class RangedObjects:
         self._store_of_raw = store_of
         self._store = None
         self.counter = RangeCounter()
+        self.chunks = ChunkCache()
         self._order = order
         self._ranged: list[RangedPack] | None = None
 
@@ -104,7 +142,7 @@ class RangedObjects:
             out = []
             for n in names:
                 try:
-                    out.append(RangedPack(self.packs_dir / f"{n}.idx", self._backend, self.counter))
+                    out.append(RangedPack(self.packs_dir / f"{n}.idx", self._backend, self.counter, self.chunks))
                 except ObjectCorrupt:
                     continue  # a damaged cached index: the next sync downloads it again
             self._ranged = out
