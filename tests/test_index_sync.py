@@ -158,3 +158,22 @@ def test_index_sync_refuses_a_second_remote_and_an_unknown_one(tmp_path, cli):
     assert_error(cli("index", "sync", "--from", "other", "--json", cwd=ix), "invalid_input", json_=True)
     assert (ix / ".convgit" / "config.toml").read_text() == before
     assert json.loads(ok(cli("log", "--all", "--json", cwd=ix)).out)
+
+
+def test_an_index_only_store_takes_no_new_objects(tmp_path, cli):
+    url = tmp_path / "remote"
+    a = convgit.init(tmp_path / "a")
+    convgit.commit(a, _conv(1), thread="t1")
+    convgit.add_remote(a, "origin", str(url))
+    convgit.push(a)
+    ix = tmp_path / "ix"
+    ok(cli("init", cwd=ix))
+    ok(cli("remote", "add", "origin", str(url), cwd=ix))
+    _sync(cli, ix)
+    before = ok(cli("threads", "--json", cwd=ix)).json()
+    new = json.dumps({"messages": [{"role": "user", "content": "a new conversation"}]})
+    assert_error(cli("commit", "-t", "fresh", "--json", input=new, cwd=ix), "invalid_input", json_=True)
+    assert_error(cli("fork", "t1", "t1-copy", "--json", cwd=ix), "invalid_input", json_=True)
+    assert ok(cli("threads", "--json", cwd=ix)).json() == before
+    assert _stored_objects(ix) == []
+

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .. import codec
-from ..errors import AmbiguousRevision, ObjectCorrupt, ObjectMissing, RemoteCorrupt
+from ..errors import AmbiguousRevision, InvalidInput, ObjectCorrupt, ObjectMissing, RemoteCorrupt
 from ..ids import is_oid
 from ..pack import _ENTRY, PACK_MAGIC, Pack
 from .refsdoc import pack_key
@@ -147,6 +147,12 @@ class RangedObjects:
                     continue  # a damaged cached index: the next sync downloads it again
             self._ranged = out
         return self._ranged
+
+    def _refuse(self, *_a, **_k):
+        raise InvalidInput("this is an index-only store ([store] objects_from): it takes no new objects "
+                           "(commit, import, fork and merge into a full store, push, then index sync here)")
+
+    write = write_raw = write_many = write_packed = _refuse
 
     def contains(self, oid: str) -> bool:
         """Stored here, or in one of the remote's packs."""
