@@ -4,10 +4,12 @@ without the objects").
 
 A remote pack's index (``.idx``, small) is cached under ``.convgit/remotes/NAME/packs/``
 (sync.py's cache, shared with fetch); it gives each object's chunk offset, its offset in
-the chunk and its size. Reading an object reads its chunk's 5-byte header, then the chunk's
-stored bytes (two ranged GETs on S3, seek and read on a directory remote), decompresses it
+the chunk and its size. Reading an object reads its chunk, header and stored bytes, in one
+ranged GET (its end is the next chunk's offset in the index; the last chunk of a pack takes
+two: its 5-byte header, then its bytes; seek and read on a directory remote), decompresses it
 (pack.py's own code) and re-hashes the object against its id. Decompressed chunks are kept
-(per pack, a few), so a thread's messages, written side by side, cost one chunk read.
+(ChunkCache, 64 MiB for all of a remote's packs), so a thread's messages, written side by
+side, cost one chunk read, and a sync's read-ahead and index catch-up read it once.
 
 ``RangedObjects`` is a read-only object store: the local store first (objects written
 here stay here), then the remote's packs. Nothing read by range is stored locally.
@@ -16,6 +18,7 @@ here stay here), then the remote's packs. Nothing read by range is stored locall
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterator
@@ -71,6 +74,14 @@ class RangedPack(Pack):
         self.counter = counter
         self._shared = chunks if chunks is not None else ChunkCache()
 
+    def _chunk_end(self, off: int) -> int | None:
+        """Where the chunk at ``off`` ends: the next chunk's offset (None for the last one)."""
+        starts = getattr(self, "_starts", None)
+        if starts is None:
+            starts = self._starts = sorted({self._where(i)[0] for i in range(self.count)})
+        i = bisect_right(starts, off)
+        return starts[i] if i < len(starts) else None
+
     def _chunk(self, oid: str, off: int, need: int) -> bytes:
         key = (self.name, off)
         chunk = self._shared.get(key)
@@ -84,6 +95,17 @@ class RangedPack(Pack):
             raise ObjectCorrupt(f"object {oid}: bad entry offset in {self.name}", oid=oid)
         store = self._store_of()
         key = pack_key(self.name, "pack")
+        end = self._chunk_end(off)
+        if end is not None:  # the next chunk's offset (from the index): header and body in one read
+            data = store.get_range(key, off, end - off)
+            self.counter.bytes += len(data)
+            self.counter.requests += 1
+            if len(data) >= _ENTRY.size:
+                enc, n = struct.unpack_from(">BI", data)
+                if n == len(data) - _ENTRY.size:
+                    return enc, data[_ENTRY.size:]
+            raise ObjectCorrupt(f"object {oid}: its chunk in remote pack {self.name} is not where the index says",
+                                oid=oid)
         head = store.get_range(key, off, _ENTRY.size)
         self.counter.bytes += len(head)
         self.counter.requests += 1
