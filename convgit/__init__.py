@@ -41,7 +41,7 @@ _API = (
     "fragment_text", "schema_of", "summaries", "turn_level", "turns",
     # remotes (issue 15): docs/remotes.md
     "SyncReport", "add_remote", "clone", "fetch", "fsck_remote", "list_remotes", "pull", "push", "remove_remote",
-    "rename_remote", "tracking_refs", "gc_remote",
+    "rename_remote", "tracking_refs", "gc_remote", "index_sync", "IndexSyncReport",
 )
 # name -> the module that defines it (each imported when the name is first used)
 _LAZY = {name: "api" for name in _API if name != "ConvgitError"}

@@ -46,6 +46,7 @@ _REEXPORTS = {"CommitResult": "commit", "check_on_conflict": "commit", "Payload"
 _REEXPORTS.update({n: "sync" for n in ("SyncReport", "add_remote", "clone", "fetch", "fsck_remote", "list_remotes",
                                       "pull", "push", "remove_remote", "rename_remote", "tracking_refs")})
 _REEXPORTS["gc_remote"] = "remote_gc"
+_REEXPORTS.update({"index_sync": "index_sync", "IndexSyncReport": "index_sync"})
 
 
 def __getattr__(name: str):
@@ -959,5 +960,5 @@ __all__ = [
     "bundle_create", "bundle_verify", "fsck", "gc", "is_llm_db", "merge", "reindex",
     # remotes
     "SyncReport", "add_remote", "clone", "fetch", "fsck_remote", "list_remotes", "pull", "push", "remove_remote",
-    "rename_remote", "tracking_refs", "gc_remote",
+    "rename_remote", "tracking_refs", "gc_remote", "index_sync", "IndexSyncReport",
 ]

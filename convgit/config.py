@@ -52,6 +52,7 @@ class Config:
     index_backend: str = "sqlite"  # [index] backend: "sqlite" or "postgres" (docs/index.md)
     index_dsn: str | None = None  # [index] dsn (or CONVGIT_INDEX_DSN): the PostgreSQL database
     index_namespace: str | None = None  # [index] namespace: the PostgreSQL schema of this store's index
+    objects_from: str | None = None  # [store] objects_from: the remote an index-only store reads objects from (docs/remotes.md)
 
 
 _SECTIONS = {
@@ -60,10 +61,12 @@ _SECTIONS = {
     "gc": ("grace_seconds", "reflog_expire_days"),
     "index": ("text", "backend", "dsn", "namespace"),
     "embed": ("on_commit",),  # the rest of [embed]: load_embed_config
+    "store": ("objects_from",),
 }
 # A key whose Config field is not its own name: (section, key) → field.
 _FIELDS = {("index", "text"): "index_text", ("index", "backend"): "index_backend", ("index", "dsn"): "index_dsn",
-           ("index", "namespace"): "index_namespace", ("embed", "on_commit"): "embed_on_commit"}
+           ("index", "namespace"): "index_namespace", ("embed", "on_commit"): "embed_on_commit",
+           ("store", "objects_from"): "objects_from"}
 INDEX_BACKENDS = ("sqlite", "postgres")
 
 

@@ -176,14 +176,7 @@ class Pack:
         if chunk is not None:
             self._chunks.move_to_end(off)
             return chunk
-        pack = self._open_pack()
-        if off < len(PACK_MAGIC) or off + _ENTRY.size > len(pack):
-            raise ObjectCorrupt(f"object {oid}: entry beyond the end of {self.pack_path.name}", oid=oid)
-        enc, n = _ENTRY.unpack_from(pack, off)
-        start = off + _ENTRY.size
-        if start + n > len(pack):
-            raise ObjectCorrupt(f"object {oid}: truncated in {self.pack_path.name}", oid=oid)
-        stored = pack[start : start + n]
+        enc, stored = self._entry(oid, off)
         if enc == RAW:
             chunk = bytes(stored)
         elif enc == ZSTD:
@@ -205,6 +198,18 @@ class Pack:
         if len(self._chunks) > _CACHED_CHUNKS:
             self._chunks.popitem(last=False)
         return chunk
+
+    def _entry(self, oid: str, off: int) -> tuple[int, bytes]:
+        """(encoding, stored bytes) of the chunk at ``off`` (from the mapped pack file; a
+        remote read by range overrides this, convgit/remotes/ranged.py)."""
+        pack = self._open_pack()
+        if off < len(PACK_MAGIC) or off + _ENTRY.size > len(pack):
+            raise ObjectCorrupt(f"object {oid}: entry beyond the end of {self.pack_path.name}", oid=oid)
+        enc, n = _ENTRY.unpack_from(pack, off)
+        start = off + _ENTRY.size
+        if start + n > len(pack):
+            raise ObjectCorrupt(f"object {oid}: truncated in {self.pack_path.name}", oid=oid)
+        return enc, pack[start : start + n]
 
     def ids_in_pack_order(self) -> list[str]:
         """Every id, in the order the objects lie in the pack (reading them in this order

@@ -9,7 +9,7 @@ from typing import Iterator
 
 from . import fsio
 from .config import DEFAULT_CONFIG_TOML, Config, env_overrides, env_store_dir, expand_home, load_config, user_data_dir
-from .errors import NotAStore, UnsafeSymlink
+from .errors import NotAStore, NotFound, UnsafeSymlink
 from .merge_journal import JOURNAL, recover
 from .object_store import ObjectStore
 from .refs import RENAME_INTENT, RefStore
@@ -29,6 +29,8 @@ class Repository:
         self.path = path
         self.config = config
         self.objects = ObjectStore(path / "objects", fsync=config.fsync)
+        if config.objects_from:  # an index-only store: what is not here is read from a remote by range
+            self.objects = _ranged_objects(self.objects, path, config.objects_from)
         self.refs = RefStore(path, fsync=config.fsync, lock_timeout=config.lock_timeout)
         self._index = None
         # Said once the operation is done (the CLI prints them to stderr): a ref move that
@@ -188,6 +190,22 @@ class Repository:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _ranged_objects(local: ObjectStore, path: Path, remote: str):
+    """The object store of an index-only store (``[store] objects_from = "NAME"``): local
+    objects, then remote NAME's packs read by range (convgit/remotes/ranged.py)."""
+    from .config import load_remotes
+    from .remotes import open_remote
+    from .remotes.ranged import RangedObjects
+
+    def store_of():
+        settings = load_remotes(path / "config.toml").get(remote)
+        if settings is None:
+            raise NotFound(f"store.objects_from names remote {remote!r}, which is not configured", remote=remote)
+        return open_remote(settings["url"], endpoint=settings.get("endpoint"), region=settings.get("region"))
+
+    return RangedObjects(local, path / "remotes" / remote / "packs", store_of)
 
 
 def default_store_path() -> Path:

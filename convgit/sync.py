@@ -34,7 +34,7 @@ from blake3 import blake3
 from . import fsio
 from .config import crash_point, load_remotes, push_pack_bytes
 from .config_edit import replace_table
-from .errors import (ConvgitError, InvalidInput, NonFastForward, NotFound, ObjectCorrupt, RefExists, RefStale,
+from .errors import (ConvgitError, InvalidInput, NonFastForward, NotFound, ObjectCorrupt, ObjectMissing, RefExists, RefStale,
                      RemoteCorrupt, SourceCorrupt)
 from .graph import typed_references
 from .ids import check_thread_name, is_oid
@@ -312,8 +312,10 @@ def _incoming_turns(remote: _Remote, doc: RefsDoc) -> dict[str, list[str]]:
     return turns
 
 
-def _fetch(tx, remote: _Remote, report: SyncReport, progress=None) -> RefsDoc:
-    """Fetch inside transaction ``tx``: objects verified and moved in, tracking refs moved."""
+def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool = True) -> RefsDoc:
+    """Fetch inside transaction ``tx``: objects verified and moved in, tracking refs moved.
+    ``take=False`` (index sync): no object is taken; the store reads them from the remote by
+    range (its ``objects`` is a RangedObjects), so only the tracking refs move."""
     repo = tx.repo
     doc = remote.read_doc()
     report.generation = doc.generation
@@ -329,13 +331,16 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None) -> RefsDoc:
                                 f"(convgit fsck --remote {remote.name})", thread=name)
     turns = _incoming_turns(remote, doc)
     mr = MergeReport(remote.url)
-    try:
-        seen = take_objects(tx, _RemoteSource(remote, report, progress), doc.threads, turns, mr, False)
-    except RemoteCorrupt:
-        raise
-    except SourceCorrupt as e:
-        msg = e.message.removeprefix("merge source: ").removeprefix("merge source ")
-        raise RemoteCorrupt(f"remote {remote.name}: {msg}; nothing was taken", **e.details) from e
+    if not take:
+        seen = _read_ahead(repo, remote, doc, local, turns, tracking)
+    else:
+        try:
+            seen = take_objects(tx, _RemoteSource(remote, report, progress), doc.threads, turns, mr, False)
+        except RemoteCorrupt:
+            raise
+        except SourceCorrupt as e:
+            msg = e.message.removeprefix("merge source: ").removeprefix("merge source ")
+            raise RemoteCorrupt(f"remote {remote.name}: {msg}; nothing was taken", **e.details) from e
     report.objects = mr.new_objects
     moves, entries = [], []
     for name, tip in sorted(doc.threads.items()):
@@ -354,6 +359,41 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None) -> RefsDoc:
             raise r
     report.threads = entries
     return doc
+
+
+def _read_ahead(repo, remote: _Remote, doc: RefsDoc, local: dict[str, str], turns, tracking) -> set[str]:
+    """index sync: before any ref moves, read (by range) every message new since the last
+    sync and every new turn, each re-hashed and decoded, so that a damaged or missing object
+    refuses the sync with nothing moved (as fetch refuses a bad pack). Returns the new turns
+    (those not in the tracking reflogs yet). The chunks read stay cached for the index."""
+    from .objects import Turn
+
+    def read(oid: str, want: type):
+        try:
+            obj = repo.objects.read(oid)
+        except (ObjectCorrupt, ObjectMissing) as e:
+            raise RemoteCorrupt(f"remote {remote.name}: {e.message}; nothing was indexed", oid=oid) from e
+        if not isinstance(obj, want):
+            raise RemoteCorrupt(f"remote {remote.name}: {oid} is not a {want.__name__.lower()}; nothing was indexed",
+                                oid=oid)
+        return obj
+
+    stops = set(local.values())
+    for name, tip in sorted(doc.threads.items()):
+        oid = tip
+        while oid is not None and oid not in stops:
+            stops.add(oid)
+            oid = read(oid, Message).parent
+    new: set[str] = set()
+    for name, ts in turns.items():
+        if local.get(name) == doc.threads.get(name):
+            continue  # unmoved: its turns were recorded when it last moved
+        known = {e.turn for e in tracking.read_log(name)} if name in local else set()
+        for t in ts:
+            if t not in known and t not in new:
+                read(t, Turn)
+                new.add(t)
+    return new
 
 
 def _open(repo, name: str | None) -> _Remote:

@@ -549,6 +549,21 @@ The remote itself is not touched.
 """,
     ("remote", "rename"): """Renames a remote; its remote-tracking refs and cache follow.
 """,
+    ("index",): """The index kept from a remote without a local copy of its objects. With no subcommand,
+prints its help.
+""",
+    ("index", "sync"): """Brings this store's threads and index (SQLite, or PostgreSQL with `[index] backend =
+"postgres"`) up to the remote's refs document, reading only the objects it needs from the
+remote's packs by byte range (their `.idx` files are cached under
+`.convgit/remotes/REMOTE/packs/`), and storing none. The first sync writes `[store]
+objects_from = "REMOTE"` to config.toml: the store is then index-only (docs/remotes.md, "An
+index without the objects"): `log`, `show`, `search`, `threads` and `status` answer as in a
+full clone, reading any object they show by range. Every new message and turn is read and
+verified (re-hashed, decoded, of its type) before a ref moves: a damaged pack is
+`remote_corrupt` with nothing moved. A second sync with nothing new reads no pack byte.
+`--json` reports `bytes_read`, `requests`, `idx_bytes`, `pack_bytes` (what a fetch would
+download) and the threads (json.md).
+""",
     ("mcp",): """\
 Serves the store to MCP clients (Claude Code, Cursor, Codex, any MCP client) with five tools:
 `save_conversation`, `search`, `get_conversation`, `list_conversations`,

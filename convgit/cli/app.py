@@ -43,6 +43,7 @@ COMMANDS = {
     "threads": "cmd_threads",
     "remote": "cmd_remote",
     "mcp": "cmd_mcp",
+    "index": "cmd_index",
 }
 
 

@@ -20,6 +20,10 @@ class RemoteStore(Protocol):
     def size(self, key: str) -> int | None:
         """The size of ``key`` in bytes, or None if absent (a HEAD request)."""
 
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes of ``key`` from byte ``start`` (fewer at its end); RemoteCorrupt
+        naming the key when it is absent (index sync reads packs by range)."""
+
     def put_new(self, key: str, data: bytes) -> bool:
         """Write ``key`` only if it does not exist: True if written, False if it existed."""
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from blake3 import blake3
 
 from .. import fsio
-from ..errors import InvalidInput, RemoteFailed
+from ..errors import InvalidInput, RemoteCorrupt, RemoteFailed
 from .base import CasLost
 
 _TMP = ".tmp-"
@@ -65,6 +65,17 @@ class DirectoryRemote:
             return self._path(key).stat().st_size
         except (FileNotFoundError, NotADirectoryError):
             return None
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes of ``key`` from ``start`` (seek and read), fewer at its end."""
+        try:
+            with open(self._path(key), "rb") as f:
+                f.seek(start)
+                return f.read(max(0, length))
+        except (FileNotFoundError, NotADirectoryError):
+            raise RemoteCorrupt(f"remote {self.url}: {key} is missing", key=key) from None
+        except OSError as e:
+            raise RemoteFailed(f"remote {self.url}: cannot read {key}: {e.strerror}") from e
 
     def _tmp(self, final: Path, data: bytes) -> Path:
         self._ensure_root()

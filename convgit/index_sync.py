@@ -1,0 +1,118 @@
+"""``convgit index sync --from REMOTE``: keep a store's index (SQLite or PostgreSQL) current
+from a remote's refs document, without a local copy of the objects (docs/remotes.md "An
+index without the objects").
+
+The store becomes an index-only store: ``[store] objects_from = "REMOTE"`` in its
+config.toml, so every object it lacks (all of them, in a store made for this) is read from
+the remote's packs by byte range through their cached indexes (remotes/ranged.py). A sync is
+a fetch that takes no object (the tracking refs move from the refs document and the packs'
+turns manifests) followed by pull's ref rules (merge's ``apply_refs``); the repository
+transaction then brings the index up to the moved threads through its usual catch-up, whose
+reader reads the new messages (and only those) by range. Threads, reflogs and the index are
+local; the objects stay on the remote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import tomllib
+from dataclasses import dataclass, field
+
+from . import fsio
+from .errors import InvalidInput
+from .sync import CACHE, SyncReport, _fetch, _pull_refs, _Remote, get_remote
+from .remotes.refsdoc import pack_key
+
+
+@dataclass
+class IndexSyncReport:
+    """What an index sync read and moved."""
+
+    remote: str
+    url: str
+    bytes_read: int = 0  # pack bytes read by range (chunk headers and chunks)
+    requests: int = 0  # ranged reads made
+    idx_bytes: int = 0  # pack indexes downloaded (cached afterwards)
+    pack_bytes: int = 0  # the size of every pack the refs document names (what a fetch would download)
+    packs: int = 0  # packs the refs document names
+    threads: list[dict] = field(default_factory=list)
+    generation: int = 0
+    backend: str = "sqlite"
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def moved(self) -> int:
+        """Threads that moved here (created, fast-forwarded, diverged copies)."""
+        return sum(1 for t in self.threads if t["action"] not in ("same", "kept", "up-to-date", "behind"))
+
+    def to_json(self) -> dict:
+        """The ``--json`` document of ``index sync`` (docs/json.md)."""
+        out = {"status": "ok", "operation": "index-sync", "remote": self.remote, "url": self.url,
+               "bytes_read": self.bytes_read, "requests": self.requests, "idx_bytes": self.idx_bytes,
+               "pack_bytes": self.pack_bytes, "packs": self.packs, "moved": self.moved, "threads": self.threads,
+               "generation": self.generation, "index": self.backend, "seconds": self.seconds}
+        if self.warnings:
+            out["warnings"] = self.warnings
+        return out
+
+
+def _mark_index_only(repo, name: str) -> None:
+    """Write ``[store] objects_from = NAME`` into config.toml (once), and read through it now."""
+    from .repository import _ranged_objects
+
+    path = repo.path / "config.toml"
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        text = ""
+    data = tomllib.loads(text) if text else {}
+    if "store" in data:
+        raise InvalidInput(f"{path}: has a [store] table already: add objects_from = {name!r} to it by hand")
+    if text and not text.endswith("\n"):
+        text += "\n"
+    text += ("\n" if text.strip() else "") + f'[store]\nobjects_from = "{name}"\n'
+    tomllib.loads(text)
+    fsio.replace_file(path, text.encode("utf-8"), fsync=repo.config.fsync)
+    repo.config = dataclasses.replace(repo.config, objects_from=name)
+    repo.objects = _ranged_objects(repo.objects, repo.path, name)
+
+
+def index_sync(repo, remote: str | None = None) -> IndexSyncReport:
+    """Bring this store's threads and index up to remote ``remote`` (default: origin)
+    reading objects by range, storing none (the store becomes index-only for that remote).
+    Returns IndexSyncReport (bytes read by range vs the packs' total size)."""
+    t0 = time.perf_counter()
+    name, settings = get_remote(repo, remote)
+    if repo.config.objects_from not in (None, name):
+        raise InvalidInput(f"this store reads its objects from remote {repo.config.objects_from!r} "
+                           f"([store] objects_from): it cannot index {name!r} too", remote=name)
+    if repo.config.objects_from is None:
+        _mark_index_only(repo, name)
+    r = _Remote(repo, name, settings)
+    report = IndexSyncReport(name, r.url, backend=getattr(repo.config, "index_backend", "sqlite"))
+    fetched = SyncReport("fetch", name, r.url)
+    counter = repo.objects.counter
+    before = counter.bytes, counter.requests
+    cache = repo.path / CACHE / name / "packs"
+    had = {p.name: p.stat().st_size for p in cache.glob("*.idx")} if cache.is_dir() else {}
+    try:
+        with repo.transaction() as tx:
+            doc = _fetch(tx, r, fetched, take=False)
+        report.warnings.extend(tx.warnings)
+        with repo.transaction(exclusive=True) as tx:
+            _pull_refs(tx, name, fetched)
+        report.warnings.extend(tx.warnings)
+        report.packs = len(doc.packs)
+        report.pack_bytes = sum(r.store.size(pack_key(p, "pack")) or 0 for p in doc.packs)
+    finally:
+        r.close()
+    now = {p.name: p.stat().st_size for p in cache.glob("*.idx")} if cache.is_dir() else {}
+    report.idx_bytes = sum(n for k, n in now.items() if k not in had)
+    report.bytes_read = counter.bytes - before[0]
+    report.requests = counter.requests - before[1]
+    report.threads = fetched.threads
+    report.generation = fetched.generation
+    report.seconds = round(time.perf_counter() - t0, 3)
+    return report
