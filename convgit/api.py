@@ -18,14 +18,17 @@ import msgspec
 from . import codec, graph, revparse
 from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, SchemaValidationFailed
 from .ids import check_thread_name
-from .objects import Blob, Message, ReasoningPart, TextPart, ToolCallPart, Turn
+from .objects import Blob, Message, ToolCallPart, Turn
 from .repository import Repository
 from .results import DeleteResult, RenameResult, RestoreResult, SwitchResult, UpdateRefResult  # noqa: F401 (re-exported)
 from .thread_ops import (  # noqa: F401 (re-exported: the library surface)
     ForkResult, delete_thread, deleted_threads, find_conversation, fork, reflog, rename_thread, restore_thread, switch,
     threads, update_ref,
 )
+from .texts import message_text, part_json  # noqa: F401 (re-exported: the library surface)
+from .texts import resolve_text as _resolve_text  # noqa: F401 (the CLI's name for it)
 from .thread_ops import require_message as _require_message
+from .tree_view import nest_tree, tree  # noqa: F401 (re-exported: the library surface)
 from .timefmt import iso
 
 if TYPE_CHECKING:  # runtime imports are in the functions: each command loads only what it uses
@@ -172,32 +175,6 @@ def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None
 
 
 # -- reading --------------------------------------------------------------------------------
-
-
-def message_text(repo: Repository, msg: Message) -> str:
-    """The visible text of a message (text parts; long ones read from their blobs)."""
-    out = []
-    for p in msg.parts:
-        if isinstance(p, TextPart):
-            out.append(_resolve_text(repo, p))
-    return "\n".join(out)
-
-
-def _resolve_text(repo: Repository, p: TextPart | ReasoningPart) -> str:
-    if p.blob:
-        obj = repo.objects.read(p.blob)
-        if isinstance(obj, Blob):
-            return obj.data.decode("utf-8", "replace")
-        return ""
-    return p.text
-
-
-def part_json(repo: Repository, p) -> dict:
-    """One part as JSON builtins, with the text of a long (blob-stored) text part filled in."""
-    d = msgspec.to_builtins(p)
-    if isinstance(p, (TextPart, ReasoningPart)) and p.blob:
-        d["text"] = _resolve_text(repo, p)
-    return d
 
 
 @dataclass
@@ -582,103 +559,6 @@ def conversation(repo: Repository, rev: str | None = None) -> list[LogEntry]:
     return log(repo, rev, reverse=True)
 
 
-def tree(repo: Repository, rev: str | None = None) -> list[dict]:
-    """Every message reachable from a thread as a forest in a stable order (with ``rev``: only
-    the tree holding that revision). Each row: id, parent, role, text, depth (how many forks
-    deep), branch (first message of a branch), last (no later sibling branch), tips (the
-    thread names whose tip it is)."""
-    refs = repo.refs.read_all()
-    only_root = None
-    if rev is not None:
-        only_root = graph.ancestry_ids(repo.objects, revparse.resolve(repo, rev))[0]
-    tips: dict[str, list[str]] = {}
-    for n, t in refs.items():
-        tips.setdefault(t, []).append(n)
-    children: dict[str | None, list[str]] = {}
-    msgs: dict[str, Message] = {}
-    for name, tip in refs.items():
-        for oid, msg in graph.iter_ancestry(repo.objects, tip, stop=set(msgs)):
-            msgs[oid] = msg
-            children.setdefault(msg.parent, []).append(oid)
-    # Siblings in the order their threads were created (the older branch first, as the
-    # conversation happened), then by name: the same drawing in every store and every second.
-    created = {r["name"]: r["created_ms"] or 0 for r in repo.index.thread_rows()}
-    far = (float("inf"), "\uffff")
-    for k in children:
-        children[k].sort(key=lambda o: (min(((created.get(n, 0), n) for n in _names_below(o, children, tips)),
-                                            default=far), o))
-    roots = [r for r in children.get(None, []) if only_root is None or r == only_root]
-    rows: list[dict] = []
-    stack = [(oid, 0, False, True) for oid in reversed(roots)]
-    while stack:
-        oid, depth, branch, last = stack.pop()
-        msg = msgs[oid]
-        kids = children.get(oid, [])
-        text = message_text(repo, msg)
-        rows.append({
-            "id": oid, "parent": msg.parent, "role": msg.role, "text": text,
-            "summary": _summary_of(msg, text, msgs.get(msg.parent) if msg.parent else None),
-            "depth": depth, "branch": branch, "last": last, "tips": sorted(tips.get(oid, [])),
-        })
-        if len(kids) == 1:
-            stack.append((kids[0], depth, False, True))
-        else:
-            for i, k in reversed(list(enumerate(kids))):
-                stack.append((k, depth + 1, True, i == len(kids) - 1))
-    return rows
-
-
-def _summary_of(msg: Message, text: str, parent: Message | None = None, width: int = 72) -> str:
-    """One line saying what a message is: its first line of text, else what its tool calls
-    and results do (a result named after its call in ``parent``), else its kind of content."""
-    from .objects import AttachmentPart
-    from .views import tool_names, tool_summary
-
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    if first:
-        return first if len(first) <= width else first[: width - 1] + "…"
-    tools = tool_summary(msg.parts, width, tool_names(parent.parts) if parent is not None else None)
-    if tools:
-        return tools
-    for p in msg.parts:
-        if isinstance(p, AttachmentPart):
-            return f"[attachment] {p.name or p.mime_type or p.url or ''}".rstrip()
-    if any(isinstance(p, ReasoningPart) for p in msg.parts):
-        return "[reasoning]"
-    return ""
-
-
-def nest_tree(rows: list[dict]) -> list[dict]:
-    """``tree`` rows as a JSON tree: one object per conversation (root), each a run of
-    messages up to a fork, then its ``branches`` (runs in turn). Nesting grows with forks,
-    not with messages, so a long thread stays one flat list."""
-    out: list[dict] = []
-    stack: list[tuple[int, dict]] = []  # (depth, run) of the open runs
-    for r in rows:
-        node = {k: r[k] for k in ("id", "parent", "role", "summary", "tips")}
-        if r["parent"] is None:
-            run = {"messages": [node], "branches": []}
-            out.append(run)
-            stack = [(0, run)]
-        elif r["branch"]:
-            while stack and stack[-1][0] >= r["depth"]:
-                stack.pop()
-            run = {"messages": [node], "branches": []}
-            stack[-1][1]["branches"].append(run)
-            stack.append((r["depth"], run))
-        else:
-            stack[-1][1]["messages"].append(node)
-    return out
-
-
-def _names_below(oid: str, children: dict, tips: dict) -> Iterator[str]:
-    todo = [oid]
-    while todo:
-        o = todo.pop()
-        yield from tips.get(o, [])
-        todo.extend(children.get(o, []))
-
-
 # -- import / export --------------------------------------------------------------------------
 
 
@@ -687,11 +567,12 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
     """Import every conversation in ``paths`` (see convgit/importer.py). Returns an
     ImportReport; one bad conversation is reported, never raised."""
     from .importer import import_conversations
+    from .ingest.files import expand_paths, progress_sizes
     from .ingest.sources import Rejected, iter_path
 
     if not dry_run:
         repo.refs.read_head()  # unreadable: fail before reading any file
-    paths = _expand_dirs(paths, fmt)
+    paths = expand_paths(paths, fmt)
     owner: list[int] = []  # the path each reported conversation came from (one per item, in order)
 
     carry = [0]  # progress: what a file's items did not account for, given with the next item
@@ -699,7 +580,7 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
     def items():
         for i, p in enumerate(paths):
             n = len(owner)
-            fsize, done, per = _progress_sizes(p, fmt) if progress is not None else (0, 0, 0)
+            fsize, done, per = progress_sizes(p, fmt) if progress is not None else (0, 0, 0)
             try:
                 for item in iter_path(p, fmt, repo.config):
                     owner.append(i)
@@ -729,37 +610,6 @@ def import_paths(repo: Repository, paths: list[str | Path], *, fmt: str = "auto"
         if i not in good:
             c.warning = False
     return report
-
-
-def _expand_dirs(paths, fmt: str) -> list:
-    """A directory stands for the files in it that import reads (``ingest.sources.expand_dir``:
-    a whole ``~/.claude/projects`` or ``~/.codex/sessions``); an empty one is an error."""
-    from .ingest.sources import expand_dir
-
-    out: list = []
-    for p in paths:
-        if Path(p).is_dir():
-            files = expand_dir(p, None if fmt == "auto" else fmt)
-            if not files:
-                raise InvalidInput(f"{p}: a directory with no file to import in it")
-            out.extend(files)
-        else:
-            out.append(p)
-    return out
-
-
-def _progress_sizes(path, fmt: str) -> tuple[int, int, int]:
-    """(file size, 0, bytes per conversation when the format gives none: an llm logs.db)."""
-    try:
-        fsize = Path(path).stat().st_size
-    except OSError:
-        return 0, 0, 0
-    per = 0
-    if fmt in ("auto", "llm") and is_llm_db(path):
-        from .ingest import llmdb
-
-        per = fsize // max(1, llmdb.count_conversations(path))
-    return fsize, 0, per
 
 
 def export(repo: Repository, revs: list[str], *, fmt: str = "native", progress=None) -> str:
@@ -874,18 +724,9 @@ def merge(repo: Repository, src: str | Path, *, dry_run: bool = False, progress=
 
 def is_llm_db(path: str | Path) -> bool:
     """Is ``path`` a file holding an ``llm`` logs.db (not a convgit bundle)?"""
-    p = Path(path)
-    try:
-        if not p.is_file():
-            return False
-        with open(p, "rb") as f:
-            if not f.read(16).startswith(b"SQLite format 3"):
-                return False
-    except OSError:
-        return False
-    from .ingest import llmdb
+    from .ingest.files import is_llm_db as _is_llm_db
 
-    return llmdb.is_llm_db(p) and not llmdb.is_bundle(p)
+    return _is_llm_db(path)
 
 
 def bundle_create(repo: Repository, path: str | Path, threads: list[str] | None = None, *, progress=None):
@@ -908,30 +749,9 @@ def store_path(start: str | Path | None = None) -> dict:
     """Which store commands run from ``start`` (default: the current directory) use, found
     as ``open_repo`` finds it, without creating one: ``{"path", "exists"}`` (``exists``
     false: the default store or CONVGIT_DIR's, created on first use, is not there yet)."""
-    import os
+    from .repository import locate_store
 
-    from .config import env_store_dir, expand_home
-    from .repository import STORE_DIRNAME, default_store_path
-
-    env = env_store_dir()
-    here = Path(start or os.getcwd()).absolute()
-    if env:
-        p = expand_home(env)
-        if not p.is_absolute():
-            p = here / p
-        from .errors import NotAStore
-
-        if p.exists() and not p.is_dir():
-            raise NotAStore(f"CONVGIT_DIR={env} is not a directory", path=str(p))
-        if p.is_dir() and not (p / "format").exists() and any(p.iterdir()):
-            raise NotAStore(f"CONVGIT_DIR={env} is a directory that is neither empty nor a convgit store", path=str(p))
-    else:
-        p = next((d / STORE_DIRNAME for d in (here, *here.parents) if (d / STORE_DIRNAME).is_dir()), None)
-        if p is None:
-            p = default_store_path()
-    exists = (p / "format").exists()
-    if exists:
-        Repository.open(p).close()  # a store of another format version is an error, as for every command
+    p, exists = locate_store(start)
     return {"path": str(p), "exists": exists}
 
 

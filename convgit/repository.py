@@ -277,3 +277,33 @@ def check_no_symlinks(path: Path) -> None:
 def _write_if_missing(path: Path, data: bytes) -> None:
     if not path.exists():
         fsio.replace_file(path, data, fsync=True)
+
+
+def locate_store(start: str | Path | None = None) -> tuple[Path, bool]:
+    """(path, exists) of the store commands run from ``start`` (default: the current
+    directory) use, found as ``open_repo`` finds it, without creating one (``exists`` false:
+    the default store or CONVGIT_DIR's, created on first use, is not there yet)."""
+    import os
+
+    from .config import env_store_dir, expand_home
+
+    env = env_store_dir()
+    here = Path(start or os.getcwd()).absolute()
+    if env:
+        p = expand_home(env)
+        if not p.is_absolute():
+            p = here / p
+        from .errors import NotAStore
+
+        if p.exists() and not p.is_dir():
+            raise NotAStore(f"CONVGIT_DIR={env} is not a directory", path=str(p))
+        if p.is_dir() and not (p / "format").exists() and any(p.iterdir()):
+            raise NotAStore(f"CONVGIT_DIR={env} is a directory that is neither empty nor a convgit store", path=str(p))
+    else:
+        p = next((d / STORE_DIRNAME for d in (here, *here.parents) if (d / STORE_DIRNAME).is_dir()), None)
+        if p is None:
+            p = default_store_path()
+    exists = (p / "format").exists()
+    if exists:
+        Repository.open(p).close()  # a store of another format version is an error, as for every command
+    return p, exists
