@@ -42,7 +42,7 @@ def _shown_commands() -> list[tuple[str, str]]:
                         found.append(ln)
         found += re.findall(r"`(convgit [^`\n]+)`", text)
         for cmd in found:
-            if PLACEHOLDER.search(cmd) or "$(" in cmd or ">" in cmd:
+            if PLACEHOLDER.search(cmd) or "$(" in cmd or ">" in cmd or "&&" in cmd or ";" in cmd:
                 continue
             out.append((doc.name, cmd))
     return sorted(set(out))

@@ -109,11 +109,21 @@ def _full_group():
 
 
 def test_command_table_matches_the_modules():
-    """COMMANDS lists every registered command, in typer's own order, with its module."""
-    app_mod, _ = _full_group()
-    registered = [(c.name, c.callback.__module__) for c in app_mod.app.registered_commands]
-    registered += [(g.name, _group_module(g)) for g in app_mod.app.registered_groups]
-    assert registered == [(n, f"convgit.cli.{m}") for n, m in app_mod.COMMANDS.items()]
+    """COMMANDS lists every registered command, in typer's own order, with its module. Typer's
+    order is import order, so this runs in a fresh interpreter: another test of this worker may
+    have imported command modules in another order already."""
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import test_startup as t\n"
+        "app_mod, _ = t._full_group()\n"
+        "reg = [(c.name, c.callback.__module__) for c in app_mod.app.registered_commands]\n"
+        "reg += [(g.name, t._group_module(g)) for g in app_mod.app.registered_groups]\n"
+        "print(json.dumps([reg, list(app_mod.COMMANDS.items())]))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)], capture_output=True, text=True,
+                       timeout=120, cwd=Path(__file__).parent.parent)
+    assert p.returncode == 0, p.stderr[-2000:]
+    registered, table = json.loads(p.stdout)
+    assert [tuple(r) for r in registered] == [(n, f"convgit.cli.{m}") for n, m in table]
 
 
 def _group_module(info) -> str:

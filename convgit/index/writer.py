@@ -32,7 +32,8 @@ from . import fts, reach
 from .fts import FTS_SCHEMA
 from .healing import healing, index_storage_failure
 from .rows import Reader, dump_json, part_row
-from .schema import INDEX_FILE, SCHEMA, SCHEMA_VERSION, TOTALS, count_totals, read_totals
+from .schema import INDEX_FILE, SCHEMA, SCHEMA_VERSION, TOTALS
+from .totals import RunningTotals
 
 
 def invalidate(repo) -> None:
@@ -48,7 +49,7 @@ def invalidate(repo) -> None:
         pass  # no lock (a full disk cannot even create it): the caller already warns
 
 
-class IndexWriter:
+class IndexWriter(RunningTotals):
     """Opening, validating, rebuilding and catching up the index (the write side of ``Index``)."""
 
     def __init__(self, repo, *, path: Path | None = None, autorefresh: bool = True) -> None:
@@ -514,43 +515,6 @@ class IndexWriter:
                 if failed is not None and failed is not e:
                     raise failed from e
                 raise
-
-    # -- the running totals (schema.TOTALS) ----------------------------------------------------
-
-    def _add(self, key: str, n: int) -> None:
-        if self._delta is not None:
-            self._delta[key] += n
-
-    def _count_threads(self, names, sign: int) -> None:
-        """Add (``sign`` +1) or take away (-1) what the rows of threads ``names`` count:
-        one thread each, and its tip's depth + 1 messages (O(len(names)))."""
-        if self._delta is None:
-            return
-        for name in names:
-            row = self.db.execute("SELECT m.depth FROM threads h LEFT JOIN messages m ON m.id = h.tip WHERE h.name=?",
-                                  (name,)).fetchone()
-            if row is not None:
-                self._delta["threads"] += sign
-                if row[0] is not None:
-                    self._delta["message_refs"] += sign * (row[0] + 1)
-
-    def _text_bytes_of(self, rowids: list[int]) -> int:
-        if self._delta is None:
-            return 0
-        q = "SELECT coalesce(sum(text_bytes), 0) FROM parts WHERE message_rowid=? AND text_bytes IS NOT NULL"
-        return sum(int(self.db.execute(q, (r,)).fetchone()[0]) for r in rowids)
-
-    def _store_totals(self) -> None:
-        """Write the totals, inside the catch-up's transaction: the last ones plus what this
-        one changed, or (a rebuild, or an index without them) counted from the rows."""
-        have = read_totals(self.db) if self._delta is not None else None
-        if have is None:
-            totals = count_totals(self.db)
-        else:
-            totals = {k: have[k] + self._delta[k] for k in TOTALS}
-            if min(totals.values()) < 0:  # rows changed behind the writer's back: count them
-                totals = count_totals(self.db)
-        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('totals', ?)", (json.dumps(totals, sort_keys=True),))
 
     def _log_size(self, name: str) -> int:
         return self.repo.refs.log_size(name)  # packed part and loose file (docs/format.md §4.2)
