@@ -880,23 +880,40 @@ class RefStore:
 
     def log_bytes(self, name: str) -> bytes:
         """The reflog of thread ``name`` as bytes: its packed text, then its loose file (less
-        what the packed entry says it absorbed of that very file). The loose file is read
-        first, ``packed-logs`` after it: a packing renames ``packed-logs`` in before it
-        unlinks a loose reflog it absorbed, so a reader never misses a line nor reads one
-        twice (docs/format.md §4.2)."""
-        loose, ino = self._loose_log(name)
-        packed = self._packed_log(name)
+        what the packed entry says it absorbed of that very file), as it was at one instant
+        (docs/format.md §4.2). ``packed-logs`` is opened first, the loose file read, then
+        ``packed-logs`` looked at again: the same file (it is only ever replaced by rename,
+        and the open one keeps its inode) means it was the current one when the loose file
+        was read, and the marker then says exactly what of that loose file it holds.
+        Replaced in between (a packing, or a drop): read again. (Reading the loose file
+        first and ``packed-logs`` after it is not enough: a reader paused between the two
+        reads, across a packing, a move and another packing, would take the lines of a loose
+        file two packings old that the second marker does not name: read twice.)"""
+        loose, ino, pl = self._log_snapshot(name)
+        packed = pl.get(name) if pl is not None else None
         if packed is None:
             return loose
         return packed.data + loose[absorbed_skip(packed, ino, loose):]
+
+    def _log_snapshot(self, name: str) -> tuple[bytes, int | None, PackedLogsReader | None]:
+        """(loose bytes, loose inode, the ``packed-logs`` reader) that were current together."""
+        pl = self.packed_logs()
+        while True:
+            loose, ino = self._loose_log(name)
+            now = self.packed_logs()
+            if now is pl:
+                return loose, ino, pl
+            pl = now  # replaced while the loose file was read: again, with the new one
 
     def log_size(self, name: str) -> int:
         """The byte length of ``log_bytes(name)`` (what the index remembers it has read)."""
         if self.packed_logs() is None:
             try:
-                return os.stat(self.log_path(name)).st_size
+                size = os.stat(self.log_path(name)).st_size
             except (FileNotFoundError, NotADirectoryError):
-                return 0
+                size = 0
+            if self.packed_logs() is None:  # (still none: no packing took the file meanwhile)
+                return size
         return len(self.log_bytes(name))
 
     def has_log(self, name: str) -> bool:

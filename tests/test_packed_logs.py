@@ -226,6 +226,47 @@ def test_a_reader_racing_the_packing_never_sees_a_line_twice_or_misses_one(repo)
     assert all(len(repo.refs.read_log(n)) == count[n] for n in names)
 
 
+@pytest.mark.parametrize("pause", ["after_loose_read", "before_loose_read"])
+def test_a_reader_paused_across_two_packings_reads_the_log_as_it_was_at_one_instant(repo, monkeypatch, pause):
+    """The race the test above catches only under load, made certain: a reader is paused just
+    after (or just before) it reads the loose reflog while the log is packed, moved once more
+    and packed again. What it returns must be the log at some instant of its read: m0 m1, or
+    m0 m1 m2; never m1 twice (the second packing's marker names another loose file than the
+    one the reader read), never m1 missing."""
+    t1 = commit(repo, {"messages": conv("a")}, thread="a").tip
+    t2 = commit(repo, {"messages": conv("a", "2")}, thread="a").tip
+    repo.refs.update("a", None, message="x")
+    repo.refs.update("a", t1, expected=None, message="m0")
+    with repo.exclusive_lock():
+        repo.pack_refs()  # m0 packed
+    repo.refs.update("a", t2, message="m1")  # m1 in a loose file
+    reader = Repository.open(repo.path)
+    real = reader.refs._loose_log
+    paused = []
+
+    def meanwhile() -> None:
+        paused.append(True)
+        with repo.exclusive_lock():
+            repo.pack_refs()  # m1 absorbed, its loose file unlinked
+        repo.refs.update("a", t1, message="m2")  # a new loose file
+        with repo.exclusive_lock():
+            repo.pack_refs()  # m2 absorbed: the marker names the new file
+
+    def loose_log(name):
+        if not paused and pause == "before_loose_read":
+            meanwhile()
+        got = real(name)
+        if not paused and pause == "after_loose_read":
+            meanwhile()
+        return got
+
+    monkeypatch.setattr(reader.refs, "_loose_log", loose_log)
+    msgs = [e.message for e in reader.refs.read_log("a")]
+    assert paused and msgs in (["m0", "m1"], ["m0", "m1", "m2"]), msgs
+    assert [e.message for e in reader.refs.read_log("a")] == ["m0", "m1", "m2"]
+    assert reader.refs.log_size("a") == len(repo.refs.log_bytes("a"))
+
+
 def _writer(path: str, me: int, rounds: int, q) -> None:
     done: list = []
     try:
