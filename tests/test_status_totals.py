@@ -137,20 +137,20 @@ def test_every_kind_of_write_keeps_the_totals_and_status_json_matches_a_rebuild(
     assert _status_counts(counted) == _status_counts(live)
 
 
-def test_fsck_names_totals_that_drifted_and_reindex_cures_them(tmp_path):
+def test_totals_that_drifted_never_reach_status_or_fsck_and_reindex_recounts_them(tmp_path):
+    """status counts from the rows (the running totals are not trusted yet: they drifted
+    under 4 concurrent writers, docs/index.md), so totals that are wrong change no answer."""
     repo = fast_repo(tmp_path / "s")
     convgit.commit(repo, {"messages": conv("a", "b")}, now_ms=NOW)
     convgit.commit(repo, {"messages": conv("c", "d")}, now_ms=NOW + 1)
-    assert api.fsck(repo).ok
+    before = api.status(repo)
     db = repo.index.db
     wrong = dict(read_totals(db), messages=read_totals(db)["messages"] + 1)
     db.execute("INSERT OR REPLACE INTO meta VALUES ('totals', ?)", (json.dumps(wrong),))
-    report = api.fsck(repo)
-    assert not report.ok
-    assert any("(totals)" in str(p) for p in report.to_json()["problems"]), report.to_json()
+    assert api.status(repo)["messages"] == before["messages"] == count_totals(db)["messages"]
+    assert api.fsck(repo).ok
     api.reindex(repo)
     assert read_totals(repo.index.db) == count_totals(repo.index.db)
-    assert api.fsck(repo).ok
     repo.close()
 
 

@@ -213,10 +213,6 @@ class IndexLookups:
         )
         out["messages"] = [list(r) for r in reach]
         out["renames"] = [list(r) for r in self._renames()]
-        # The running totals status reads (a fresh index counts them from its rows).
-        from .schema import read_totals
-
-        out["totals"] = read_totals(self.db)
         # The text and fields of every part too: search, log and show read them from here, so
         # a part that differs from its message object (fsck) is a wrong answer.
         out["parts"] = [list(r) for r in self.db.execute(
@@ -245,12 +241,14 @@ class IndexLookups:
         """What ``status`` reports from the index: reachable ``messages``, ``message_refs``
         (every thread counted root to tip), ``text_bytes`` of reachable text parts,
         ``threads``, ``turns`` (on a thread) and ``built_at`` (ms, or None)."""
-        from .schema import count_totals, read_totals
+        from .schema import count_totals
 
         db = self.db
-        totals = read_totals(db)  # the writer's running totals: one row, whatever the store's size
-        if totals is None:  # (an index written without them: count)
-            totals = count_totals(db)
+        # Counted from the rows. The writer's running totals (meta 'totals', schema.TOTALS)
+        # are kept but not read: 4 processes committing to a fresh store at once left them
+        # short of the rows in about half the runs (tests/reliability/test_index_recovery.py),
+        # cause not found yet (docs/index.md). A count is slower; a wrong count is wrong.
+        totals = count_totals(db)
         built = db.execute("SELECT value FROM meta WHERE key='built_at'").fetchone()
         return {**totals, "built_at": int(built[0]) if built else None}
 
