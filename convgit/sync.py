@@ -405,15 +405,21 @@ def fetch(repo, remote: str | None = None, *, progress=None) -> SyncReport:
     """Fetch from ``remote`` (default: origin): missing packs downloaded and verified, every
     remote thread recorded as ``refs/remotes/REMOTE/THREAD``. Returns SyncReport."""
     t0 = time.perf_counter()
+    report = _fetch_into(repo, remote, "fetch", progress)
+    report.seconds = round(time.perf_counter() - t0, 3)
+    return report
+
+
+def _fetch_into(repo, remote: str | None, op: str, progress) -> SyncReport:
+    """Open ``remote``, fetch in one transaction, close it: the first half of fetch and pull."""
     r = _open(repo, remote)
-    report = SyncReport("fetch", r.name, r.url)
+    report = SyncReport(op, r.name, r.url)
     try:
         with repo.transaction() as tx:
             _fetch(tx, r, report, progress)
         report.warnings.extend(tx.warnings)
     finally:
         r.close()
-    report.seconds = round(time.perf_counter() - t0, 3)
     return report
 
 
@@ -445,16 +451,9 @@ def pull(repo, remote: str | None = None, *, progress=None) -> SyncReport:
     fast-forward, ahead → kept, diverged → both kept (the remote's as
     ``NAME-merged-<tip>``). Returns SyncReport (``threads``: one entry per remote thread)."""
     t0 = time.perf_counter()
-    r = _open(repo, remote)
-    report = SyncReport("pull", r.name, r.url)
-    try:
-        with repo.transaction() as tx:
-            _fetch(tx, r, report, progress)
-        report.warnings.extend(tx.warnings)
-    finally:
-        r.close()
+    report = _fetch_into(repo, remote, "pull", progress)
     with repo.transaction(exclusive=True) as tx:
-        _pull_refs(tx, r.name, report)
+        _pull_refs(tx, report.remote, report)
     report.warnings.extend(tx.warnings)
     report.seconds = round(time.perf_counter() - t0, 3)
     return report

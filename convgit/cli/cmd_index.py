@@ -16,12 +16,7 @@ index_app = typer.Typer(cls=_Group, help="The index kept from a remote without a
 app.add_typer(index_app, name="index")
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
+_size = output.human_size  # (one formatter: cli/output.py)
 
 
 @index_app.callback()

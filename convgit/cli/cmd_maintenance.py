@@ -17,12 +17,7 @@ JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
 QUIET_OPT = typer.Option(False, "-q", "--quiet", help="Print nothing but warnings and errors.")
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+_size = output.human_size  # (one formatter: cli/output.py)
 
 
 @app.command("gc")

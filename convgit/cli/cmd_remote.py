@@ -22,12 +22,7 @@ remote_app = typer.Typer(cls=_Group, help="Manage remotes: other places (a direc
 app.add_typer(remote_app, name="remote")
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+_size = output.human_size  # (one formatter: cli/output.py)
 
 
 def _list(json_: bool) -> None:

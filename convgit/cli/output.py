@@ -224,3 +224,12 @@ def report_error(e: ConvgitError) -> None:
         emit_json(e.to_json())
     else:
         sys.stderr.write(f"convgit: error: {e.message} [{e.code}]\n")
+
+
+def human_size(n: float) -> str:
+    """A byte count as people read it: ``512 B``, ``1.5 KiB``, ``3.2 MiB``, ``1.0 GiB``."""
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
