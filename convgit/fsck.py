@@ -83,9 +83,70 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
     rep = FsckReport()
     add = rep.problems.append
     objects = repo.objects
-    objects.packs(reload=True)
+    # No gc while fsck reads (gc is what removes objects and packs: a pack it replaced or a
+    # loose object it packed would read as missing). Shared: fscks run side by side; a gc
+    # started meanwhile is skipped at once, as when another gc runs, and writers never wait.
+    with fsio.flock(repo.path / "gc.lock", shared=True, timeout=repo.config.lock_timeout):
+        # The refs, HEAD and reflogs first, then the objects: a writer stores a move's objects
+        # before it moves the ref, so every tip and turn read here is among the objects listed
+        # after it. (Read the other way round, a commit made during a long scan named objects
+        # the scan had not listed, and fsck reported them corrupt or missing.)
+        snap = _read_refs(repo, rep, add)
+        objects.packs(reload=True)
+        types, refs_of, turns = _check_objects(objects, rep, add, progress)
+        roots, archived_turns = _check_refs(snap, types, objects, add)
+        _finish(repo, rep, add, types, refs_of, turns, roots, archived_turns, snap.broken, repair, check_index)
+    rep.seconds = round(time.perf_counter() - t0, 3)
+    return rep
 
-    # 1. Every object: hash, decode, canonical form.
+
+@dataclass
+class _RefSnapshot:
+    """The refs, HEAD's problems and every reflog, read before the objects are listed."""
+
+    tips: list[tuple[str, str]] = field(default_factory=list)  # (thread, tip) of readable refs
+    broken: dict[str, Problem] = field(default_factory=dict)  # unreadable ref files that repair can remove
+    logs: list[tuple[str | None, str, bytes]] = field(default_factory=list)  # _all_logs
+
+
+def _read_refs(repo, rep: FsckReport, add) -> _RefSnapshot:
+    """Read every ref, HEAD and reflog (problems of their own form reported at once)."""
+    snap = _RefSnapshot()
+    for name in repo.refs.iter_names():
+        rep.threads += 1
+        try:
+            check_thread_name(name)
+        except InvalidRefName as e:
+            add(Problem("error", "bad_ref", f"ref file with an invalid name: {e.message}"))
+            continue
+        try:
+            tip = repo.refs.read(name)
+        except ObjectCorrupt as e:
+            snap.broken[name] = Problem("error", "bad_ref", f"{e.message} ({broken_ref_fix(name)})")
+            add(snap.broken[name])
+            continue
+        if tip is not None:
+            snap.tips.append((name, tip))
+    packed = repo.refs.packed()  # its threads were read above; here, the lines no reader can use
+    if not packed.header_ok:
+        add(Problem("error", "bad_ref", f"{repo.refs.packed_path.name}: the first line does not name this format "
+                    "(its threads cannot be read)"))
+    for name, _line in packed.bad:
+        if name is None or packed.refs.get(name) is not None:  # a bad tip is reported above
+            add(Problem("error", "bad_ref", f"{repo.refs.packed_path.name}: an unreadable line (gc refuses until it is removed by hand)"
+                        + (f" for thread {name!r} (a duplicate)" if name else "")))
+    try:
+        head = repo.refs.read_head()
+        check_thread_name(head)
+    except ConvgitError as e:
+        add(Problem("error", "bad_ref", f"HEAD: {e.message}"))
+    snap.logs = list(_all_logs(repo, add, _check_packed_logs(repo, add)))
+    return snap
+
+
+def _check_objects(objects, rep: FsckReport, add, progress):
+    """Every loose and packed object: hash, decode, canonical form. Returns (types, the
+    references of each object, the turns), for the checks that follow."""
     types: dict[str, str] = {}
     refs_of: dict[str, list[tuple[str, str]]] = {}
     turns: dict[str, Turn] = {}
@@ -115,53 +176,25 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
     if progress is not None:
         progress(done, total)
     rep.objects = len(types) + sum(1 for pr in rep.problems if pr.kind in ("object_corrupt",) and pr.oid and pr.oid not in types)
+    # References between objects (present, readable, of the right type) are checked after
+    # reachability (_finish): a broken link from an unreachable object is a dangling leftover
+    # of an interrupted write or prune, a warning as in git; from a reachable one, corruption.
+    return types, refs_of, turns
 
-    # 2. References between objects: present, readable, and of the right type. (Checked after
-    #    reachability below: a broken link from an unreachable object is a dangling leftover of
-    #    an interrupted write or prune, a warning as in git; from a reachable one, corruption.)
 
-    # 3. Refs, HEAD, reflogs.
+def _check_refs(snap: _RefSnapshot, types: dict, objects, add):
+    """The refs and reflogs read first, against the objects: returns (the roots of
+    reachability, the turns of archived reflogs that are not stored)."""
     roots: list[str] = []
-    broken: dict[str, Problem] = {}  # unreadable ref files that repair can remove
-    base = repo.refs.threads_dir
-    for name in repo.refs.iter_names():
-        rep.threads += 1
-        try:
-            check_thread_name(name)
-        except InvalidRefName as e:
-            add(Problem("error", "bad_ref", f"ref file with an invalid name: {e.message}"))
-            continue
-        try:
-            tip = repo.refs.read(name)
-        except ObjectCorrupt as e:
-            broken[name] = Problem("error", "bad_ref", f"{e.message} ({broken_ref_fix(name)})")
-            add(broken[name])
-            continue
-        if tip is None:
-            continue
+    for name, tip in snap.tips:
         if tip not in types:
             add(Problem("error", "bad_ref", f"thread {name!r} points at {tip}, which is {'corrupt' if objects.contains(tip) else 'missing'}", tip))
         elif types[tip] != "message":
             add(Problem("error", "bad_ref", f"thread {name!r} points at a {types[tip]}, not a message", tip))
         else:
             roots.append(tip)
-    del base
-    packed = repo.refs.packed()  # its threads were read above; here, the lines no reader can use
-    if not packed.header_ok:
-        add(Problem("error", "bad_ref", f"{repo.refs.packed_path.name}: the first line does not name this format "
-                    "(its threads cannot be read)"))
-    for name, _line in packed.bad:
-        if name is None or packed.refs.get(name) is not None:  # a bad tip is reported above
-            add(Problem("error", "bad_ref", f"{repo.refs.packed_path.name}: an unreadable line (gc refuses until it is removed by hand)"
-                        + (f" for thread {name!r} (a duplicate)" if name else "")))
-    try:
-        head = repo.refs.read_head()
-        check_thread_name(head)
-    except ConvgitError as e:
-        add(Problem("error", "bad_ref", f"HEAD: {e.message}"))
     archived_turns: list[tuple[str, str | None, str]] = []  # (turn, new tip, where) in deleted threads' reflogs
-    packed_logs_ok = _check_packed_logs(repo, add)
-    for name, where, raw in _all_logs(repo, add, packed_logs_ok):
+    for name, where, raw in snap.logs:
         lines = [ln for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()]
         entries = parse_log(raw)
         if len(entries) != len(lines):
@@ -177,7 +210,14 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
                     add(Problem("error", "bad_reflog", f"{where} names {e.turn} as a turn; it is a {types[e.turn]}", e.turn))
                 elif name is not None:
                     roots.append(e.turn)
+    return roots, archived_turns
 
+
+def _finish(repo, rep: FsckReport, add, types, refs_of, turns, roots, archived_turns, broken, repair: bool,
+            check_index: bool) -> None:
+    """Reachability, the references between objects, leftovers, the index, vectors, and
+    the repairs."""
+    objects = repo.objects
     # 4. Reachability (unreachable objects are information, as in git).
     reach: set[str] = set()
 
@@ -235,8 +275,7 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
 
     # 6. The index agrees with the objects.
     if check_index and not rep.errors:  # with damaged objects a rebuild differs by design
-        for msg in _check_index(repo):
-            add(Problem("error", "index", msg))
+        _check_index(repo, add)
 
     # 7. Vectors (derived, .convgit/vectors/) of messages that are no longer stored.
     if (repo.path / "vectors").is_dir():
@@ -264,8 +303,6 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
         if n:
             rep.repaired.append(f"{n} stale temporary file(s) removed")
         rep.problems = [p for p in rep.problems if p.kind != "index"]
-    rep.seconds = round(time.perf_counter() - t0, 3)
-    return rep
 
 
 def _remove_broken_ref(repo, name: str) -> str:
@@ -311,9 +348,39 @@ def _check_object(objects, oid, types, refs_of, turns, add, read) -> None:
         turns[oid] = obj
 
 
-def _check_index(repo) -> list[str]:
-    """The live index must hold what a rebuild from the objects holds (Index.check)."""
-    return repo.index.check()
+INDEX_CHECK_TRIES = 3
+
+
+def _check_index(repo, add) -> None:
+    """The live index must hold what a rebuild from the objects holds (Index.check). A
+    difference counts only when no ref moved during the comparison (the refs journal is
+    where every move is written): a commit made between the rebuild and the reading of the
+    live index is not damage, so the comparison is made again, and after
+    ``INDEX_CHECK_TRIES`` busy attempts fsck says it could not compare (a warning)."""
+    for _ in range(INDEX_CHECK_TRIES):
+        before = _refs_moment(repo)
+        found = repo.index.check()
+        if not found:
+            return
+        if _refs_moment(repo) == before:
+            for msg in found:
+                add(Problem("error", "index", msg))
+            return
+    add(Problem("warning", "index", f"refs moved during each of {INDEX_CHECK_TRIES} comparisons of the index with "
+                "a rebuild (a writer is busy): the index was not compared; run fsck again when the store is quiet"))
+
+
+def _refs_moment(repo) -> tuple:
+    """What changes whenever a ref moves: the refs journal (every move is appended to it) and
+    packed-refs (gc and auto-packing rewrite it), by inode, size and mtime."""
+    out = []
+    for path in (repo.refs.journal_path, repo.refs.packed_path):
+        try:
+            st = os.stat(path)
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except FileNotFoundError:
+            out.append(None)
+    return tuple(out)
 
 
 __all__ = ["FsckReport", "Problem", "fsck", "Blob", "ObjectMissing", "THREADS"]

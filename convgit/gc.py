@@ -131,7 +131,7 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
             return stats
     gc_fd = fsio.try_flock(repo.path / "gc.lock", shared=False)
     if gc_fd is None:
-        stats.status, stats.reason = "skipped", "another gc is running"
+        stats.status, stats.reason = "skipped", "another gc or an fsck is running"
         return stats
     try:
         # One transaction, the store lock held exclusively (an interrupted merge rolled forward

@@ -469,6 +469,14 @@ Exits 35 (`fsck_failed`) when anything is corrupt. `--repair` removes unreadable
 rebuilds the index and removes temp files older than an hour; it never deletes an object.
 `--remote NAME` checks that remote instead (its refs document, every pack it names, every
 tip): docs/remotes.md.
+
+fsck can run while others write (`convgit serve`, another shell): it reads the refs, `HEAD`
+and reflogs before it lists the objects (a writer stores a move's objects before it moves
+the ref, so whatever it read is among what it lists), and a thread created meanwhile is
+simply not checked this time. The index is compared again when a ref moved during the
+comparison; if refs moved during each of 3 attempts it says so as a warning (not compared),
+not as an error. It holds `gc.lock` shared while it reads: a gc started meanwhile is
+skipped (`gc --json` `status: skipped`), as when another gc runs; writers never wait.
 """,
     ("merge",): """Takes another store's (a directory) or a bundle's threads and objects. Refs are read first,
 then every object they reach that is new here is re-hashed and decoded: one bad object and

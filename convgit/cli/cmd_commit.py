@@ -14,6 +14,7 @@ from ..errors import ConvgitError, InvalidInput
 from ..ids import short
 from . import output
 from .app import app, get_repo
+from .params import QUIET_OPT
 
 JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
 
@@ -22,6 +23,7 @@ JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
 def init_cmd(
     directory: Optional[Path] = typer.Argument(None, metavar="DIR", help="Where to create .convgit/ (default: here)."),
     json_: bool = JSON_OPT,
+    quiet: bool = QUIET_OPT,
 ) -> None:
     """Create an empty store in DIR/.convgit (idempotent)."""
     output.set_json(json_)
@@ -31,7 +33,7 @@ def init_cmd(
     doc = {"status": "exists" if existed else "created", "path": str(repo.path)}
     if json_:
         output.emit_json(doc)
-    else:
+    elif not quiet:
         verb = "Reinitialized existing" if existed else "Initialized empty"
         output.line(f"{verb} convgit store in {repo.path}")
 

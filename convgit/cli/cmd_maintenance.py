@@ -11,10 +11,9 @@ from ..errors import FsckFailed
 from ..ids import short
 from . import output, progress
 from .app import _Group, app, get_repo
-from .params import complete_thread
+from .params import QUIET_OPT, complete_thread
 
 JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
-QUIET_OPT = typer.Option(False, "-q", "--quiet", help="Print nothing but warnings and errors.")
 
 
 _size = output.human_size  # (one formatter: cli/output.py)

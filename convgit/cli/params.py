@@ -24,6 +24,8 @@ from typing import Any, get_args, get_origin
 
 import typer
 
+QUIET_OPT = typer.Option(False, "-q", "--quiet", help="Print nothing but warnings and errors.")
+
 try:
     from typer._coercion import RuntimeParam, build_runtime_param
     from typer._param_types import coerce_cli_path, routes_to_path
