@@ -48,6 +48,7 @@ RENAME_INTENT = "rename-intent.json"  # a rename in progress: rolled forward by 
 BATCH_REFS = 256  # threads locked and moved together by update_many
 NOT_APPLIED = object()  # update_many: a move not made
 AUTO_PACK_LOOSE = 1024  # more loose refs than this after a write: the writer packs them (§6.4)
+JOURNAL_ROTATE = 8 * 1024 * 1024  # a refs journal longer than this: the next writer that can packs every ref and replaces it (§4)
 
 
 @dataclass(frozen=True)

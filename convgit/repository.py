@@ -158,17 +158,29 @@ class Repository:
     def auto_pack(self) -> int:
         """After a write that left more than AUTO_PACK_LOOSE loose refs: pack them, if the
         store lock can be had exclusively at once (else the next writer does). The journal
-        names what was packed, so every index catches up in O(threads packed). Returns the
-        refs packed (0: nothing done)."""
+        names what was packed, so every index catches up in O(threads packed). When the
+        journal has grown past JOURNAL_ROTATE, every ref is packed and the journal replaced,
+        as gc does. Returns the refs packed (0: nothing done)."""
         from .errors import ConvgitError
-        from .refs import AUTO_PACK_LOOSE
+        from .refs import AUTO_PACK_LOOSE, JOURNAL_ROTATE
 
-        if self.refs.count_loose_refs(AUTO_PACK_LOOSE) <= AUTO_PACK_LOOSE:
+        try:
+            long_journal = os.stat(self.refs.journal_path).st_size > JOURNAL_ROTATE
+        except FileNotFoundError:
+            long_journal = False
+        if not long_journal and self.refs.count_loose_refs(AUTO_PACK_LOOSE) <= AUTO_PACK_LOOSE:
             return 0
         try:
             with self.exclusive_lock(timeout=0):
                 self.recover_interrupted()
-                return self.pack_refs(journal=True)
+                if not long_journal:
+                    return self.pack_refs(journal=True)
+                # A store nobody runs gc on (a long-lived ``serve``): the journal would grow
+                # by a line per move for ever. Packed and started afresh as gc does (every
+                # index then reads every ref once: one packed-refs file).
+                n = self.pack_refs()
+                self.refs.rotate_journal()
+                return n
         except ConvgitError:
             return 0  # busy (another writer, a gc) or unreadable: the write stands, packing waits
 

@@ -136,3 +136,33 @@ def test_answers_identical_to_a_rebuild_after_a_mix_of_moves(tmp_path):
         r.index.rebuild()
         assert r.index.dump() == have
         assert unreachable >= 1
+
+
+def test_a_store_nobody_gcs_keeps_a_short_journal(tmp_path, monkeypatch):
+    """A long-lived writer (``convgit serve``) on a store where gc never runs: past
+    JOURNAL_ROTATE bytes the next writer packs every ref and starts a new journal, as gc
+    does, so the journal stays bounded; every answer stays what a rebuild gives."""
+    from convgit import refs as refs_mod
+    from convgit import transaction
+
+    monkeypatch.setattr(refs_mod, "JOURNAL_ROTATE", 1024)
+    monkeypatch.setattr(transaction, "AUTO_PACK_STEP", 256)
+    repo = fast_repo(tmp_path / "s")
+    journal = repo.refs.journal_path
+    inodes, sizes = set(), []
+    for i in range(150):  # a thread each (about 25 bytes of journal per move)
+        convgit.commit(repo, {"messages": conv(f"busy q{i}", f"a{i}")}, thread=f"serve/call-{i:04d}", now_ms=NOW + i)
+        if i % 10 == 0:  # a continuation of an older thread too
+            convgit.commit(repo, {"messages": conv(f"busy q{i}", f"a{i}", "more", "ok")}, thread=f"serve/call-{i:04d}",
+                           now_ms=NOW + i)
+        st = os.stat(journal)
+        inodes.add(st.st_ino)
+        sizes.append(st.st_size)
+    assert len(inodes) > 1, "the journal was never replaced"
+    assert max(sizes) <= 1024 + 256 + 64
+    assert (repo.path / "packed-refs").exists()
+    have = {"threads": api.threads(repo), "log": [e.to_json(repo) for e in api.log(repo, None, all_threads=True, count=0)]}
+    api.reindex(repo)
+    want = {"threads": api.threads(repo), "log": [e.to_json(repo) for e in api.log(repo, None, all_threads=True, count=0)]}
+    assert have == want and len(have["threads"]) == 150
+    assert [p.message for p in api.fsck(repo).errors] == []
