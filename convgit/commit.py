@@ -17,10 +17,10 @@ from typing import Iterable
 from . import codec, object_store
 from .config import crash_point
 from .decide import Plan, View, decide
-from .errors import HashMismatch, NotFound, PayloadTooLarge, RefExists, RefStale, SchemaValidationFailed
+from .errors import HashMismatch, NotFound, ObjectCorrupt, PayloadTooLarge, RefExists, RefStale, SchemaValidationFailed
 from .ids import check_thread_name
 from .ingest import Chain, Payload, build_chain
-from .objects import Turn
+from .objects import Message, Turn
 from .refs import RefMove
 
 ON_CONFLICT = ("reject", "fork")
@@ -176,13 +176,13 @@ def prepare(repo, payload: Payload, after: str | None = None, *, chain: Chain | 
 
 def _history(repo, tip: str) -> Chain:
     """The stored chain from the root down to ``tip`` (a message), as a Chain."""
-    from .graph import read_message
-
     rev: list[tuple[str, bytes, object]] = []
     oid: str | None = tip
     while oid is not None:
-        data = repo.objects.read_bytes(oid)
-        msg = read_message(repo.objects, oid)
+        data = repo.objects.read_bytes(oid)  # read once: bytes and message (was read twice)
+        msg = codec.decode(data, oid)
+        if not isinstance(msg, Message):
+            raise ObjectCorrupt(f"{oid} is a {type(msg).__name__.lower()}, not a message", oid=oid)
         rev.append((oid, data, msg))
         oid = msg.parent
     out = Chain()
