@@ -21,12 +21,14 @@ from .fts import fts_add, fts_remove
 
 
 def after_catch_up(db, known: dict[str, tuple], refs: dict[str, str], gone: set[str], *,
-                   commit: bool = False) -> tuple[list[int], list[int]]:
+                   commit: bool = False, new_from: int | None = None) -> tuple[list[int], list[int]]:
     """Keep ``unreachable`` right after the threads in ``refs`` were caught up.
 
     ``known``: name → (tip, reflog size) before; ``refs``: the caught-up name → tip;
     ``gone``: the threads the catch-up removed; ``commit``: the catch-up was a commit's,
-    which never leaves a message behind (it only creates threads or fast-forwards them).
+    which never leaves a message behind (it only creates threads or fast-forwards them);
+    ``new_from``: the first rowid this catch-up added (its rows are reachable but were never
+    in the table, so a walk up from a new tip goes on through them to the older rows).
     Returns the rowids that left the table (reachable again) and those that entered it, in
     that order: what the index's running totals (writer.py) change by.
     """
@@ -38,7 +40,7 @@ def after_catch_up(db, known: dict[str, tuple], refs: dict[str, str], gone: set[
         for name, tip in refs.items():
             old = known.get(name)
             if old is None or old[0] != tip:
-                _mark_reachable(db, tip, back)
+                _mark_reachable(db, tip, back, new_from)
     if moved_from and not commit:
         tips = _Tips(db)
         for old in moved_from:
@@ -65,15 +67,23 @@ def reset(db) -> None:
         db.execute("INSERT INTO message_fts (message_fts) VALUES ('delete-all')")
 
 
-def _mark_reachable(db, oid: str | None, out: list[int]) -> None:
+def _mark_reachable(db, oid: str | None, out: list[int], new_from: int | None = None) -> None:
+    """Take ``oid`` and its ancestors out of ``unreachable``, up to the first older row that
+    is not in it (reachable already, and so is everything above it). Rows this catch-up added
+    (rowid >= ``new_from``) were never in the table, and their parent may be: a thread moved
+    back (or a stateless commit) continuing a history no thread reached. The walk goes on
+    through them; stopping at the new tip left that history unreachable for good (and a later
+    move skipped it as a subtree "known to hold no tip", marking a live history unreachable)."""
     while oid is not None:
         row = db.execute("SELECT rowid, parent FROM messages WHERE id=?", (oid,)).fetchone()
         if row is None:
             return
         if db.execute("DELETE FROM unreachable WHERE rowid=?", (row[0],)).rowcount == 0:
-            return  # reachable already, and so is everything above it
-        out.append(row[0])
-        fts_add(db, row[0])
+            if new_from is None or row[0] < new_from:
+                return  # reachable already, and so is everything above it
+        else:
+            out.append(row[0])
+            fts_add(db, row[0])
         oid = row[1]
 
 
