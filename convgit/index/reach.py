@@ -10,7 +10,11 @@ a rebuilt index's), and every query that lists messages from the index (status, 
 them out, so that each answers the same before and after a rebuild. A
 message that becomes reachable again (a fork of an old id, ``update-ref`` back) leaves the
 table. Both walks stop at the first message whose state does not change, so they cost the
-number of messages that changed state, not the size of the store.
+number of messages that changed state (and the messages the catch-up added), not the size
+of the store. They rely on the table being closed downwards (a message in it has no thread
+tip at or below it) and its complement upwards (a reachable message's parent is reachable):
+so a walk up from a new tip passes through the messages this catch-up added, which were
+never in the table although their parent may be, before it stops.
 """
 
 from __future__ import annotations
