@@ -4,7 +4,8 @@ queries they replace (issue 10, "status under 100 ms at 100,000 threads").
     .venv/bin/python benchmarks/bench_status.py --before DIR                 # 1,000 and 10,000 threads
     .venv/bin/python benchmarks/bench_status.py --before DIR --sizes 1000,10000,100000
 
-``DIR``: a checkout of convgit before the totals (e.g. ``git archive 0eeddf4 | tar -x -C DIR``).
+``DIR``: a checkout of convgit before the totals (e.g. ``git archive 0eeddf4 | tar -x -C DIR``);
+``--after DIR2`` times another checkout instead of this one as "after".
 For each size N a store of N two-message threads is built as bench_refs_space.py builds it
 (``commit_many``, fsync off, the writers' own packing on), then packed by ``gc --prune never``
 (the state a maintained store is in). Each code gets its own copy of the store (their index
@@ -40,6 +41,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--before", type=Path, required=True, help="a checkout of convgit before the running totals")
+    ap.add_argument("--after", type=Path, default=ROOT,
+                    help="the checkout timed as 'after' (default: this one; a frozen copy lets you edit meanwhile)")
     ap.add_argument("--keep", type=Path, help="build the stores here and keep them (default: a temp directory)")
     ap.add_argument("--out", type=Path, default=OUT / "status.json")
     args = ap.parse_args()
@@ -65,7 +68,7 @@ def main() -> None:
                     shutil.copytree(base, d, symlinks=True, ignore=shutil.ignore_patterns("index.sqlite*"))
                 stores[n][label] = d / ".convgit"
             print(f"built {n}: {res['build_s'].get(n)}", file=sys.stderr, flush=True)
-        code = {"before": str(args.before), "after": str(ROOT)}
+        code = {"before": str(args.before), "after": str(args.after)}
         times = {n: {k: [] for k in code} for n in sizes}
         work = {n: {k: [] for k in code} for n in sizes}
         for n in sizes:  # warm: each copy's index built by its own code, caches hot

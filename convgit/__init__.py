@@ -23,7 +23,7 @@ from .errors import ConvgitError  # noqa: E402
 _API = (
     # types
     "CommitResult", "ConvgitError", "DeleteResult", "ForkResult", "LogEntry", "Payload", "RefExists",
-    "RenameResult", "Repository", "RestoreResult", "SwitchResult", "TurnInfo", "UpdateRefResult",
+    "RenameResult", "Repository", "RestoreResult", "StatusReport", "SwitchResult", "TurnInfo", "UpdateRefResult",
     # stores
     "init", "open_repo",
     # writing

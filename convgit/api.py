@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # runtime imports are in the functions: each command loads on
     from .commit import CommitResult
     from .ingest import Payload
     from .index.filters import Filters
+    from .stats import StatusReport
 
 # The kinds of text a search looks in, and the default (index/fts.py's COLUMNS and DEFAULT_IN;
 # tests/test_search.py checks they agree): here so that `convgit --help` names them without
@@ -50,6 +51,7 @@ _REEXPORTS.update({n: "sync" for n in ("SyncReport", "add_remote", "clone", "fet
                                       "pull", "push", "remove_remote", "rename_remote", "tracking_refs")})
 _REEXPORTS["gc_remote"] = "remote_gc"
 _REEXPORTS.update({"index_sync": "index_sync", "IndexSyncReport": "index_sync"})
+_REEXPORTS["StatusReport"] = "stats"
 
 
 def __getattr__(name: str):
@@ -547,8 +549,9 @@ def embed_status(repo: Repository, **overrides) -> dict:
     return _status(repo, **overrides)
 
 
-def status(repo: Repository) -> dict:
-    """Counts, sizes, dedup ratio, index freshness and last gc (see ``convgit.stats``)."""
+def status(repo: Repository) -> "StatusReport":
+    """Counts, sizes, dedup ratio, index freshness and last gc (a ``StatusReport``, which
+    reads as its JSON document too; see ``convgit.stats``)."""
     from .stats import status as _status
 
     return _status(repo)
@@ -764,7 +767,7 @@ def show_refs(repo: Repository) -> dict[str, str]:
 __all__ = [
     # types
     "CommitResult", "ConvgitError", "DeleteResult", "ForkResult", "LogEntry", "Payload", "RefExists",
-    "RenameResult", "Repository", "RestoreResult", "SwitchResult", "TurnInfo", "UpdateRefResult",
+    "RenameResult", "Repository", "RestoreResult", "StatusReport", "SwitchResult", "TurnInfo", "UpdateRefResult",
     # stores
     "init", "open_repo",
     # writing

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+from .results import _Document
 
 
 def _du(path: Path, parts: dict[str, str] | None = None) -> tuple[int, int, dict[str, int]]:
@@ -73,7 +76,55 @@ def _last_record(data: bytes) -> dict | None:
     return None
 
 
-def status(repo) -> dict:
+@dataclass(frozen=True, eq=False)
+class StatusReport(_Document):
+    """What ``status`` found (docs/json.md "status"). It reads as its JSON document too
+    (``report["messages"]``), as the dict it was before. ``objects``: loose, packed, packs;
+    ``bytes``: the disk use by part; ``index``: the index's path, schema and freshness;
+    ``last_gc_record``: the last complete record of ``gc.log``, or None."""
+
+    store: str
+    format_version: int | None
+    head: str | None
+    threads: int
+    turns: int
+    messages: int
+    message_refs: int
+    text_bytes: int
+    objects: dict
+    bytes: dict
+    index: dict
+    last_gc_record: dict | None
+    seconds: float
+
+    @property
+    def dedup_ratio(self) -> float | None:
+        """message_refs / messages (None for an empty store)."""
+        return round(self.message_refs / self.messages, 3) if self.messages else None
+
+    def to_json(self) -> dict:
+        """``status --json`` (the keys in their documented order)."""
+        gc = self.last_gc_record
+        return {
+            "store": self.store,
+            "format_version": self.format_version,
+            "head": self.head,
+            "threads": self.threads,
+            "turns": self.turns,
+            "messages": self.messages,
+            "message_refs": self.message_refs,
+            "dedup_ratio": self.dedup_ratio,
+            "text_bytes": self.text_bytes,
+            "objects": dict(self.objects),
+            "bytes": dict(self.bytes),
+            "index": dict(self.index),
+            "last_gc": gc.get("finished_at") if gc else None,
+            "last_gc_record": gc,
+            "seconds": self.seconds,
+        }
+
+
+def status(repo) -> StatusReport:
     """Counts, sizes, deduplication and the state of the index and of gc.
 
     ``message_refs`` is the number of messages the threads hold, each thread counted in full
@@ -86,7 +137,7 @@ def status(repo) -> dict:
     return healing_call(repo, _status, repo)
 
 
-def _status(repo) -> dict:
+def _status(repo) -> StatusReport:
     from .repository import read_format_version
 
     from .index import SCHEMA_VERSION
@@ -120,19 +171,17 @@ def _status(repo) -> dict:
     obj_bytes = sums["loose"] + pack_bytes
     index_bytes = idx.disk_bytes()  # (on the server, for the PostgreSQL index: not part of ``total``)
     local_index = index_bytes if getattr(idx, "backend", "sqlite") == "sqlite" else 0
-    gc = last_gc(store)
-    return {
-        "store": str(store),
-        "format_version": read_format_version(store),
-        "head": repo.refs.read_head(),
-        "threads": counts["threads"],
-        "turns": counts["turns"],
-        "messages": messages,
-        "message_refs": refs_total,
-        "dedup_ratio": round(refs_total / messages, 3) if messages else None,
-        "text_bytes": counts["text_bytes"],
-        "objects": {"loose": loose, "packed": packed, "packs": len(packs)},
-        "bytes": {
+    return StatusReport(
+        store=str(store),
+        format_version=read_format_version(store),
+        head=repo.refs.read_head(),
+        threads=counts["threads"],
+        turns=counts["turns"],
+        messages=messages,
+        message_refs=refs_total,
+        text_bytes=counts["text_bytes"],
+        objects={"loose": loose, "packed": packed, "packs": len(packs)},
+        bytes={
             "total": total,
             "objects_loose": obj_bytes - pack_bytes,
             "packs": pack_bytes,
@@ -140,7 +189,7 @@ def _status(repo) -> dict:
             "other": total - obj_bytes - local_index,
             "files": files,
         },
-        "index": {
+        index={
             "path": str(idx.path),
             "schema_version": SCHEMA_VERSION,
             "up_to_date": not stale and not was_rebuilt,
@@ -148,7 +197,6 @@ def _status(repo) -> dict:
             "stale_threads": len(stale),
             "built_at": counts["built_at"],
         },
-        "last_gc": gc.get("finished_at") if gc else None,
-        "last_gc_record": gc,
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
+        last_gc_record=last_gc(store),
+        seconds=round(time.perf_counter() - t0, 3),
+    )

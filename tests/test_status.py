@@ -123,3 +123,22 @@ def test_status_cli(cli, proj):
     assert {"store", "format_version", "threads", "turns", "messages", "message_refs", "dedup_ratio", "text_bytes",
             "objects", "bytes", "index", "last_gc"} <= set(doc)
     assert doc["messages"] == 2 and doc["threads"] == 1
+
+
+def test_status_is_a_typed_report_that_reads_as_its_json_document(tmp_path):
+    """``api.status`` returns a StatusReport (attributes, ``to_json``) that also reads as the
+    dict it used to be; ``to_json`` has the documented keys in their order."""
+    repo = _store(tmp_path)
+    st = convgit.status(repo)
+    assert isinstance(st, convgit.StatusReport)
+    assert (st.threads, st.messages, st.message_refs, st.dedup_ratio) == (3, 8, 10, 1.25)
+    doc = st.to_json()
+    assert list(doc) == ["store", "format_version", "head", "threads", "turns", "messages", "message_refs",
+                         "dedup_ratio", "text_bytes", "objects", "bytes", "index", "last_gc", "last_gc_record",
+                         "seconds"]
+    assert dict(st) == doc and st == doc and st["index"] == doc["index"] == st.index
+    assert json.loads(json.dumps(doc)) == doc  # plain JSON values only
+    convgit.gc(repo, prune="now")
+    st = convgit.status(repo)
+    assert st.to_json()["last_gc"] == st.last_gc_record["finished_at"] is not None
+    repo.close()

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import convgit
 from convgit import api
+from convgit.index import Index
 from convgit.index.schema import TOTALS, count_totals, read_totals
 from convgit.repository import Repository
 
@@ -39,12 +40,25 @@ def _status_counts(st_: dict) -> dict:
     return {k: st_[k] for k in ("threads", "turns", "messages", "message_refs", "dedup_ratio", "text_bytes")}
 
 
+def _rebuilt_totals(repo: Repository) -> dict:
+    """The totals of an index rebuilt from the objects beside the live one (counted)."""
+    where = repo.path / f"tmp_check{next(_seq)}.sqlite"
+    fresh = Index(repo, path=where, autorefresh=False)
+    try:
+        return count_totals(fresh.db)
+    finally:
+        fresh.close()
+        where.unlink()
+
+
 def _assert_totals_true(repo: Repository) -> None:
-    """The running totals equal a direct count (and status reports exactly them)."""
+    """The running totals equal a direct count of the live rows and a rebuilt index's count
+    (and status reports exactly them)."""
     status = api.status(repo)
     db = repo.index.db
     have, want = read_totals(db), count_totals(db)
     assert have == want
+    assert want == _rebuilt_totals(repo)
     assert {k: status[k] for k in TOTALS} == want
 
 
@@ -137,21 +151,156 @@ def test_every_kind_of_write_keeps_the_totals_and_status_json_matches_a_rebuild(
     assert _status_counts(counted) == _status_counts(live)
 
 
-def test_totals_that_drifted_never_reach_status_or_fsck_and_reindex_recounts_them(tmp_path):
-    """status counts from the rows (the running totals are not trusted yet: they drifted
-    under 4 concurrent writers, docs/index.md), so totals that are wrong change no answer."""
+def test_status_reads_the_totals_fsck_names_totals_that_drifted_and_reindex_cures_them(tmp_path):
     repo = fast_repo(tmp_path / "s")
     convgit.commit(repo, {"messages": conv("a", "b")}, now_ms=NOW)
     convgit.commit(repo, {"messages": conv("c", "d")}, now_ms=NOW + 1)
-    before = api.status(repo)
+    assert api.fsck(repo).ok
     db = repo.index.db
     wrong = dict(read_totals(db), messages=read_totals(db)["messages"] + 1)
     db.execute("INSERT OR REPLACE INTO meta VALUES ('totals', ?)", (json.dumps(wrong),))
-    assert api.status(repo)["messages"] == before["messages"] == count_totals(db)["messages"]
-    assert api.fsck(repo).ok
+    # status reads the one row (it does not count): the planted figure is what it reports
+    assert api.status(repo)["messages"] == wrong["messages"] == count_totals(db)["messages"] + 1
+    report = api.fsck(repo).to_json()
+    assert report["status"] != "ok"
+    totals = [p for p in report["problems"] if "(totals)" in p["message"]]
+    assert totals and {(p["severity"], p["kind"]) for p in totals} == {("error", "index")}, report
+    # named twice: against its own rows (which total, both figures) and against a rebuild
+    assert any("messages 5 (its rows count 4)" in p["message"] for p in totals), totals
+    assert any("disagrees with the objects (totals)" in p["message"] for p in totals), totals
     api.reindex(repo)
     assert read_totals(repo.index.db) == count_totals(repo.index.db)
+    assert api.status(repo)["messages"] == 4
+    assert api.fsck(repo).ok
     repo.close()
+
+
+def test_fsck_fails_with_its_exit_code_on_totals_that_drifted(tmp_path):
+    """Through the CLI: ``fsck --json`` exits 35 (fsck_failed) naming the totals; after
+    ``reindex`` it exits 0."""
+    import os
+    import subprocess
+    import sys
+
+    repo = fast_repo(tmp_path / "s")
+    convgit.commit(repo, {"messages": conv("a", "b")}, now_ms=NOW)
+    db = repo.index.db
+    db.execute("INSERT OR REPLACE INTO meta VALUES ('totals', ?)",
+               (json.dumps(dict(read_totals(db), turns=read_totals(db)["turns"] + 3)),))
+    path = repo.path
+    repo.close()
+    env = {**os.environ, "CONVGIT_DIR": str(path)}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "convgit", *args], env=env, capture_output=True, text=True,
+                              cwd=tmp_path, timeout=120)
+
+    r = cli("fsck", "--json")
+    assert r.returncode == 35, (r.returncode, r.stdout, r.stderr)
+    doc = json.loads(r.stdout)
+    assert doc["error_code"] == "fsck_failed"
+    assert any(p["kind"] == "index" and "turns 4 (its rows count 1)" in p["message"] for p in doc["problems"]), doc
+    assert json.loads(cli("status", "--json").stdout)["turns"] == 4  # read, not counted
+    assert cli("reindex").returncode == 0
+    r = cli("fsck", "--json")
+    assert r.returncode == 0, r.stdout
+    assert json.loads(cli("status", "--json").stdout)["turns"] == 1
+
+
+def _index_equals_a_rebuild(repo: Repository) -> None:
+    """The live index holds what a rebuild holds (Index.dump: rows, the totals, and which
+    reachable messages it keeps as unreachable), and status answers from it alike."""
+    where = repo.path / f"tmp_dump{next(_seq)}.sqlite"
+    fresh = Index(repo, path=where, autorefresh=False)
+    try:
+        want = fresh.dump()
+    finally:
+        fresh.close()
+        where.unlink()
+    have = repo.index.dump()
+    assert {k: have[k] for k in want if have[k] != want[k]} == {}
+    assert {k: api.status(repo)[k] for k in TOTALS} == want["totals"] == count_totals(repo.index.db)
+
+
+def test_a_history_moved_back_then_continued_elsewhere_is_reachable_again(tmp_path):
+    """A thread moved back leaves its newest message unreachable; a commit that continues
+    that message (a stateless call sending the whole history again) makes it reachable. The
+    index added the new message and stopped there (it was never unreachable), so the old one
+    stayed out of status's counts and of search for good (issue 10's drift)."""
+    repo = fast_repo(tmp_path / "s")
+    convgit.commit(repo, {"messages": conv("q", "a", "the zebra answer")}, thread="t", now_ms=NOW)
+    convgit.update_ref(repo, "t", "t~1")
+    assert api.status(repo)["messages"] == 2
+    assert api.search(repo, "zebra", mode="fts") == []
+    convgit.commit(repo, {"messages": conv("q", "a", "the zebra answer", "go on")}, thread="u", now_ms=NOW + 1)
+    _index_equals_a_rebuild(repo)
+    assert api.status(repo)["messages"] == 4
+    assert [h.threads for h in api.search(repo, "zebra", mode="fts")] == [["u"]]
+    assert api.fsck(repo).ok
+    # and on the thread that was moved back: back once more, then the same message again
+    convgit.update_ref(repo, "u", "u~2")
+    convgit.commit(repo, {"messages": conv("q", "a", "the zebra answer", "again")}, thread="t", now_ms=NOW + 2)
+    _index_equals_a_rebuild(repo)
+    # then a move that leaves the first continuation behind must not take the history with it
+    convgit.update_ref(repo, "t", "t~1")
+    _index_equals_a_rebuild(repo)
+    assert api.fsck(repo).ok
+    repo.close()
+
+
+def test_a_refresh_racing_a_commit_never_moves_the_thread_back(tmp_path):
+    """``refresh`` reads every ref, then catches the index up under index.lock. A commit by
+    another process between the two (made and indexed) must not be undone by a catch-up to
+    the tips read before it: the index moved the thread back, leaving the new message
+    unreachable, the running totals short and search blind to it until a later catch-up.
+    The other process is a second Repository on the same store, committing exactly there."""
+    a = fast_repo(tmp_path / "s")
+    convgit.commit(a, {"messages": conv("q", "a")}, thread="t", now_ms=NOW)
+    b = Repository.open(a.path)
+    b.index  # opened (and caught up) before the race
+    read_all = a.refs.read_all
+    raced = []
+
+    def read_all_then_race(*args, **kwargs):
+        out = read_all(*args, **kwargs)
+        if not raced:
+            raced.append(convgit.commit(b, {"messages": conv("q", "a", "the racing zebra")}, thread="t",
+                                        now_ms=NOW + 1))
+        return out
+
+    a.refs.read_all = read_all_then_race
+    try:
+        a.index.refresh()
+    finally:
+        del a.refs.read_all
+    assert raced
+    tip = a.refs.read("t")
+    assert a.index.thread_tips() == {"t": tip}
+    assert read_totals(a.index.db)["messages"] == 3
+    assert [h.threads for h in a.index.search("zebra")] == [["t"]]
+    _index_equals_a_rebuild(a)
+    b.close()
+    a.close()
+
+
+def test_a_damaged_index_is_rebuilt_with_its_totals_counted(tmp_path):
+    """The healing rebuild (a garbled index file) counts the totals from its rows: status
+    after it reads the same figures as before the damage, and fsck finds nothing."""
+    repo = fast_repo(tmp_path / "s")
+    convgit.commit(repo, {"messages": conv("a", "b", "c")}, thread="t", now_ms=NOW)
+    convgit.fork(repo, "t~1", "f", now_ms=NOW + 1)
+    convgit.delete_thread(repo, "t")
+    before = _status_counts(api.status(repo))
+    path = repo.path
+    repo.close()
+    with open(path / "index.sqlite", "r+b") as f:
+        f.write(b"not a database" * 100)
+    with Repository.open(path) as r:
+        st = api.status(r)
+        assert st["index"]["rebuilt_now"]
+        assert _status_counts(st) == before
+        assert read_totals(r.index.db) == count_totals(r.index.db)
+        assert api.fsck(r).ok
 
 
 def test_last_gc_reads_the_tail_of_a_long_gc_log(tmp_path):

@@ -14,7 +14,7 @@ from .app import app, get_repo
 def status_cmd(json_: bool = typer.Option(False, "--json", help="Output JSON.")) -> None:
     """What the store holds and what it costs: counts, sizes, deduplication, index, last gc."""
     output.set_json(json_)
-    st = api.status(get_repo())
+    st = api.status(get_repo()).to_json()
     if json_:
         output.emit_json(st)
         return

@@ -207,12 +207,20 @@ class IndexLookups:
             "turns": "SELECT id, thread, kind, input, output, model, started_at FROM turns WHERE thread IS NOT NULL ORDER BY id",
         }
         out = {k: [list(r) for r in self.db.execute(v)] for k, v in q.items()}
+        # Each message a thread reaches, and whether the index holds it as unreachable (never,
+        # in a rebuild: one that does is left out of status's counts and of search).
         reach = self.db.execute(
             """WITH RECURSIVE r(id) AS (SELECT tip FROM threads UNION SELECT m.parent FROM messages m JOIN r ON m.id = r.id WHERE m.parent IS NOT NULL)
-               SELECT m.id, m.parent, m.role, m.depth, m.title_id, m.turn_id, m.n_parts FROM messages m JOIN r ON r.id = m.id ORDER BY m.id"""
+               SELECT m.id, m.parent, m.role, m.depth, m.title_id, m.turn_id, m.n_parts,
+                 CASE WHEN m.rowid IN (SELECT rowid FROM unreachable) THEN 1 ELSE 0 END
+               FROM messages m JOIN r ON r.id = m.id ORDER BY m.id"""
         )
         out["messages"] = [list(r) for r in reach]
         out["renames"] = [list(r) for r in self._renames()]
+        # The running totals status reads (a fresh index counts them from its rows).
+        from .schema import read_totals
+
+        out["totals"] = read_totals(self.db)
         # The text and fields of every part too: search, log and show read them from here, so
         # a part that differs from its message object (fsck) is a wrong answer.
         out["parts"] = [list(r) for r in self.db.execute(
@@ -241,16 +249,29 @@ class IndexLookups:
         """What ``status`` reports from the index: reachable ``messages``, ``message_refs``
         (every thread counted root to tip), ``text_bytes`` of reachable text parts,
         ``threads``, ``turns`` (on a thread) and ``built_at`` (ms, or None)."""
-        from .schema import count_totals
+        from .schema import count_totals, read_totals
 
         db = self.db
-        # Counted from the rows. The writer's running totals (meta 'totals', schema.TOTALS)
-        # are kept but not read: 4 processes committing to a fresh store at once left them
-        # short of the rows in about half the runs (tests/reliability/test_index_recovery.py),
-        # cause not found yet (docs/index.md). A count is slower; a wrong count is wrong.
-        totals = count_totals(db)
+        totals = read_totals(db)  # the writer's running totals: one row, whatever the store's size
+        if totals is None:  # (an index written without them: count)
+            totals = count_totals(db)
         built = db.execute("SELECT value FROM meta WHERE key='built_at'").fetchone()
         return {**totals, "built_at": int(built[0]) if built else None}
+
+    def totals_problems(self, name: str) -> list[str]:
+        """fsck: the running totals status reads, against a count of this index's own rows
+        (O(rows)); one line naming each total that differs, or none."""
+        from .schema import count_totals, read_totals
+
+        kept, counted = read_totals(self.db), count_totals(self.db)
+        if kept is None:
+            return [f"{name}: its running totals (totals) are missing or unreadable; "
+                    "convgit reindex or fsck --repair rebuilds it"]
+        wrong = [f"{k} {kept[k]} (its rows count {counted[k]})" for k in counted if kept[k] != counted[k]]
+        if not wrong:
+            return []
+        return [f"{name}: its running totals (totals) differ from its rows: {', '.join(wrong)}; "
+                "convgit reindex or fsck --repair rebuilds it"]
 
     def quick_check(self) -> str | None:
         """SQLite's ``PRAGMA quick_check`` verdict ("ok" when the file is sound); raises
@@ -285,6 +306,7 @@ class IndexLookups:
         try:
             self.refresh()
             have = self.dump()
+            out += self.totals_problems("index.sqlite")
         except sqlite3.DatabaseError as e:
             return out + [f"index.sqlite: {e}"]
         for k in want:

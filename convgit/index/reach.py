@@ -10,7 +10,11 @@ a rebuilt index's), and every query that lists messages from the index (status, 
 them out, so that each answers the same before and after a rebuild. A
 message that becomes reachable again (a fork of an old id, ``update-ref`` back) leaves the
 table. Both walks stop at the first message whose state does not change, so they cost the
-number of messages that changed state, not the size of the store.
+number of messages that changed state (and the messages the catch-up added), not the size
+of the store. They rely on the table being closed downwards (a message in it has no thread
+tip at or below it) and its complement upwards (a reachable message's parent is reachable):
+so a walk up from a new tip passes through the messages this catch-up added, which were
+never in the table although their parent may be, before it stops.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from .fts import fts_add, fts_remove
 
 
 def after_catch_up(db, known: dict[str, tuple], refs: dict[str, str], gone: set[str], *,
-                   commit: bool = False) -> tuple[list[int], list[int]]:
+                   commit: bool = False, new_from: int | None = None) -> tuple[list[int], list[int]]:
     """Keep ``unreachable`` right after the threads in ``refs`` were caught up.
 
     ``known``: name → (tip, reflog size) before; ``refs``: the caught-up name → tip;
     ``gone``: the threads the catch-up removed; ``commit``: the catch-up was a commit's,
-    which never leaves a message behind (it only creates threads or fast-forwards them).
+    which never leaves a message behind (it only creates threads or fast-forwards them);
+    ``new_from``: the first rowid this catch-up added (its rows are reachable but were never
+    in the table, so a walk up from a new tip goes on through them to the older rows).
     Returns the rowids that left the table (reachable again) and those that entered it, in
     that order: what the index's running totals (writer.py) change by.
     """
@@ -38,7 +44,7 @@ def after_catch_up(db, known: dict[str, tuple], refs: dict[str, str], gone: set[
         for name, tip in refs.items():
             old = known.get(name)
             if old is None or old[0] != tip:
-                _mark_reachable(db, tip, back)
+                _mark_reachable(db, tip, back, new_from)
     if moved_from and not commit:
         tips = _Tips(db)
         for old in moved_from:
@@ -65,15 +71,23 @@ def reset(db) -> None:
         db.execute("INSERT INTO message_fts (message_fts) VALUES ('delete-all')")
 
 
-def _mark_reachable(db, oid: str | None, out: list[int]) -> None:
+def _mark_reachable(db, oid: str | None, out: list[int], new_from: int | None = None) -> None:
+    """Take ``oid`` and its ancestors out of ``unreachable``, up to the first older row that
+    is not in it (reachable already, and so is everything above it). Rows this catch-up added
+    (rowid >= ``new_from``) were never in the table, and their parent may be: a thread moved
+    back (or a stateless commit) continuing a history no thread reached. The walk goes on
+    through them; stopping at the new tip left that history unreachable for good (and a later
+    move skipped it as a subtree "known to hold no tip", marking a live history unreachable)."""
     while oid is not None:
         row = db.execute("SELECT rowid, parent FROM messages WHERE id=?", (oid,)).fetchone()
         if row is None:
             return
         if db.execute("DELETE FROM unreachable WHERE rowid=?", (row[0],)).rowcount == 0:
-            return  # reachable already, and so is everything above it
-        out.append(row[0])
-        fts_add(db, row[0])
+            if new_from is None or row[0] < new_from:
+                return  # reachable already, and so is everything above it
+        else:
+            out.append(row[0])
+            fts_add(db, row[0])
         oid = row[1]
 
 

@@ -381,7 +381,11 @@ class IndexWriter(RunningTotals):
         if set(known) != set(refs) or any(
             known[n][0] != tip or known[n][1] != self._log_size(n) for n, tip in refs.items()
         ):
-            self._catch_up(refs, state=state)
+            # The refs are read again under index.lock, not taken from this first read: another
+            # process may have moved a thread and indexed the move since, and a catch-up to
+            # the older tip would move the thread back in the index (leaving its newest
+            # messages unreachable there, and the running totals short of the store's).
+            self._catch_up(lambda: self.repo.refs.read_all(broken={}), state=state)
         else:
             self._store_state(state)
 
@@ -466,6 +470,7 @@ class IndexWriter(RunningTotals):
                 self._pending: dict[str, list] = {}
                 self._pending_parts: list[tuple] = []
                 self._next_rowid = (db.execute("SELECT max(rowid) FROM messages").fetchone()[0] or 0) + 1
+                first_new = self._next_rowid  # the rows this catch-up adds start here (reach.after_catch_up)
                 if self._next_rowid == 1:
                     reach.reset(db)  # no message rows: nothing derived from them may stay
                     self._delta = None  # nor any total counted from them: counted afresh at the end
@@ -495,7 +500,7 @@ class IndexWriter(RunningTotals):
                 self._add("text_bytes", sum(len(p[3].encode("utf-8", "surrogatepass"))
                                             for p in self._pending_parts if p[3] is not None))
                 self._flush()
-                back, left = reach.after_catch_up(db, known, refs, gone, commit=commit)
+                back, left = reach.after_catch_up(db, known, refs, gone, commit=commit, new_from=first_new)
                 self._add("messages", len(back) - len(left))
                 self._add("text_bytes", self._text_bytes_of(back) - self._text_bytes_of(left))
                 self._count_threads([t[0] for t in todo], +1)  # and after

@@ -279,10 +279,11 @@ class PgIndex(IndexLookups, IndexWriter):
         try:
             self.refresh()
             have = self.dump()
+            out = self.totals_problems("the PostgreSQL index")
         except IndexDamaged as e:
             return [f"the PostgreSQL index: {e}"]
-        return [f"the PostgreSQL index disagrees with the objects ({k}); convgit reindex or fsck --repair rebuilds it"
-                for k in want if want[k] != have.get(k)]
+        return out + [f"the PostgreSQL index disagrees with the objects ({k}); convgit reindex or fsck --repair rebuilds it"
+                      for k in want if want[k] != have.get(k)]
 
     # -- search ----------------------------------------------------------------------------
 
