@@ -31,7 +31,7 @@ from typing import Callable
 
 from .. import api, codec, fsio, graph
 from ..commit import commit_many, commit_payload
-from ..errors import AmbiguousThread, ConvgitError, Locked, RefStale, StorageFailed
+from ..errors import AmbiguousThread, ConvgitError, Locked, RefExists, RefStale, StorageFailed
 from ..ingest import Draft
 from ..objects import Blob
 from ..refformat import parse_reflog_line
@@ -164,7 +164,9 @@ class Recorder:
             return commit_payload(self.repo, payload, move_head=True)
         try:
             return commit_payload(self.repo, payload, thread=b.thread, on_conflict="fork", move_head=True)
-        except AmbiguousThread:  # the same messages in another order: keep it beside the thread
+        except (AmbiguousThread, RefExists):
+            # The same messages in another order, or a name this store cannot take (``a`` beside
+            # threads ``a/…``): never refused, the call is kept on a thread of its own.
             return commit_payload(self.repo, payload, move_head=True)
         except RETRY:
             raise
