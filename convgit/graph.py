@@ -101,7 +101,9 @@ def first_missing(objects, ids: list[str], end: int | None = None) -> int:
     def in_packs(oid: str) -> bool:
         nonlocal at
         n = len(loaded)
-        for k in range(n):
+        if n and loaded[at].contains(oid):  # the common case: the same pack as the previous id
+            return True
+        for k in range(1, n):
             j = at + k if at + k < n else at + k - n
             if loaded[j].contains(oid):
                 at = j
