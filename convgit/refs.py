@@ -91,6 +91,9 @@ class RefStore(ReflogFiles, RefPacking):
         self.packed_logs_path = root / PACKED_LOGS
         self._packed_cache: tuple[tuple, "_Packed"] | None = None
         self._logs_cache: tuple[tuple, PackedLogsReader, object] | None = None
+        # Declares the store's format version that reads packed-refs (Repository sets it):
+        # lets a batch move (update_many) make the first packed-refs. None: only gc's does.
+        self.declare_packed: Callable[[], None] | None = None
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -391,8 +394,9 @@ class RefStore(ReflogFiles, RefPacking):
     def _update_batch(self, moves, batch: list[int], results: list, exists) -> None:
         staged: list[tuple[int, Path, Path, str | None, int | None]] = []  # (i, ref, tmp, old, log size)
         logged: list[tuple[str, int | None]] = []  # reflogs appended to, with their old size
-        in_packed: list[int] = []  # moves of threads with no loose ref file, at their packed tip
-        repacked: list = []  # the packed-refs rewrite: [tmp, old bytes, renamed?] once staged
+        in_packed: list[int] = []  # moves of existing threads: through packed-refs if enough
+        loose_of: dict[int, Path] = {}  # ... of those, the ones with a loose ref file (it goes)
+        repacked: list = []  # the packed-refs rewrite: [tmp, old bytes (None: none), renamed?, unlinked, to unlink]
         # One journal append for the batch (before any of its reflog lines and moves; a name
         # whose check fails below is read again by the index, harmlessly).
         self.journal([moves[i].name for i in batch])
@@ -433,12 +437,14 @@ class RefStore(ReflogFiles, RefPacking):
                     text += [format_reflog_line(m.new, m.new, t, turn, msg) for turn, msg in m.extra]
                     fsio.append_line(self.log_path(m.name), "".join(text), fsync=False)
                     if old != m.new:
-                        if loose is None and old is not None:
+                        if old is not None:
                             in_packed.append(i)  # staged below: in packed-refs, or as a loose ref
+                            if loose is not None:
+                                loose_of[i] = path
                             continue
                         self._stage_loose(moves, i, path, old, staged)
                 if in_packed:
-                    self._stage_packed(moves, in_packed, results, staged, repacked, locks)
+                    self._stage_packed(moves, in_packed, loose_of, results, staged, repacked, locks)
                 fsio.sync_filesystem(self.root)  # reflog lines, temp refs (and packed-refs) durable
                 crash_point("ref_after_tmp_fsync")
                 for i, path, tmp, old, _ in staged:
@@ -446,6 +452,15 @@ class RefStore(ReflogFiles, RefPacking):
                 if repacked:
                     fsio.rename(repacked[0], self.packed_path)  # every packed move at once
                     repacked[2] = True
+                    if repacked[4]:
+                        # A loose ref wins: its thread's move is the unlink of its file, which must
+                        # not outlive the new packed-refs in a power loss (the thread would fall
+                        # back to an older packed line, or vanish): the rename is made durable first.
+                        fsio.fsync_dir(self.root)
+                        crash_point("ref_mid_unpack_loose")
+                    for path, old in repacked[4]:
+                        fsio.unlink(path)
+                        repacked[3].append((path, old))
                 fsio.sync_filesystem(self.root)  # the renames durable
                 crash_point("ref_after_rename")
             except StorageFailed:
@@ -460,49 +475,69 @@ class RefStore(ReflogFiles, RefPacking):
         fsio.write_new_file(tmp, f"{moves[i].new}\n".encode())
         staged.append((i, path, tmp, old, None))
 
-    def _stage_packed(self, moves, idx: list[int], results: list, staged: list, repacked: list, locks) -> None:
-        """Moves of threads that only ``packed-refs`` holds (their ref locks held): a new
-        packed-refs with their tips, written to a temp file that the batch's syncfs makes
-        durable and that is renamed in with the temp refs (PACKED_MOVES_MIN,
-        PACKED_BYTES_PER_MOVE: else each gets a loose ref as any move does)."""
+    def _stage_packed(self, moves, idx: list[int], loose_of: dict, results: list, staged: list, repacked: list,
+                      locks) -> None:
+        """Moves of existing threads (their ref locks held): a new packed-refs with their
+        tips, written to a temp file that the batch's syncfs makes durable and that is renamed
+        in with the temp refs; a thread that also has a loose ref file (``loose_of``) has it
+        unlinked after that rename (the loose file wins until then), so that its next moves
+        are packed ones (PACKED_MOVES_MIN, PACKED_BYTES_PER_MOVE: else each gets a temp ref as
+        any move does)."""
+        def all_loose() -> None:
+            for i in idx:
+                self._stage_loose(moves, i, self.ref_path(moves[i].name), results[i], staged)
+
         try:
             size = os.stat(self.packed_path).st_size
+        except FileNotFoundError:  # none yet: made here if the store may have one
+            size = 0 if self.declare_packed is not None else None
         except OSError:
             size = None
         if size is None or len(idx) < PACKED_MOVES_MIN or size > len(idx) * PACKED_BYTES_PER_MOVE:
-            for i in idx:
-                self._stage_loose(moves, i, self.ref_path(moves[i].name), results[i], staged)
-            return
+            return all_loose()
         locks.enter_context(self._packed_locked())  # after the ref locks, as a delete takes it
         try:
             with open(os.open(self.packed_path, os.O_RDONLY | fsio.NOFOLLOW), "rb") as f:
                 data = f.read()
-        except OSError:  # (a symlink: packed() refuses it; gone: gc cannot run meanwhile)
-            data = b""
-        packed = open_packed_refs(data)
+        except FileNotFoundError:
+            if self.declare_packed is None:
+                return all_loose()
+            self.declare_packed()  # the format version that reads packed-refs, before it exists
+            data = None
+        except OSError:  # (a symlink: never read nor replaced here; packed() refuses it)
+            return all_loose()
+        packed = open_packed_refs(data or b"")
         changes = {}
+        unlink = []
         for i in idx:
             m = moves[i]
             # Under the thread's lock nothing else moves it, and only gc (exclusive store lock)
-            # packs: its packed line is still the tip read. A thread that is not (a hand-made
-            # file, a header this version does not know) is moved as a loose ref.
-            if packed.header_ok and packed.get(m.name) == results[i]:
+            # packs: a packed thread's line is still the tip read (a loose one's line, if any,
+            # is overruled by its file until the file goes). A thread that is not so (a
+            # hand-made file, a header this version does not know) is moved as a loose ref.
+            if packed.header_ok and (i in loose_of or packed.get(m.name) == results[i]):
                 changes[m.name] = m.new
+                if i in loose_of:
+                    unlink.append((loose_of[i], results[i]))
             else:
                 self._stage_loose(moves, i, self.ref_path(m.name), results[i], staged)
         if not changes:
             return
         tmp = self.packed_path.with_name(f"{fsio.TMP_PREFIX}{PACKED_REFS}.{os.getpid()}.{time.monotonic_ns()}")
         fsio.write_new_file(tmp, packed.with_changes(changes))
-        repacked[:] = [tmp, data, False]
+        repacked[:] = [tmp, data, False, [], unlink]
 
     def _undo_batch(self, moves, staged, logged, repacked=()) -> None:
         """Best effort after a failed batch: refs back at their old tips, reflog lines gone."""
         if repacked:
-            tmp, data, renamed = repacked
+            tmp, data, renamed, unlinked, _ = repacked
             try:
                 fsio.unlink_quiet(tmp)
-                if renamed:  # still under packed-refs.lock: the file as it was
+                for path, old in unlinked:  # the loose refs back first (they win), then the file
+                    fsio.replace_file(path, f"{old}\n".encode(), fsync=False)
+                if renamed and data is None:  # still under packed-refs.lock: as it was (none)
+                    fsio.unlink(self.packed_path)
+                elif renamed:  # ... the file as it was
                     fsio.replace_file(self.packed_path, data, fsync=False)
             except Exception:  # the original error is the one to report
                 pass

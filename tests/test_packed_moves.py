@@ -25,13 +25,15 @@ from convgit.repository import Repository
 from store_helpers import NOW, conv
 
 
-def _store(path: Path, threads: int = 8) -> Repository:
-    """``threads`` threads p0.. of two messages, packed by gc (fsync on: the batched path)."""
+def _store(path: Path, threads: int = 8, *, packed: bool = True) -> Repository:
+    """``threads`` threads p0.. of two messages, packed by gc unless not ``packed`` (fsync on:
+    the batched path)."""
     repo = convgit.init(path)
     for j in range(threads):
         convgit.commit(repo, {"messages": conv(f"p{j} q", f"p{j} a")}, thread=f"p{j}", now_ms=NOW)
-    gc(repo)
-    assert not _loose(repo) and len(repo.refs.packed().refs) == threads
+    if packed:
+        gc(repo)
+        assert not _loose(repo) and len(repo.refs.packed().refs) == threads
     return repo
 
 
@@ -58,9 +60,10 @@ def test_packed_threads_move_in_packed_refs_as_commits_one_by_one_would(tmp_path
         convgit.commit(single, it, now_ms=NOW + 1)
     assert [r.status for r in bulk_results] == ["appended"] * 8 + ["created"]
     new = bulk_results[-1].thread
-    assert _loose(bulk) == sorted(["p7", new])  # p0-p6 moved in packed-refs; the new thread is loose
+    # p0-p7 moved in packed-refs (p7's loose file, which won, unlinked after); the new thread is loose
+    assert _loose(bulk) == [new]
     packed = bulk.refs.packed().refs
-    assert all(packed[f"p{j}"] == bulk.refs.read(f"p{j}") for j in range(7))
+    assert all(packed[f"p{j}"] == bulk.refs.read(f"p{j}") == single.refs.read(f"p{j}") for j in range(8))
     b, s = _state(bulk), _state(single)
     assert b[0].keys() == s[0].keys() and {k: v for k, v in b[0].items() if k != new} == \
         {k: v for k, v in s[0].items() if k != new}
@@ -72,8 +75,29 @@ def test_packed_threads_move_in_packed_refs_as_commits_one_by_one_would(tmp_path
     assert [(e.id, e.text) for e in convgit.log(bulk, "p5")] == dump  # the index followed the packed moves
     # They stay packed: the next batch moves them in packed-refs again.
     convgit.commit_many(bulk, [_more(j, 2) for j in range(6)], now_ms=NOW + 2)
-    assert _loose(bulk) == sorted(["p7", new]) and bulk.refs.read("p2") == bulk.refs.packed().refs["p2"]
+    assert _loose(bulk) == [new] and bulk.refs.read("p2") == bulk.refs.packed().refs["p2"]
     bulk.close(), single.close()
+
+
+def test_loose_threads_of_a_store_never_packed_move_into_a_first_packed_refs(tmp_path):
+    """A store that never ran gc (format 1, no packed-refs): a batch continuing its threads
+    declares format 2, makes packed-refs with their new tips and unlinks their loose files
+    (each loose file wins until it goes), so the next batches are packed moves."""
+    repo = convgit.init(tmp_path / "s")
+    for j in range(5):
+        convgit.commit(repo, {"messages": conv(f"p{j} q", f"p{j} a")}, thread=f"p{j}", now_ms=NOW)
+    assert (repo.path / "format").read_text().split()[-1] == "1" and not (repo.path / "packed-refs").exists()
+    assert _loose(repo) == [f"p{j}" for j in range(5)]
+    convgit.commit_many(repo, [_more(j) for j in range(5)], now_ms=NOW + 1)
+    assert (repo.path / "format").read_text().split()[-1] == "2" and _loose(repo) == []
+    assert {f"p{j}": repo.refs.read(f"p{j}") for j in range(5)} == repo.refs.packed().refs
+    assert [e.text for e in convgit.conversation(repo, "p4")][-1] == "p4 more 0"
+    convgit.commit_many(repo, [_more(j, 2) for j in range(5)], now_ms=NOW + 2)
+    assert _loose(repo) == [] and [e.text for e in convgit.conversation(repo, "p4")][-1] == "p4 more 1"
+    assert fsck(repo).errors == []
+    again = Repository.open(repo.path)  # (another process reads them the same)
+    assert again.refs.read_all() == repo.refs.read_all()
+    again.close(), repo.close()
 
 
 def test_below_the_thresholds_each_thread_gets_a_loose_ref(tmp_path, monkeypatch):
@@ -87,10 +111,12 @@ def test_below_the_thresholds_each_thread_gets_a_loose_ref(tmp_path, monkeypatch
     repo.close()
 
 
-def test_a_failing_sync_leaves_every_thread_and_reflog_as_it_was(tmp_path, monkeypatch):
-    repo = _store(tmp_path / "s")
-    before = _state(repo)
-    packed_before = (repo.path / "packed-refs").read_bytes()
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "loose-never-packed"])
+def test_a_failing_sync_leaves_every_thread_and_reflog_as_it_was(tmp_path, monkeypatch, packed):
+    repo = _store(tmp_path / "s", packed=packed)
+    before, loose_before = _state(repo), _loose(repo)
+    pr = repo.path / "packed-refs"
+    packed_before = pr.read_bytes() if pr.exists() else None
     real = fsio.sync_filesystem
     calls = []
 
@@ -106,7 +132,7 @@ def test_a_failing_sync_leaves_every_thread_and_reflog_as_it_was(tmp_path, monke
                                                 message="swap") for j in range(8)])
     monkeypatch.setattr(fsio, "sync_filesystem", real)
     assert len(calls) == 2
-    assert (repo.path / "packed-refs").read_bytes() == packed_before and not _loose(repo)
+    assert (pr.read_bytes() if pr.exists() else None) == packed_before and _loose(repo) == loose_before
     assert _state(repo) == before
     assert not [p for p in repo.path.rglob("*") if p.name.startswith(fsio.TMP_PREFIX)]
     convgit.commit_many(repo, [_more(j) for j in range(8)], now_ms=NOW + 1)  # the next batch works
