@@ -4,9 +4,12 @@
 
 Each round (interleaved, medians and p90 over the rounds; ms per batch of ``--refs`` moves):
 
-- ``update_many``: the real ``RefStore.update_many`` (fsync on) moving ``--refs`` existing
-  threads once each (what a committer batch of 32 calls does: locks, reflog lines, temp
-  refs, syncfs, renames, syncfs);
+- ``update_many, loose refs``: the real ``RefStore.update_many`` (fsync on) moving
+  ``--refs`` existing threads once each with a rename per ref (a store that may not make
+  ``packed-refs``: locks, reflog lines, temp refs, syncfs, renames, syncfs);
+- ``update_many, packed-refs``: the same through ``packed-refs`` (docs/format.md §6.3: locks,
+  reflog lines, one new ``packed-refs``, syncfs, one rename, syncfs), what a committer batch
+  of 32 calls does once its threads were moved there;
 - ``rename-over``: its file-system steps alone: a new temp file per ref, syncfs, a rename
   over each ref file, syncfs;
 - ``rename + fsync dir``: the same with an fsync of the refs directory in place of the
@@ -72,9 +75,15 @@ def main() -> None:
         root = base / "store"
         (root / "refs" / "threads").mkdir(parents=True)
         (root / "logs" / "threads").mkdir(parents=True)
-        refs = RefStore(root, fsync=True)
+        refs = RefStore(root, fsync=True)  # (declare_packed None: it never makes packed-refs)
         names = [f"conv-{i:04d}" for i in range(n)]
         refs.update_many([RefMove(name, oid(i, 0), expected=None) for i, name in enumerate(names)])
+        root2 = base / "store2"
+        (root2 / "refs" / "threads").mkdir(parents=True)
+        (root2 / "logs" / "threads").mkdir(parents=True)
+        prefs = RefStore(root2, fsync=True)
+        prefs.declare_packed = lambda: None  # (no format file here to declare in)
+        prefs.update_many([RefMove(name, oid(i, 0), expected=None) for i, name in enumerate(names)])
         sizes = [int(x) for x in args.packed.split(",") if x]
         packed = {k: format_packed_refs({f"thread-{i:06d}": oid(i, 1) for i in range(k)}) for k in sizes}
         fsio.sync_filesystem(base)
@@ -86,9 +95,9 @@ def main() -> None:
             res.setdefault(name, []).append((time.perf_counter() - t) * 1000)
 
         for r in range(1, args.rounds + 1):
-            def real():
-                refs.update_many([RefMove(name, oid(i, r), expected=oid(i, r - 1), message="bench")
-                                  for i, name in enumerate(names)])
+            def real(store=refs):
+                store.update_many([RefMove(name, oid(i, r), expected=oid(i, r - 1), message="bench")
+                                   for i, name in enumerate(names)])
 
             def rename_over(dir_sync=False):
                 for i in range(n):
@@ -111,7 +120,8 @@ def main() -> None:
                     exchange(str(raw / f".spare{i}"), str(raw / f"r{i}"))
                 fsio.sync_filesystem(raw)
 
-            cells = [("update_many", real), ("rename-over", rename_over),
+            cells = [("update_many, loose refs", real), ("update_many, packed-refs", lambda: real(prefs)),
+                     ("rename-over", rename_over),
                      ("rename + fsync dir", lambda: rename_over(True)), ("exchange", exch)]
             for k in sizes:
                 cells.append((f"packed-refs {k:,} (write)",

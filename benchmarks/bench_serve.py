@@ -462,7 +462,7 @@ def main() -> None:
                     prates.setdefault(mode, []).append(float(rate))
                     print(json.dumps({"packed_moves": mode, "calls_per_s": round(float(rate), 1),
                                       "loose_refs_after": int(loose)}), flush=True)
-            print("\n| batch moves of packed threads | runs | calls committed per s (median) |")
+            print("\n| ref moves through packed-refs | runs | calls committed per s (median) |")
             print("|---|---|---|")
             for mode, xs in prates.items():
                 print(f"| {mode} | {len(xs)} | {statistics.median(xs):.0f} |")

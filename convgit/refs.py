@@ -9,10 +9,12 @@ directory are the commit point (docs/format.md §6.2). The line formats are in r
 
 ``packed-refs`` (written by gc, ``RefStore.pack_refs``) holds many refs in one file, as in
 git: a thread's value is its loose ref file if there is one, else its packed line. A move
-writes a loose ref, except in a batch (``update_many``) moving enough threads that have no
-loose file: their packed lines are rewritten in one new ``packed-refs`` (§6.2); a delete
-takes the thread out of ``packed-refs`` first (under ``packed-refs.lock``), then unlinks the
-loose file (docs/format.md §4.1, §6.4). Only packing adds names to ``packed-refs``.
+writes a loose ref, except in a batch (``update_many``) moving enough existing threads:
+their lines are set in one new ``packed-refs`` and their loose files, if any, unlinked after
+it (docs/format.md §6.3); a delete takes the thread out of ``packed-refs`` first (under
+``packed-refs.lock``), then unlinks the loose file (docs/format.md §4.1, §6.4). Names are
+added to ``packed-refs`` only by packing and by such a batch, for threads that exist and
+whose locks it holds.
 
 ``packed-logs`` (convgit.packedlogs, docs/format.md §4.2) holds the reflogs packed with them:
 a thread's reflog is its packed text followed by its loose reflog file (appends always go to
@@ -50,10 +52,10 @@ RENAME_INTENT = "rename-intent.json"  # a rename in progress: rolled forward by 
 BATCH_REFS = 256  # threads locked and moved together by update_many
 NOT_APPLIED = object()  # update_many: a move not made
 AUTO_PACK_LOOSE = 1024  # more loose refs than this after a write: the writer packs them (§6.4)
-# update_many moves packed threads in packed-refs itself (§6.2 "Batch moves of packed
-# threads") from this many such moves in a batch, while packed-refs is no larger than this
-# many bytes per such move: rewriting the file must cost less than the renames it replaces
-# (benchmarks/bench_ref_moves.py: a 1 MB packed-refs ~8 ms against ~0.2-1.2 ms a rename).
+# update_many moves existing threads through packed-refs (docs/format.md §6.3 "Batch moves
+# in packed-refs") from this many such moves in a batch, while packed-refs is no larger than
+# this many bytes per such move: rewriting the file must cost less than the renames it
+# replaces (benchmarks/bench_ref_moves.py: a 1 MB packed-refs ~4-8 ms, a rename 0.2-1.2 ms).
 PACKED_MOVES_MIN = 4
 PACKED_BYTES_PER_MOVE = 64 * 1024
 
@@ -352,12 +354,14 @@ class RefStore(ReflogFiles, RefPacking):
         power loss undid, as with a single update. Two syncs per batch instead of four fsyncs
         per ref. Deleting is not batched (``new`` must be an id).
 
-        Threads that live in ``packed-refs`` alone (no loose ref file) are moved there, when
-        a batch has enough of them (PACKED_MOVES_MIN, PACKED_BYTES_PER_MOVE): under
-        ``packed-refs.lock`` (taken after the ref locks, as a delete does) a new packed-refs
-        with their new tips is written beside the temp refs, made durable by the same syncfs,
-        and renamed in with the loose ones: one rename for all of them, which move together
-        (docs/format.md §6.2). They stay packed: no loose file is made, none is removed."""
+        Moves of existing threads go through ``packed-refs`` when a batch has enough of them
+        (PACKED_MOVES_MIN, PACKED_BYTES_PER_MOVE): under ``packed-refs.lock`` (taken after the
+        ref locks, as a delete does) a new packed-refs with their new tips is written beside
+        the temp refs, made durable by the same syncfs, and renamed in with them: one rename
+        for all. A thread that also has a loose ref file (which wins) has it unlinked after
+        that rename is durable (a directory fsync): its move is the unlink. Then they are
+        packed, and their next batch moves are packed ones (docs/format.md §6.3). A new
+        thread always gets a loose ref (the file system keeps ``a`` and ``a/b`` apart)."""
         if results is None:
             results = [NOT_APPLIED] * len(moves)
         self._update_all(moves, results, exists)
