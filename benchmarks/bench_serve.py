@@ -18,7 +18,13 @@ More parts (``--parts``): ``committer``, the committer alone on the sustained ru
 already spooled (``Recorder.commit_batch`` in batches of 512, a committer behind a burst, and
 32, one keeping up); ``drain``, the same through ``convgit serve --drain``; ``llm``, the same
 calls logged by llm 0.36's ``log_to_db`` (benchmarks/llm_driver.py in benchmarks/.venv-llm).
-``--sizes`` runs the sustained, committer and drain parts on stores already holding that many
+``packed``, the committer in batches of 32 once the conversations' threads are packed (their
+first calls committed, then ``gc``), with batch moves of packed threads in ``packed-refs``
+(docs/format.md §6.3) on and off (``refs.PACKED_MOVES_MIN`` set out of reach), in
+alternation. ``growth``, the committer in batches of 32 on a longer run: milliseconds per batch in the
+first and the last eighth of the batches, and how much of it is the hole check
+(``graph.first_missing``: every batch writes a pack, so a long conversation's messages are
+spread over many). ``--sizes`` runs the sustained, committer and drain parts on stores already holding that many
 conversations; ``--before DIR`` runs the convgit source tree DIR (e.g. ``git archive main |
 tar -x -C DIR``) in alternation with this one, round by round (``--rounds``; medians).
 
@@ -236,6 +242,70 @@ print(len(records) / (time.perf_counter() - t))
 """
 
 
+GROWTH = """
+import json, statistics, sys, time
+from pathlib import Path
+from convgit import decide
+from convgit.repository import Repository
+from convgit.serve.record import decode_record
+from convgit.serve.recorder import Recorder
+from convgit.serve.spool import read_frames
+store, frames, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+records = [decode_record(f) for f in read_frames(Path(frames))]
+repo = Repository.open(Path(store) / ".convgit")
+rec = Recorder(repo)
+spent = [0.0]
+real = decide.first_missing
+def timed(*a, **k):
+    t = time.perf_counter()
+    try:
+        return real(*a, **k)
+    finally:
+        spent[0] += time.perf_counter() - t
+decide.first_missing = timed
+rows = []
+for i in range(0, len(records), batch):
+    spent[0] = 0.0
+    t = time.perf_counter()
+    rec.commit_batch(records[i:i + batch])
+    rows.append(((time.perf_counter() - t) * 1000, spent[0] * 1000))
+k = max(1, len(rows) // 8)
+f = lambda part, j: round(statistics.median(r[j] for r in part), 1)
+print(json.dumps({"batches": len(rows), "packs": len(repo.objects.packs()), "first_ms": f(rows[:k], 0),
+                  "first_hole_check_ms": f(rows[:k], 1), "last_ms": f(rows[-k:], 0), "last_hole_check_ms": f(rows[-k:], 1)}))
+"""
+
+
+PACKED = """
+import sys, time
+from pathlib import Path
+from convgit import refs
+from convgit.gc import gc
+from convgit.repository import Repository
+from convgit.serve.record import decode_record
+from convgit.serve.recorder import Recorder
+from convgit.serve.spool import read_frames
+store, frames, batch, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+records = [decode_record(f) for f in read_frames(Path(frames))]
+repo = Repository.open(Path(store) / ".convgit")
+Recorder(repo).commit_batch(records[:32])  # each conversation's first call: its thread
+gc(repo)  # packs the refs (and the objects)
+repo.close()
+if mode == "off":
+    refs.PACKED_MOVES_MIN = 10 ** 9
+repo = Repository.open(Path(store) / ".convgit")
+rec = Recorder(repo)
+rest = records[32:]
+t = time.perf_counter()
+for i in range(0, len(rest), batch):
+    docs = rec.commit_batch(rest[i:i + batch])
+    assert all("not_recorded" not in d for d in docs), docs[0]
+el = time.perf_counter() - t
+loose = sum(1 for _ in (Path(store) / ".convgit" / "refs" / "threads").iterdir())
+print(len(rest) / el, loose)
+"""
+
+
 def committer_rate(base: Path, work: Path, frames: Path, batch: int, code: str | None) -> float:
     """Logging capacity: the committer alone (``Recorder.commit_batch``: build each record,
     commit the batch, fsync on) on spooled calls, in batches of ``batch`` (512: a committer
@@ -274,7 +344,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=400, help="calls per latency cell (each made directly and via the proxy)")
     ap.add_argument("--sustained", type=int, default=2000, help="calls of the sustained-rate run")
     ap.add_argument("--parts", default="latency,sustained,capture",
-                    help="which parts to run (comma-separated: latency, sustained, committer, drain, capture, llm)")
+                    help="which parts to run (comma-separated: latency, sustained, committer, packed, growth, drain, capture, llm)")
     ap.add_argument("--sizes", default="0", help="sustained: conversations already in the store (comma-separated)")
     ap.add_argument("--rounds", type=int, default=1, help="sustained: runs per size and code (interleaved; medians)")
     ap.add_argument("--before", default=None,
@@ -374,6 +444,53 @@ def main() -> None:
             print("|---|---|---|---|---|")
             for (size, batch, name), xs in crates.items():
                 print(f"| {size:,} | {batch} | {name} | {len(xs)} | {statistics.median(xs):.0f} |")
+        if "packed" in parts:
+            from convgit.serve.record import encode_record
+            from convgit.serve.spool import frame
+
+            frames = tmp / "calls.frames"
+            frames.write_bytes(b"".join(frame(encode_record(r)) for r in sustained_records(args.sustained)))
+            prates: dict[str, list[float]] = {}
+            env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")}
+            for rnd in range(args.rounds):
+                for mode in (("on", "off") if rnd % 2 == 0 else ("off", "on")):
+                    convgit.init(tmp / "p").close()
+                    p = subprocess.run([sys.executable, "-c", PACKED, str(tmp / "p"), str(frames), "32", mode], env=env,
+                                       capture_output=True, text=True, check=True, cwd=str(tmp))
+                    shutil.rmtree(tmp / "p")
+                    rate, loose = p.stdout.strip().splitlines()[-1].split()
+                    prates.setdefault(mode, []).append(float(rate))
+                    print(json.dumps({"packed_moves": mode, "calls_per_s": round(float(rate), 1),
+                                      "loose_refs_after": int(loose)}), flush=True)
+            print("\n| ref moves through packed-refs | runs | calls committed per s (median) |")
+            print("|---|---|---|")
+            for mode, xs in prates.items():
+                print(f"| {mode} | {len(xs)} | {statistics.median(xs):.0f} |")
+        if "growth" in parts:
+            from convgit.serve.record import encode_record
+            from convgit.serve.spool import frame
+
+            codes = [("after", None)] + ([("before", args.before)] if args.before else [])
+            frames = tmp / "calls.frames"
+            frames.write_bytes(b"".join(frame(encode_record(r)) for r in sustained_records(args.sustained)))
+            grows: dict[str, list[dict]] = {}
+            for rnd in range(args.rounds):
+                for name, code in (codes if rnd % 2 == 0 else codes[::-1]):
+                    convgit.init(tmp / "g").close()
+                    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")} | (serve_env(code) or {})
+                    p = subprocess.run([sys.executable, "-c", GROWTH, str(tmp / "g"), str(frames), "32"], env=env,
+                                       capture_output=True, text=True, check=True, cwd=str(tmp))
+                    shutil.rmtree(tmp / "g")
+                    doc = json.loads(p.stdout.strip().splitlines()[-1])
+                    grows.setdefault(name, []).append(doc)
+                    print(json.dumps({"growth": name, **doc}), flush=True)
+            print("\n| code | runs | batches (packs) | ms per batch, first eighth (hole check) | last eighth (hole check) |")
+            print("|---|---|---|---|---|")
+            for name, docs in grows.items():
+                def med(key):
+                    return statistics.median(d[key] for d in docs)
+                print(f"| {name} | {len(docs)} | {docs[0]['batches']} ({docs[0]['packs']}) | {med('first_ms'):.0f} "
+                      f"({med('first_hole_check_ms'):.1f}) | {med('last_ms'):.0f} ({med('last_hole_check_ms'):.1f}) |")
         if "llm" in parts:
             print(json.dumps(llm_rate(tmp, args.sustained)), flush=True)
         if "capture" in parts:

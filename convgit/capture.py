@@ -16,6 +16,7 @@ are committed in the background; ``flush()`` waits for them (it runs at exit too
 from __future__ import annotations
 
 import atexit
+import functools
 import inspect
 import json
 import threading
@@ -190,53 +191,82 @@ def _kwargs(args: tuple, kwargs: dict) -> dict:
     return kwargs
 
 
+def _thread_of(kwargs: dict, default: str | None) -> str | None:
+    """The thread a call names with ``extra_headers={"X-Convgit-Thread": NAME}`` (as for
+    ``convgit serve``, so the same code logs through the proxy and in-process), else
+    ``default``. The header is taken out of the call's headers (it is convgit's, not the
+    upstream's) and checked as a thread name before the call is made: a bad name raises
+    InvalidRefName and nothing is sent (as the proxy answers 400 before relaying)."""
+    headers = kwargs.get("extra_headers")
+    if not isinstance(headers, dict):
+        return default
+    keys = [k for k in headers if isinstance(k, str) and k.lower() == "x-convgit-thread"]
+    if not keys:
+        return default
+    values = {headers[k] for k in keys}
+    kwargs["extra_headers"] = {k: v for k, v in headers.items() if k not in keys}
+    values = {v.strip() if isinstance(v, str) else v for v in values} - {""}
+    if not values:
+        return default
+    if len(values) > 1:
+        from .errors import InvalidInput
+
+        raise InvalidInput("X-Convgit-Thread: given more than once, with different values")
+    from .ids import check_thread_name
+
+    return check_thread_name(values.pop())
+
+
 def _logged(create, api: str, ctx: _Context, request_of=_kwargs):
     """``create`` logging each call (sync or async, streamed or not). ``request_of(args,
     kwargs)``: the request document of a call (default: its keyword arguments)."""
 
-    def record(kwargs, t0, started, *, response=b"", status=None, stream=False, ttft=None, error=None):
+    def record(kwargs, t0, started, *, response=b"", status=None, stream=False, ttft=None, error=None,
+               thread=ctx.thread):
         rec = rec_mod.CallRecord(
             id=uuid.uuid4().hex, api=api, request=_request(kwargs), response=response, stream=stream, status=status,
             started_at=started, duration_ms=int((time.perf_counter() - t0) * 1000), ttft_ms=ttft, error=error,
-            thread=ctx.thread, store_raw=ctx.store_raw)
+            thread=thread, store_raw=ctx.store_raw)
         try:
             ctx.engine.record(rec)
         except Exception as e:  # logging never fails the caller's call
             ctx.engine.warnings.append(f"capture: call not spooled ({e})")
 
-    def failed(kwargs, t0, started, e):
+    def failed(kwargs, t0, started, e, rec=record):
         resp = getattr(e, "response", None)
         status = getattr(e, "status_code", None)
         body = getattr(resp, "content", b"") if resp is not None else b""
-        record(kwargs, t0, started, response=body if isinstance(body, bytes) else b"", status=status,
-               error=None if status else rec_mod.UPSTREAM_UNREACHABLE)
+        rec(kwargs, t0, started, response=body if isinstance(body, bytes) else b"", status=status,
+            error=None if status else rec_mod.UPSTREAM_UNREACHABLE)
 
     if ctx.is_async or inspect.iscoroutinefunction(create):
         async def acreate(*args, **kwargs):
             t0, started = time.perf_counter(), int(time.time() * 1000)
+            rec = functools.partial(record, thread=_thread_of(kwargs, ctx.thread))
             req = request_of(args, kwargs)
             try:
                 result = await create(*args, **kwargs)
             except Exception as e:
-                failed(req, t0, started, e)
+                failed(req, t0, started, e, rec)
                 raise
             if req.get("stream") is True:
-                return _AsyncStream(result, api, req, t0, started, record)
-            record(req, t0, started, response=_jsonable_bytes(result), status=200)
+                return _AsyncStream(result, api, req, t0, started, rec)
+            rec(req, t0, started, response=_jsonable_bytes(result), status=200)
             return result
         return acreate
 
     def screate(*args, **kwargs):
         t0, started = time.perf_counter(), int(time.time() * 1000)
+        rec = functools.partial(record, thread=_thread_of(kwargs, ctx.thread))
         req = request_of(args, kwargs)
         try:
             result = create(*args, **kwargs)
         except Exception as e:
-            failed(req, t0, started, e)
+            failed(req, t0, started, e, rec)
             raise
         if req.get("stream") is True:
-            return _Stream(result, api, req, t0, started, record)
-        record(req, t0, started, response=_jsonable_bytes(result), status=200)
+            return _Stream(result, api, req, t0, started, rec)
+        rec(req, t0, started, response=_jsonable_bytes(result), status=200)
         return result
     return screate
 

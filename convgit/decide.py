@@ -110,6 +110,10 @@ class View:
         """The store's packs (ObjectStore.packs)."""
         return self.repo.objects.packs(reload=reload)
 
+    def packs_by_age(self) -> list:
+        """The store's packs, oldest first (ObjectStore.packs_by_age)."""
+        return self.repo.objects.packs_by_age()
+
     def threads_at(self, tip: str) -> list[str]:
         """The threads whose tip is ``tip``, sorted."""
         names = {n for n in self.repo.index.threads_at(tip) if n not in self.pending_refs}

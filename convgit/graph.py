@@ -79,7 +79,13 @@ def first_missing(objects, ids: list[str], end: int | None = None) -> int:
     The common answer is "all", so the probe is cheap where the store lets it be: a loose
     file's existence, or a lookup in the pack indexes already loaded, trying first where the
     previous id was (a chain's old part sits in packs, its recent part in loose files). Only
-    an id found in neither is asked of ``objects.contains``, which re-reads the pack list."""
+    an id found in neither is asked of ``objects.contains``, which re-reads the pack list.
+
+    The packs are tried oldest first (``packs_by_age`` when the store has it), starting at the
+    pack that held the previous id and going round: a chain's messages were written in
+    order, so its next id is in that pack or a later one. A chain spread over a pack per
+    batch (``convgit serve``) then costs about one pack probe per id and one per pack, not
+    one per id and pack."""
     end = len(ids) if end is None else end
     is_loose = getattr(objects, "is_loose", None)
     packs = getattr(objects, "packs", None)
@@ -88,10 +94,21 @@ def first_missing(objects, ids: list[str], end: int | None = None) -> int:
             if not objects.contains(ids[i]):
                 return i
         return end
-    loaded = packs()
+    by_age = getattr(objects, "packs_by_age", None)
+    loaded = by_age() if by_age is not None else packs()
+    at = 0  # where the previous id was found
 
     def in_packs(oid: str) -> bool:
-        return any(p.contains(oid) for p in loaded)
+        nonlocal at
+        n = len(loaded)
+        if n and loaded[at].contains(oid):  # the common case: the same pack as the previous id
+            return True
+        for k in range(1, n):
+            j = at + k if at + k < n else at + k - n
+            if loaded[j].contains(oid):
+                at = j
+                return True
+        return False
 
     probes = (is_loose, in_packs)
     for i in range(end):

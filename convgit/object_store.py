@@ -46,6 +46,8 @@ class ObjectStore:
         self._filter: PackFilter | None = None  # see _filter_for
         self._filter_of: dict | None = None  # the pack list it was kept in step with
         self._probes = 0
+        self._age: dict[str, int] = {}  # pack name -> rank, oldest first (packs_by_age)
+        self._by_age: tuple[dict | None, list[Pack]] = (None, [])  # (the pack list it was made from, the order)
 
     def _file(self, oid: str) -> str:
         return f"{self._root}/{oid[:2]}/{oid[2:]}"
@@ -81,6 +83,31 @@ class ObjectStore:
                 p.close()
             self._packs, self._packs_sig = new, sig
         return list(self._packs.values())
+
+    def packs_by_age(self) -> list[Pack]:
+        """The packs oldest first: by file time for those present when this store first
+        looked, then in the order this store saw the others appear (a pack's time is never
+        read again, so freshening one does not move it). A chain's messages were written in
+        that order, so the pack holding a chain's next message is the pack of the previous
+        one or a later one (graph.first_missing walks them so). Any order is correct; this
+        one makes a walk along a chain spread over many packs (a server writes one pack per
+        batch) cost about one probe per id instead of one per id and pack."""
+        packs = self.packs()
+        made_from, order = self._by_age
+        if made_from is self._packs:
+            return order
+        new = [p for p in packs if p.name not in self._age]
+        if new:
+            def mtime(p: Pack) -> int:
+                try:
+                    return os.stat(p.idx_path).st_mtime_ns
+                except OSError:
+                    return 0
+            for rank, p in enumerate(sorted(new, key=lambda p: (mtime(p), p.name)), start=len(self._age)):
+                self._age[p.name] = rank
+        order = sorted(packs, key=lambda p: self._age[p.name])
+        self._by_age = (self._packs, order)
+        return order
 
     def _pack_with(self, oid: str) -> Pack | None:
         packs = self.packs()

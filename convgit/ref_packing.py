@@ -137,8 +137,9 @@ class RefPacking:
     def _unpack(self, names) -> None:
         """Take ``names`` out of ``packed-refs`` (a delete or a rename; the caller holds their
         ref locks), rewriting it by rename under ``packed-refs.lock``. Nothing is written
-        when none of them is packed (only a packing adds packed lines, under the exclusive
-        store lock, so no writer races that check)."""
+        when none of them is packed (lines are added only by a packing, under the exclusive
+        store lock, and by a batch move holding the lock of each thread it adds, so no writer
+        races that check for these names)."""
         names = set(names)
         if not self.packed().mentions(names):
             return

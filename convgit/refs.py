@@ -9,8 +9,12 @@ directory are the commit point (docs/format.md §6.2). The line formats are in r
 
 ``packed-refs`` (written by gc, ``RefStore.pack_refs``) holds many refs in one file, as in
 git: a thread's value is its loose ref file if there is one, else its packed line. A move
-always writes a loose ref; a delete takes the thread out of ``packed-refs`` first (under
-``packed-refs.lock``), then unlinks the loose file (docs/format.md §4.1, §6.4).
+writes a loose ref, except in a batch (``update_many``) moving enough existing threads:
+their lines are set in one new ``packed-refs`` and their loose files, if any, unlinked after
+it (docs/format.md §6.3); a delete takes the thread out of ``packed-refs`` first (under
+``packed-refs.lock``), then unlinks the loose file (docs/format.md §4.1, §6.4). Names are
+added to ``packed-refs`` only by packing and by such a batch, for threads that exist and
+whose locks it holds.
 
 ``packed-logs`` (convgit.packedlogs, docs/format.md §4.2) holds the reflogs packed with them:
 a thread's reflog is its packed text followed by its loose reflog file (appends always go to
@@ -49,6 +53,12 @@ BATCH_REFS = 256  # threads locked and moved together by update_many
 NOT_APPLIED = object()  # update_many: a move not made
 AUTO_PACK_LOOSE = 1024  # more loose refs than this after a write: the writer packs them (§6.4)
 JOURNAL_ROTATE = 8 * 1024 * 1024  # a refs journal longer than this: the next writer that can packs every ref and replaces it (§4)
+# update_many moves existing threads through packed-refs (docs/format.md §6.3 "Batch moves
+# in packed-refs") from this many such moves in a batch, while packed-refs is no larger than
+# this many bytes per such move: rewriting the file must cost less than the renames it
+# replaces (benchmarks/bench_ref_moves.py: a 1 MB packed-refs ~4-8 ms, a rename 0.2-1.2 ms).
+PACKED_MOVES_MIN = 4
+PACKED_BYTES_PER_MOVE = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,9 @@ class RefStore(ReflogFiles, RefPacking):
         self.packed_logs_path = root / PACKED_LOGS
         self._packed_cache: tuple[tuple, "_Packed"] | None = None
         self._logs_cache: tuple[tuple, PackedLogsReader, object] | None = None
+        # Declares the store's format version that reads packed-refs (Repository sets it):
+        # lets a batch move (update_many) make the first packed-refs. None: only gc's does.
+        self.declare_packed: Callable[[], None] | None = None
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -340,7 +353,16 @@ class RefStore(ReflogFiles, RefPacking):
         file is whole at any instant (its content was durable before its rename) and a power
         loss keeps, per thread, the old tip or the new one; a reflog line may name a move a
         power loss undid, as with a single update. Two syncs per batch instead of four fsyncs
-        per ref. Deleting is not batched (``new`` must be an id)."""
+        per ref. Deleting is not batched (``new`` must be an id).
+
+        Moves of existing threads go through ``packed-refs`` when a batch has enough of them
+        (PACKED_MOVES_MIN, PACKED_BYTES_PER_MOVE): under ``packed-refs.lock`` (taken after the
+        ref locks, as a delete does) a new packed-refs with their new tips is written beside
+        the temp refs, made durable by the same syncfs, and renamed in with them: one rename
+        for all. A thread that also has a loose ref file (which wins) has it unlinked after
+        that rename is durable (a directory fsync): its move is the unlink. Then they are
+        packed, and their next batch moves are packed ones (docs/format.md §6.3). A new
+        thread always gets a loose ref (the file system keeps ``a`` and ``a/b`` apart)."""
         if results is None:
             results = [NOT_APPLIED] * len(moves)
         self._update_all(moves, results, exists)
@@ -377,6 +399,9 @@ class RefStore(ReflogFiles, RefPacking):
     def _update_batch(self, moves, batch: list[int], results: list, exists) -> None:
         staged: list[tuple[int, Path, Path, str | None, int | None]] = []  # (i, ref, tmp, old, log size)
         logged: list[tuple[str, int | None]] = []  # reflogs appended to, with their old size
+        in_packed: list[int] = []  # moves of existing threads: through packed-refs if enough
+        loose_of: dict[int, Path] = {}  # ... of those, the ones with a loose ref file (it goes)
+        repacked: list = []  # the packed-refs rewrite: [tmp, old bytes (None: none), renamed?, unlinked, to unlink]
         # One journal append for the batch (before any of its reflog lines and moves; a name
         # whose check fails below is read again by the index, harmlessly).
         self.journal([moves[i].name for i in batch])
@@ -393,7 +418,8 @@ class RefStore(ReflogFiles, RefPacking):
                         self._check_df_conflict(path, m.name)
                         fsio.makedirs(path.parent, fsync=True)
                         locks.enter_context(self._locked(path))
-                        old = self._read_ref(path, m.name)
+                        loose = self._read_path(path, m.name)
+                        old = loose if loose is not None else self.packed().get(m.name)  # (= _read_ref)
                         self._check_expected(m.name, old, m.expected)
                     except (RefStale, RefExists, NotFound, ObjectMissing) as e:
                         results[i] = e
@@ -416,25 +442,110 @@ class RefStore(ReflogFiles, RefPacking):
                     text += [format_reflog_line(m.new, m.new, t, turn, msg) for turn, msg in m.extra]
                     fsio.append_line(self.log_path(m.name), "".join(text), fsync=False)
                     if old != m.new:
-                        tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
-                        fsio.write_new_file(tmp, f"{m.new}\n".encode())
-                        staged.append((i, path, tmp, old, None))
-                fsio.sync_filesystem(self.root)  # reflog lines and temp refs durable
+                        if old is not None:
+                            in_packed.append(i)  # staged below: in packed-refs, or as a loose ref
+                            if loose is not None:
+                                loose_of[i] = path
+                            continue
+                        self._stage_loose(moves, i, path, old, staged)
+                if in_packed:
+                    self._stage_packed(moves, in_packed, loose_of, results, staged, repacked, locks)
+                fsio.sync_filesystem(self.root)  # reflog lines, temp refs (and packed-refs) durable
                 crash_point("ref_after_tmp_fsync")
-                done = []
                 for i, path, tmp, old, _ in staged:
                     fsio.rename(tmp, path)
-                    done.append((i, path, old))
+                if repacked:
+                    fsio.rename(repacked[0], self.packed_path)  # every packed move at once
+                    repacked[2] = True
+                    if repacked[4]:
+                        # A loose ref wins: its thread's move is the unlink of its file, which must
+                        # not outlive the new packed-refs in a power loss (the thread would fall
+                        # back to an older packed line, or vanish): the rename is made durable first.
+                        fsio.fsync_dir(self.root)
+                        crash_point("ref_mid_unpack_loose")
+                    for path, old in repacked[4]:
+                        fsio.unlink(path)
+                        repacked[3].append((path, old))
                 fsio.sync_filesystem(self.root)  # the renames durable
                 crash_point("ref_after_rename")
             except StorageFailed:
-                self._undo_batch(moves, staged, logged)
+                self._undo_batch(moves, staged, logged, repacked)
                 for i in batch:
                     results[i] = NOT_APPLIED
                 raise
 
-    def _undo_batch(self, moves, staged, logged) -> None:
+    def _stage_loose(self, moves, i: int, path: Path, old: str | None, staged: list) -> None:
+        """The temp ref file of move ``i``, renamed over its ref after the batch's syncfs."""
+        tmp = path.with_name(f"{fsio.TMP_PREFIX}{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+        fsio.write_new_file(tmp, f"{moves[i].new}\n".encode())
+        staged.append((i, path, tmp, old, None))
+
+    def _stage_packed(self, moves, idx: list[int], loose_of: dict, results: list, staged: list, repacked: list,
+                      locks) -> None:
+        """Moves of existing threads (their ref locks held): a new packed-refs with their
+        tips, written to a temp file that the batch's syncfs makes durable and that is renamed
+        in with the temp refs; a thread that also has a loose ref file (``loose_of``) has it
+        unlinked after that rename (the loose file wins until then), so that its next moves
+        are packed ones (PACKED_MOVES_MIN, PACKED_BYTES_PER_MOVE: else each gets a temp ref as
+        any move does)."""
+        def all_loose() -> None:
+            for i in idx:
+                self._stage_loose(moves, i, self.ref_path(moves[i].name), results[i], staged)
+
+        try:
+            size = os.stat(self.packed_path).st_size
+        except FileNotFoundError:  # none yet: made here if the store may have one
+            size = 0 if self.declare_packed is not None else None
+        except OSError:
+            size = None
+        if size is None or len(idx) < PACKED_MOVES_MIN or size > len(idx) * PACKED_BYTES_PER_MOVE:
+            return all_loose()
+        locks.enter_context(self._packed_locked())  # after the ref locks, as a delete takes it
+        try:
+            with open(os.open(self.packed_path, os.O_RDONLY | fsio.NOFOLLOW), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            if self.declare_packed is None:
+                return all_loose()
+            self.declare_packed()  # the format version that reads packed-refs, before it exists
+            data = None
+        except OSError:  # (a symlink: never read nor replaced here; packed() refuses it)
+            return all_loose()
+        packed = open_packed_refs(data or b"")
+        changes = {}
+        unlink = []
+        for i in idx:
+            m = moves[i]
+            # Under the thread's lock nothing else moves it, and only gc (exclusive store lock)
+            # packs: a packed thread's line is still the tip read (a loose one's line, if any,
+            # is overruled by its file until the file goes). A thread that is not so (a
+            # hand-made file, a header this version does not know) is moved as a loose ref.
+            if packed.header_ok and (i in loose_of or packed.get(m.name) == results[i]):
+                changes[m.name] = m.new
+                if i in loose_of:
+                    unlink.append((loose_of[i], results[i]))
+            else:
+                self._stage_loose(moves, i, self.ref_path(m.name), results[i], staged)
+        if not changes:
+            return
+        tmp = self.packed_path.with_name(f"{fsio.TMP_PREFIX}{PACKED_REFS}.{os.getpid()}.{time.monotonic_ns()}")
+        fsio.write_new_file(tmp, packed.with_changes(changes))
+        repacked[:] = [tmp, data, False, [], unlink]
+
+    def _undo_batch(self, moves, staged, logged, repacked=()) -> None:
         """Best effort after a failed batch: refs back at their old tips, reflog lines gone."""
+        if repacked:
+            tmp, data, renamed, unlinked, _ = repacked
+            try:
+                fsio.unlink_quiet(tmp)
+                for path, old in unlinked:  # the loose refs back first (they win), then the file
+                    fsio.replace_file(path, f"{old}\n".encode(), fsync=False)
+                if renamed and data is None:  # still under packed-refs.lock: as it was (none)
+                    fsio.unlink(self.packed_path)
+                elif renamed:  # ... the file as it was
+                    fsio.replace_file(self.packed_path, data, fsync=False)
+            except Exception:  # the original error is the one to report
+                pass
         for i, path, tmp, old, _ in staged:
             try:
                 fsio.unlink(tmp)

@@ -19,6 +19,7 @@ FORMAT_MAGIC = "convgit-store"
 FORMAT_VERSION = 1  # what a new store is written as (so that an older convgit opens it)
 FORMAT_VERSIONS = (1, 2, 3)  # what this convgit reads; 2 = 1 + packed-refs, 3 = 2 + packed-logs (format.md §2.1)
 PACKED_FORMAT = 3  # declared before the first packing writes packed-logs
+PACKED_REFS_FORMAT = 2  # declared before a batch move makes the first packed-refs (docs/format.md §6.3)
 FORMAT_LINE = f"{FORMAT_MAGIC} {FORMAT_VERSION}\n"
 
 
@@ -32,6 +33,7 @@ class Repository:
         if config.objects_from:  # an index-only store: what is not here is read from a remote by range
             self.objects = _ranged_objects(self.objects, path, config.objects_from)
         self.refs = RefStore(path, fsync=config.fsync, lock_timeout=config.lock_timeout)
+        self.refs.declare_packed = lambda: require_format(path, PACKED_REFS_FORMAT, fsync=config.fsync)
         self._index = None
         # Said once the operation is done (the CLI prints them to stderr): a ref move that
         # stands although the index could not follow it (a full disk), and the like.

@@ -140,3 +140,26 @@ def test_the_sdks_stream_helpers_are_logged_like_create(store, upstream):
     assert turns[4].output == turns[5].output
     assert _conversation(store, turns[4].output)[-1][1] == m.content[1].text
     assert [t for _, t in _conversation(store, turns[6].output)][0] == "early"
+
+
+def test_the_thread_header_names_the_thread_in_process_too(store, upstream):
+    """``extra_headers={"X-Convgit-Thread": NAME}`` names the thread as with the proxy; the
+    header is convgit's (not sent upstream); a bad name raises before anything is sent."""
+    from convgit.errors import InvalidRefName
+
+    client = capture(openai.OpenAI(base_url=upstream.url + "/v1", api_key="k", max_retries=0), repo=store)
+    msgs = [{"role": "user", "content": "named in process"}]
+    r = client.chat.completions.create(model="gpt-fake", messages=msgs, extra_headers={"X-Convgit-Thread": "proj"})
+    more = msgs + [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "streamed"}]
+    list(client.chat.completions.create(model="gpt-fake", messages=more, stream=True,
+                                        extra_headers={"x-convgit-thread": "proj", "x-other": "1"}))
+    sent = [h for path, h, b in upstream.requests if b"named in process" in b]
+    assert len(sent) == 2 and not [k for h in sent for k in h if k.lower().startswith("x-convgit")]
+    assert sent[1].get("x-other") == "1"  # the caller's other headers go on as they were
+    with pytest.raises(InvalidRefName):
+        client.chat.completions.create(model="gpt-fake", messages=[{"role": "user", "content": "refused in process"}],
+                                       extra_headers={"X-Convgit-Thread": "bad..name"})
+    assert not [b for _, _, b in upstream.requests if b"refused in process" in b]
+    flush()
+    assert [t for _, t in _conversation(store, "proj")][::2] == ["named in process", "streamed"]
+    assert list(_threads(store)) == ["proj"]

@@ -248,6 +248,37 @@ def test_first_missing_sees_an_object_packed_after_the_pack_list_was_loaded(mixe
     assert graph.first_missing(mixed.objects, ids) == len(ids)
 
 
+def test_first_missing_walks_a_chain_spread_over_many_packs_in_about_one_probe_per_id(tmp_path, monkeypatch):
+    """A server's committer writes a pack per batch, so a long conversation's messages sit
+    two by two in many packs. The hole check probes the packs oldest first, from where the
+    previous id was: about one probe per id plus one per pack, not one per id and pack."""
+    from convgit.pack import Pack
+
+    repo = Repository.init(tmp_path / ".convgit")
+    (repo.path / "config.toml").write_text("[core]\nfsync = false\n")
+    repo.close()
+    repo = Repository.open(tmp_path / ".convgit")
+    r = convgit.commit(repo, {"messages": conv(*[f"turn {i}" for i in range(80)])})
+    ids = _chain(repo, r.thread)
+    data = {o: _delete(repo.path, o) for o in ids}  # (loose copies would make write_packed skip them)
+    for k in range(0, 80, 2):  # 40 packs of 2 messages each, written in the chain's order
+        repo.objects.write_packed([(o, data[o]) for o in ids[k:k + 2]])
+        graph.first_missing(repo.objects, ["00" * 32])  # as each batch's decisions look (new packs seen in order)
+    assert len(repo.objects.packs()) == 40 and not any(repo.objects.is_loose(o) for o in ids)
+    calls = []
+    real = Pack.contains
+    monkeypatch.setattr(Pack, "contains", lambda self, oid: calls.append(oid) or real(self, oid))
+    assert graph.first_missing(repo.objects, ids) == 80
+    assert len(calls) <= len(ids) + 2 * 40, len(calls)  # (the old way: ~20 per id here, 1,600+)
+    calls.clear()
+    assert graph.first_missing(repo.objects, ids[::-1]) == 80  # any order is still answered right
+    assert len(calls) > len(ids) + 2 * 40  # (only slower: the order is what makes it cheap)
+    repo.close()
+    again = Repository.open(tmp_path / ".convgit")  # a new process: the packs by file time
+    assert graph.first_missing(again.objects, ids) == 80
+    again.close()
+
+
 # -- log --json on a damaged history: one valid JSON document, streamed -----------------------
 
 

@@ -281,11 +281,56 @@ def test_a_named_thread_appends_and_a_conflicting_history_forks(server, store):
         assert other.status_code == 200  # a conflict is never refused to the client
         bad = c.post(server.url + "/v1/chat/completions", json=_chat(), headers={"x-convgit-thread": "bad..name"})
         assert bad.status_code == 400 and "X-Convgit-Thread" in bad.json()["error"]["message"]
+        assert bad.json()["error"]["code"] == "invalid_ref_name"
     server.wait_calls(3)
     threads = _threads(store)
     assert len(_conversation(store, "proj")) == 4
     forks = [n for n in threads if n.startswith("proj-fork-")]
     assert len(forks) == 1 and [t for _, t in _conversation(store, forks[0])][0] == "something else"
+
+
+def test_the_thread_header_is_checked_before_relaying_and_read_as_utf8(server, upstream, store):
+    """X-Convgit-Thread per request (docs/serve.md "Headers"): a name convgit refuses is a 400
+    in the client's error shape with the error's code, before anything reaches the upstream
+    (no token spent, nothing recorded); the value is the UTF-8 bytes sent; a valid name that
+    this store cannot take (``team`` beside ``team/alpha``) is never refused: the call is
+    recorded on a thread of its own."""
+    marker = "never-relayed-7f3a"
+    with httpx.Client(timeout=30) as c:
+        def post(path, thread, body=None):
+            body = body or _chat(messages=[{"role": "user", "content": f"{marker} {path}"}])
+            return c.post(server.url + path, json=body, headers=[(b"x-convgit-thread", t) for t in thread])
+
+        bad = post("/v1/chat/completions", [b"bad..name"])
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_ref_name"
+        assert bad.json()["error"]["message"].startswith("X-Convgit-Thread: invalid thread name")
+        ant = post("/v1/messages", [b"-lead"], {"model": "claude-fake", "max_tokens": 8,
+                                                "messages": [{"role": "user", "content": marker}]})
+        err = ant.json()
+        assert ant.status_code == 400 and err["type"] == "error" and err["error"]["type"] == "invalid_request_error"
+        assert err["error"]["message"].endswith("(invalid_ref_name)")
+        for given in ([b"\xff\xfeproj"], [b"one", b"two"]):
+            r = post("/v1/chat/completions", given)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_input", r.text
+        assert not [b for _, _, b in upstream.requests if marker.encode() in b]  # none of them was relayed
+
+        ok = c.post(server.url + "/v1/chat/completions", json=_chat(), headers=[(b"x-convgit-thread", "café".encode())])
+        assert ok.status_code == 200 and ok.headers.raw and dict(ok.headers.raw)[b"x-convgit-thread"] == "café".encode()
+        same = c.post(server.url + "/v1/chat/completions", json=_chat(), headers=[(b"x-convgit-thread", b"team/alpha")] * 2)
+        assert same.status_code == 200  # the same value twice is one name
+        empty = c.post(server.url + "/v1/chat/completions", json=_chat(messages=[{"role": "user", "content": "anon"}]),
+                       headers={"x-convgit-thread": ""})
+        assert empty.status_code == 200 and "x-convgit-thread" not in empty.headers  # empty: none named
+        beside = c.post(server.url + "/v1/chat/completions", json=_chat(messages=[{"role": "user", "content": "clash"}]),
+                        headers={"x-convgit-thread": "team"})
+        assert beside.status_code == 200
+    calls = server.wait_calls(4)
+    assert len(calls) == 4 and not [d for d in calls if "not_recorded" in d], calls  # the 400s: not recorded
+    threads = _threads(store)
+    assert "café" in threads and "team/alpha" in threads and "team" not in threads
+    clash = [d for d in calls if d["thread"] not in ("café", "team/alpha")]
+    assert len(clash) == 2 and all(d["thread"] in threads for d in clash)
+    assert any("clash" in [t for _, t in _conversation(store, d["thread"])] for d in clash)  # kept, beside
 
 
 # -- broken streams and failures -----------------------------------------------------------------

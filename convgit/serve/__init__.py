@@ -6,7 +6,7 @@ history deduplicated (only the new tail is written), the answer assembled from t
 a ``call`` turn with model, usage, timing, status and error. The path of a call:
 
     client → proxy (relay, byte for byte) → upstream
-                 └→ spool (durable, group-committed) → committer thread → convgit.api.commit*
+                 └→ spool (durable, group-committed) → committer thread → convgit.commit.commit_many (+ embed.on_commit)
 
 Needs the ``serve`` extra (starlette, uvicorn, httpx), imported only here: no other command
 pays for them. ``ServeOptions`` + ``Server`` are the library entry points; ``convgit serve``

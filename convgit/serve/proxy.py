@@ -78,11 +78,35 @@ def _response_headers(resp: httpx.Response, extra: list[tuple[bytes, bytes]], *,
     return out + extra
 
 
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 429: "rate_limit_error"}
+
+
+def thread_header(headers: list[tuple[bytes, bytes]], default: str | None) -> str | None:
+    """The thread a request names with ``X-Convgit-Thread`` (``default``, ``--thread``, when it
+    names none or an empty one), checked as any thread name before anything is relayed.
+
+    The value is read as UTF-8 (the bytes the client sent; HTTP's latin-1 reading would turn
+    ``café`` into another name). Raises InvalidRefName (a name convgit refuses) or
+    InvalidInput (not UTF-8; the header twice with different values)."""
+    given = {v.strip() for k, v in headers if k.lower() == b"x-convgit-thread"} - {b""}
+    if not given:
+        return default
+    if len(given) > 1:
+        raise InvalidInput("given more than once, with different values")
+    (raw,) = given
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("the name is not UTF-8") from None
+    return check_thread_name(name)
+
+
 def error_body(api: str | None, status: int, message: str, code: str) -> bytes:
     """An error in the shape the client's SDK reads (OpenAI's or Anthropic's)."""
-    if api == sse.ANTHROPIC:
-        doc: dict = {"type": "error", "error": {"type": "api_error" if status >= 500 else "authentication_error",
-                                                 "message": message}}
+    if api == sse.ANTHROPIC:  # (its shape has no code: the message ends with it)
+        kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        doc: dict = {"type": "error", "error": {"type": kind, "message": f"{message} ({code})"}}
     else:
         doc = {"error": {"message": message, "type": "convgit_proxy_error", "code": code, "param": None}}
     return json.dumps(doc).encode()
@@ -187,13 +211,11 @@ class Proxy:
         t0 = time.perf_counter()
         started = int(time.time() * 1000)
         body = await request.body()
-        thread = request.headers.get("x-convgit-thread") or s.thread
-        if thread is not None:
-            try:
-                check_thread_name(thread)
-            except InvalidInput as e:
-                await _send_simple(send, 400, error_body(api, 400, f"X-Convgit-Thread: {e.message}", "invalid_thread"))
-                return
+        try:  # a bad name is refused before anything is relayed: no token spent, nothing to record
+            thread = thread_header(scope_headers(request), s.thread)
+        except InvalidInput as e:
+            await _send_simple(send, 400, error_body(api, 400, f"X-Convgit-Thread: {e.message}", e.code))
+            return
         try:
             stream = json.loads(body).get("stream") is True
         except (ValueError, AttributeError):
@@ -201,7 +223,7 @@ class Proxy:
         call = uuid.uuid4().hex
         extra = [(b"x-convgit-call", call.encode())]
         if thread:
-            extra.append((b"x-convgit-thread", thread.encode()))
+            extra.append((b"x-convgit-thread", thread.encode("utf-8")))  # the bytes it came as
 
         def record(**kw) -> CallRecord:
             return CallRecord(id=call, api=api, request=body, stream=stream, started_at=started,
@@ -316,6 +338,11 @@ class Proxy:
         rec = state["record"]
         if rec is not None and rec.api == sse.OPENAI_RESPONSES and rec.error is None:
             self.prebuild(rec)  # after the last byte: only so that a whole call continuing it knows its tip
+
+
+def scope_headers(request: Request) -> list[tuple[bytes, bytes]]:
+    """The request's headers as the ASGI server gave them (raw bytes, every repeat)."""
+    return list(request.scope.get("headers") or [])
 
 
 async def _send_simple(send, status: int, body: bytes, extra: list | None = None) -> None:

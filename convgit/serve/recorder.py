@@ -1,13 +1,19 @@
 """The committer: spooled calls → the store, in batches, through the public commit API.
 
 One thread owns the repository (its SQLite index is used from that thread only). It takes
-every call the spool has made durable, builds each one's payload (``record.build``), writes
-the raw bodies as blobs, and commits the batch: calls without a named thread with one
-``convgit.api.commit_many`` (a few syncs for the whole burst), calls naming a thread with
-``convgit.api.commit(thread=..., on_conflict="fork")`` (a conflicting history is kept as a
-fork, never refused). A store that fails (full, read-only, locked) is retried with a backoff;
-the calls wait in memory and in the spool, never lost. A call whose request is no
-conversation convgit can store is kept in ``spool/rejected.calls`` and reported.
+every call the spool has made durable, builds each one's payload (``record.build``), and
+commits the batch with its raw bodies in one repository transaction
+(``convgit.commit.commit_many``: named threads trusted with ``on_conflict="fork"``, a
+conflicting history kept as a fork, never refused). A store that fails (full, read-only,
+locked) is retried with a backoff; the calls wait in memory and in the spool, never lost. A
+call whose request is no conversation convgit can store is kept in ``spool/rejected.calls``
+and reported.
+
+``embed.on_commit``: after a batch's commit point (and after the spool is told), the same
+thread embeds what the batch added, as ``convgit.api.commit_many`` does
+(``semantic.embed_written``): the answers were relayed long before, so no client waits for
+it. A failing or missing provider leaves the chunks failed or pending with a warning in the
+server's log, never touches the write, and is not asked again for a while (a backoff).
 
 Responses chains: a call with ``previous_response_id`` continues the chain that response
 ended; the chain's messages come from memory for calls this process saw, else from the
@@ -24,8 +30,8 @@ from pathlib import Path
 from typing import Callable
 
 from .. import api, codec, fsio, graph
-from ..commit import commit_many
-from ..errors import AmbiguousThread, ConvgitError, Locked, RefStale, StorageFailed
+from ..commit import commit_many, commit_payload
+from ..errors import AmbiguousThread, ConvgitError, Locked, RefExists, RefStale, StorageFailed
 from ..ingest import Draft
 from ..objects import Blob
 from ..refformat import parse_reflog_line
@@ -37,6 +43,8 @@ from .record import CallRecord
 RETRY = (StorageFailed, Locked, RefStale, OSError)
 _HISTORY_CACHE = 4096
 _MAX_BATCH = 512
+_EMBED_BACKOFF = (5.0, 300.0)  # seconds a failing provider is left alone: first, at most (doubling)
+_WARN_EVERY = 60.0  # the same kind of embedding warning at most this often in the server's log
 
 
 class Recorder:
@@ -51,6 +59,10 @@ class Recorder:
         self._history: OrderedDict[str, tuple[Draft, ...]] = OrderedDict()
         self.recorded = 0
         self.rejected = 0
+        self.embedded = 0  # chunks embedded after commits (embed.on_commit)
+        self.unembedded = False  # a batch wrote messages the on_commit embedding has not seen
+        self._embed_after = 0.0  # monotonic time before which a failing provider is not asked again
+        self._embed_backoff = 0.0
 
     # -- Responses chains ---------------------------------------------------------------------
 
@@ -127,6 +139,8 @@ class Recorder:
         summaries: list[dict] = []
         ok = [(r, b) for r, b, problem in built if b is not None]
         results = self._commit_all([b for _, b in ok], blobs) if ok else []
+        if any(getattr(res, "new_messages", 0) for res in results):
+            self.unembedded = True
         res_of = {id(b): res for (_, b), res in zip(ok, results)}
         for r, b, problem in built:
             if b is None:
@@ -142,11 +156,18 @@ class Recorder:
         except Exception:
             return r.response
 
-    def _commit_named(self, b: rec_mod.Built):
+    def _commit_one(self, b: rec_mod.Built):
+        """One call alone (the batch could not take it), through the core commit: embedding
+        follows the batch (``embed_written``), as for the calls committed together."""
+        payload = api.to_payload(self.repo, b.payload)
+        if b.thread is None:
+            return commit_payload(self.repo, payload, move_head=True)
         try:
-            return api.commit(self.repo, b.payload, thread=b.thread, on_conflict="fork")
-        except AmbiguousThread:  # the same messages in another order: keep it beside the thread
-            return api.commit(self.repo, b.payload)
+            return commit_payload(self.repo, payload, thread=b.thread, on_conflict="fork", move_head=True)
+        except (AmbiguousThread, RefExists):
+            # The same messages in another order, or a name this store cannot take (``a`` beside
+            # threads ``a/…``): never refused, the call is kept on a thread of its own.
+            return commit_payload(self.repo, payload, move_head=True)
         except RETRY:
             raise
         except ConvgitError as e:
@@ -169,12 +190,42 @@ class Recorder:
             out = []
             for b in built:
                 try:
-                    out.append(self._commit_named(b) if b.thread is not None else api.commit(self.repo, b.payload))
+                    out.append(self._commit_one(b))
                 except RETRY:
                     raise
                 except ConvgitError as e:
                     out.append(e)
             return out
+
+    def embed_written(self) -> tuple[int, list[str]]:
+        """``embed.on_commit``: embed what the batches committed since the last call added,
+        after their commit point, as ``convgit.api.commit_many`` does (``semantic.embed_written``:
+        at most ``EMBED_ON_WRITE`` chunks; more stay pending and are taken by the next call).
+        Never raises for the provider: returns (chunks embedded, warnings). A provider that
+        failed (or could not be loaded) is left alone for a backoff (5 s doubling to 5 min):
+        the chunks wait, pending or failed, for the next try or ``convgit embed``."""
+        if not self.unembedded or not self.repo.config.embed_on_commit:
+            return 0, []
+        now = time.monotonic()
+        if now < self._embed_after:
+            return 0, []
+        from .. import semantic
+
+        warnings: list[str] = []
+        try:
+            res = semantic.embed_written(self.repo, warnings=warnings)
+        except Exception as e:  # noqa: BLE001  (a bug in a provider: the write stands, say so)
+            res = None
+            warnings.append(f"embedding skipped: {type(e).__name__}: {e}; the chunks stay pending")
+        if res is None or res.failed:
+            self._embed_backoff = min(max(self._embed_backoff * 2, _EMBED_BACKOFF[0]), _EMBED_BACKOFF[1])
+            self._embed_after = now + self._embed_backoff
+        else:
+            self._embed_backoff = 0.0
+            self.unembedded = bool(res.pending)  # more than one call's worth: the next batch goes on
+        n = res.embedded if res is not None else 0
+        self.embedded += n
+        return n, warnings
 
     def _done(self, r: CallRecord, b: rec_mod.Built, res) -> dict:
         if isinstance(res, ConvgitError):
@@ -252,6 +303,7 @@ class Committer:
         self._queue: list[tuple[object, CallRecord]] = []
         self.prebuilt = Prebuilt()  # calls built by the proxy (X-Convgit-Tip)
         self._stop = False
+        self._warned: dict[str, float] = {}  # kind of embedding warning -> when last said
         self.idle = threading.Event()
         self.drained_leftovers = threading.Event()
         self._thread = threading.Thread(target=self._run, name="convgit-commit", daemon=True)
@@ -315,10 +367,27 @@ class Committer:
                 if self.writer is not None:
                     for seg, ids in by_seg.values():
                         self.writer.committed(seg, ids)
+                if not stop:  # (stopping: the chunks stay pending, the exit is not kept waiting)
+                    self._embed(recorder)
         finally:
             self.drained_leftovers.set()
             self.idle.set()
             repo.close()
+
+    def _embed(self, recorder: Recorder) -> None:
+        """``embed.on_commit`` after a batch (Recorder.embed_written); its warnings go to the
+        server's log, each kind at most once a minute (a provider down for an hour is one
+        line a minute, not one a batch)."""
+        try:
+            _, warnings = recorder.embed_written()
+        except RETRY as e:  # the index could not be read or written: the chunks stay pending
+            warnings = [f"embedding skipped: {getattr(e, 'message', e)}; the chunks stay pending"]
+        now = time.monotonic()
+        for w in warnings:
+            kind = w.split(":", 1)[0].split(" for ")[0]
+            if now - self._warned.get(kind, -_WARN_EVERY) >= _WARN_EVERY:
+                self._warned[kind] = now
+                self.warn(w)
 
     def _commit(self, recorder: Recorder, records: list[CallRecord], *, stop: bool, check: bool = False) -> bool:
         delay = 0.05
@@ -361,6 +430,7 @@ class Committer:
                     return
             fsio.unlink_quiet(seg)
             fsio.unlink_quiet(spool_mod.done_path(seg))
+            self._embed(recorder)
 
 
 def real_turns(repo, name: str) -> list[str]:

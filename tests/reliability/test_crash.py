@@ -273,6 +273,11 @@ CASES = (
         ("merge_mid_refs", "all")]]
     # after its intent file: the next writer finishes the rename
     + [("rename", "rename_after_intent", "all")]
+    # an import continuing four packed threads: their lines rewritten in one packed-refs (§6.2)
+    + [("import_packed", p, v) for p, v in [("ref_after_tmp_fsync", "none"), ("ref_after_rename", "all")]]
+    # ... continuing four loose threads: packed-refs made, then their loose files unlinked
+    + [("import_loose", p, v) for p, v in [("ref_after_tmp_fsync", "none"), ("ref_mid_unpack_loose", "none"),
+                                            ("ref_after_rename", "all")]]
 )
 # Points owned by other operations' tests (the importer's; push's: tests/test_remote.py kills a
 # push there and resumes it).
@@ -297,8 +302,12 @@ def crash_base(tmp_path_factory):
     d = tmp_path_factory.mktemp("crashpoints")
     repo = new_store(d / "base")
     convgit.commit(repo, {"messages": [user("a0"), user("a1")]}, thread="a", now_ms=NOW)
+    for j in range(4):  # packed by the gc below: import_packed continues them in one batch
+        convgit.commit(repo, {"messages": [user(f"w{j} 0")]}, thread=f"w{j}", now_ms=NOW)
     gc(repo)
     convgit.commit(repo, {"messages": [user("b0")]}, thread="b", now_ms=NOW)
+    for j in range(4):  # loose: import_loose continues them, moving them into packed-refs
+        convgit.commit(repo, {"messages": [user(f"v{j} 0")]}, thread=f"v{j}", now_ms=NOW)
     convgit.commit(repo, {"messages": [user("old")]}, thread="old", now_ms=NOW)
     convgit.delete_thread(repo, "old")
     repo.close()
@@ -309,13 +318,19 @@ def crash_base(tmp_path_factory):
     convgit.commit(src, {"messages": [user("x0")]}, thread="src/x", now_ms=NOW)
     src.close()
     env = cli_env(d)
+    (d / "packed.jsonl").write_text("".join(json.dumps({"messages": [user(f"w{j} 0"), user(f"w{j} 1")]}) + "\n"
+                                            for j in range(4)))
+    (d / "loose.jsonl").write_text("".join(json.dumps({"messages": [user(f"v{j} 0"), user(f"v{j} 1")]}) + "\n"
+                                           for j in range(4)))
     base = {"store": repo.path, "source": src.path, "env": env, "dir": d, "after": {}}
-    for op in ("commit", "commit_new", "fork", "gc", "merge", "rename"):
+    for op in ("commit", "commit_new", "fork", "gc", "merge", "rename", "import_packed", "import_loose"):
         store = _copy(base, d / f"ref-{op}")
         r = _run(base, op, store)
         assert r.returncode == 0, r
         with Repository.open(store) as s:
             base["after"][op] = s.refs.read_all()
+            if op.startswith("import_"):  # (the packed path: moved without a loose ref, or out of it)
+                assert not [n for n in s.refs._loose_names() if n[0] == ("w" if op == "import_packed" else "v")]
     with Repository.open(repo.path) as s:
         base["before"] = s.refs.read_all()
     return base
@@ -338,6 +353,8 @@ def _run(base, op: str, store: Path, crash: str | None = None):
         "gc": ["gc", "--prune=now", "--json"],
         "merge": ["merge", str(base["source"]), "--json"],
         "rename": ["threads", "rename", "a", "renamed/a", "--json"],
+        "import_packed": ["import", str(base["dir"] / "packed.jsonl"), "--json"],
+        "import_loose": ["import", str(base["dir"] / "loose.jsonl"), "--json"],
     }[op]
     return run_cli(args, store=store, env=env, input=json.dumps(payload[op]) if op in payload else None)
 

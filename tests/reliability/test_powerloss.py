@@ -124,6 +124,14 @@ def _run_op(repo, op: str, step: int, source: Path):
         convgit.commit_many(repo, [{"messages": [user(f"bulk {step}.{j}.{i}") for i in range(4)]} for j in range(5)],
                             now_ms=NOW + step)
         return None
+    if op == "bulk loose":  # five loose threads continued in one batch: moved into packed-refs (§6.3)
+        convgit.commit_many(repo, [{"messages": history(repo, f"v{j}") + [user(f"v{j} {step}")]} for j in range(5)],
+                            now_ms=NOW + step)
+        return None
+    if op == "bulk packed":  # five packed threads continued in one batch: moved in packed-refs (§6.2)
+        convgit.commit_many(repo, [{"messages": history(repo, f"w{j}") + [user(f"w{j} {step}")]} for j in range(5)],
+                            now_ms=NOW + step)
+        return None
     if op == "import":  # five ShareGPT conversations: five new threads in one batch of ref moves
         export = repo.path.parent / f"export-{step}.json"
         export.write_text(json.dumps([{"id": f"c{j}", "conversations": [
@@ -638,6 +646,55 @@ def test_a_wide_merge_survives_power_loss(stores, monkeypatch):
     stats, failures = sweep(stores, monkeypatch, depth=1, ops=("merge wide",))
     assert stats["states"] > 20
     assert failures == [], f"{len(failures)} of {stats['states']} states fail: {failures[:2]}"
+
+
+@pytest.fixture(scope="module")
+def packed_stores(stores):
+    """The sweep's stores with a template whose five threads w0..w4 live in packed-refs only."""
+    repo = new_store(stores["work"] / "packed-template")
+    for j in range(5):
+        convgit.commit(repo, {"messages": [user(f"w{j} start")]}, thread=f"w{j}", now_ms=NOW)
+    gc(repo)
+    assert not list((repo.path / "refs" / "threads").iterdir())
+    path = repo.path
+    repo.close()
+    return {**stores, "template": path}
+
+
+def test_a_batch_moving_packed_threads_survives_power_loss_all_or_nothing(packed_stores, monkeypatch):
+    """A bulk commit continuing five packed threads rewrites packed-refs once (their lines,
+    renamed in after the syncfs that made it durable): every crash state has all five moved
+    or none (a whole number of operations, strictly), fsck clean, the next writer fine; and
+    two batches in a row (depth 2) the same."""
+    stats, failures = sweep(packed_stores, monkeypatch, depth=2, ops=("bulk packed",))
+    assert stats["states"] > 20
+    assert failures == [], f"{len(failures)} of {stats['states']} states fail: {failures[:2]}"
+    with Repository.open(packed_stores["template"]) as r:  # (the template itself is untouched)
+        assert not list((r.path / "refs" / "threads").iterdir())
+
+
+@pytest.fixture(scope="module")
+def loose_stores(stores):
+    """The sweep's stores with a template of five loose threads v0..v4 (never packed, format 1)."""
+    repo = new_store(stores["work"] / "loose-template")
+    for j in range(5):
+        convgit.commit(repo, {"messages": [user(f"v{j} start")]}, thread=f"v{j}", now_ms=NOW)
+    assert not (repo.path / "packed-refs").exists()
+    path = repo.path
+    repo.close()
+    return {**stores, "template": path}
+
+
+def test_a_batch_moving_loose_threads_into_packed_refs_survives_power_loss(loose_stores, monkeypatch):
+    """A bulk commit continuing five loose threads makes packed-refs with their tips, then
+    unlinks their loose files (each thread's move is its unlink): every crash state has each
+    thread at its old tip or its new one (never an older one, never gone), fsck clean; the
+    next batch (depth 2) moves them in packed-refs all or nothing."""
+    stats, failures = sweep(loose_stores, monkeypatch, depth=2, ops=("bulk loose",))
+    assert stats["states"] > 20
+    whole = "refs after recovery are not those of a whole number of operations"
+    real = [f for f in failures if f.count('", "') + 1 > f.count(whole) or whole not in f]
+    assert real == [], f"{len(real)} of {stats['states']} states fail: {real[:2]}"
 
 
 def test_an_import_survives_power_loss(stores, monkeypatch):
