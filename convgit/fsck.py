@@ -371,9 +371,11 @@ def _check_index(repo, add) -> None:
 
 
 def _refs_moment(repo) -> tuple:
-    """What changes whenever a ref moves: the refs journal (every move is appended to it) and
-    packed-refs (gc and auto-packing rewrite it), by inode, size and mtime."""
-    out = []
+    """What changes whenever a ref moves: the refs journal (every move is appended to it),
+    packed-refs (gc, auto-packing and batch moves rewrite it), by inode, size and mtime, and
+    the tips themselves (a move whose journal line was written just before the comparison
+    began renames its ref during it)."""
+    out: list = [tuple(sorted(repo.refs.read_all(broken={}).items()))]
     for path in (repo.refs.journal_path, repo.refs.packed_path):
         try:
             st = os.stat(path)

@@ -305,8 +305,15 @@ class IndexLookups:
                 fresh.close()
         try:
             self.refresh()
-            have = self.dump()
-            out += self.totals_problems("index.sqlite")
+            # One snapshot for the dump and the totals (WAL: a read transaction sees the
+            # database as of its first read): a writer committing between two of their
+            # queries must not make the index look inconsistent with itself.
+            self.db.execute("BEGIN")
+            try:
+                have = self.dump()
+                out += self.totals_problems("index.sqlite")
+            finally:
+                self.db.execute("COMMIT")
         except sqlite3.DatabaseError as e:
             return out + [f"index.sqlite: {e}"]
         for k in want:
