@@ -35,7 +35,7 @@ _API = (
     # embeddings
     "embed", "embed_status",
     # maintenance
-    "bundle_create", "bundle_verify", "fsck", "gc", "merge", "reindex",
+    "bundle_create", "bundle_verify", "fsck", "gc", "gc_due", "merge", "reindex",
     # the everyday CLI (issue 11): reflog, restoring deleted threads, merging llm logs.db, the tree as JSON
     "deleted_threads", "find_conversation", "is_llm_db", "nest_tree", "reflog", "restore_thread", "store_path",
     "fragment_text", "schema_of", "summaries", "turn_level", "turns",

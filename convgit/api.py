@@ -702,6 +702,16 @@ def gc(repo: Repository, *, prune: str | None = None, dry_run: bool = False, aut
     return _gc(repo, prune=prune, dry_run=dry_run, auto=auto, progress=progress)
 
 
+def gc_due(repo: Repository):
+    """Whether ``gc(repo, auto=True)`` would act now: a cheap estimate of the loose objects
+    (a few fan-out directories) and the packs, against ``[gc] auto_threshold`` and
+    ``auto_pack_limit`` (a ``GcDue``, true when due). The library never starts a gc by itself:
+    a long-running writer calls this now and then, and ``gc(repo, auto=True)`` when it is."""
+    from .gc_auto import gc_due as _due
+
+    return _due(repo)
+
+
 def fsck(repo: Repository, *, repair: bool = False, progress=None):
     """Check every object, ref, reflog, pack and the index. Returns FsckReport.
     ``progress(done, total)``: objects checked so far, of how many."""
@@ -780,7 +790,7 @@ __all__ = [
     # embeddings
     "embed", "embed_status",
     # maintenance
-    "bundle_create", "bundle_verify", "fsck", "gc", "is_llm_db", "merge", "reindex",
+    "bundle_create", "bundle_verify", "fsck", "gc", "gc_due", "is_llm_db", "merge", "reindex",
     # remotes
     "SyncReport", "add_remote", "clone", "fetch", "fsck_remote", "list_remotes", "pull", "push", "remove_remote",
     "rename_remote", "tracking_refs", "gc_remote", "index_sync", "IndexSyncReport",

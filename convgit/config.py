@@ -26,6 +26,9 @@ lock_timeout = 30.0            # seconds to wait for a ref or store lock
 [gc]
 grace_seconds = 1209600        # two weeks
 reflog_expire_days = 90
+auto = true                    # after a write, gc --auto in the background when it would act
+auto_threshold = 2000          # gc --auto acts from this many loose objects (estimated) ...
+auto_pack_limit = 16           # ... or from more packs than this
 
 [index]
 text = true                    # false: the index keeps no text, only full-text postings (read from objects)
@@ -47,6 +50,9 @@ class Config:
     lock_timeout: float = 30.0
     grace_seconds: int | None = 14 * 24 * 3600  # None: never prune (CONVGIT_GC_GRACE=never)
     reflog_expire_days: int = 90
+    gc_auto: bool = True  # [gc] auto (or CONVGIT_GC_AUTO): writes start gc --auto in the background (convgit/gc_auto.py)
+    gc_auto_threshold: int = 2000  # [gc] auto_threshold: gc --auto acts from this many loose objects
+    gc_auto_pack_limit: int = 16  # [gc] auto_pack_limit: ... or from more packs than this
     index_text: bool = True  # [index] text: keep message text in the index (docs/format.md §8)
     embed_on_commit: bool = False  # [embed] on_commit: commit/import embed their new chunks (docs/search.md)
     index_backend: str = "sqlite"  # [index] backend: "sqlite" or "postgres" (docs/index.md)
@@ -58,7 +64,7 @@ class Config:
 _SECTIONS = {
     "limits": ("max_messages", "max_message_bytes", "max_payload_bytes"),
     "core": ("fsync", "lock_timeout"),
-    "gc": ("grace_seconds", "reflog_expire_days"),
+    "gc": ("grace_seconds", "reflog_expire_days", "auto", "auto_threshold", "auto_pack_limit"),
     "index": ("text", "backend", "dsn", "namespace"),
     "embed": ("on_commit",),  # the rest of [embed]: load_embed_config
     "store": ("objects_from",),
@@ -66,7 +72,8 @@ _SECTIONS = {
 # A key whose Config field is not its own name: (section, key) → field.
 _FIELDS = {("index", "text"): "index_text", ("index", "backend"): "index_backend", ("index", "dsn"): "index_dsn",
            ("index", "namespace"): "index_namespace", ("embed", "on_commit"): "embed_on_commit",
-           ("store", "objects_from"): "objects_from"}
+           ("store", "objects_from"): "objects_from", ("gc", "auto"): "gc_auto",
+           ("gc", "auto_threshold"): "gc_auto_threshold", ("gc", "auto_pack_limit"): "gc_auto_pack_limit"}
 INDEX_BACKENDS = ("sqlite", "postgres")
 
 
@@ -95,7 +102,7 @@ def load_config(path: Path) -> Config:
         if types[k] == "str":
             continue
         if types[k] != "bool" and v < (1 if k in _POSITIVE else 0):
-            raise InvalidInput(f"{path}: {k} must be {'positive' if k in _POSITIVE else 'zero or more'}, got {v!r}")
+            raise InvalidInput(f"{path}: {name} must be {'positive' if k in _POSITIVE else 'zero or more'}, got {v!r}")
     values.update(env_overrides())
     backend = values.get("index_backend", "sqlite")
     if backend not in INDEX_BACKENDS:
@@ -121,10 +128,19 @@ def env_overrides() -> dict:
     if env.get("CONVGIT_GC_GRACE"):
         grace = parse_age(env["CONVGIT_GC_GRACE"], "CONVGIT_GC_GRACE")
         values["grace_seconds"] = None if grace is None else int(grace)
+    if env.get("CONVGIT_GC_AUTO") is not None:
+        values["gc_auto"] = parse_bool(env["CONVGIT_GC_AUTO"], "CONVGIT_GC_AUTO")
     return values
 
 
-_POSITIVE = ("max_messages", "max_message_bytes", "max_payload_bytes")
+def inherited_gc_lock() -> int | None:
+    """The file descriptor holding ``gc.lock`` that a background gc inherited from the write
+    that started it (``CONVGIT_GC_LOCK_FD``, set by convgit/gc_auto.py), or None."""
+    raw = os.environ.get("CONVGIT_GC_LOCK_FD", "")
+    return int(raw) if raw.isdigit() else None
+
+
+_POSITIVE = ("max_messages", "max_message_bytes", "max_payload_bytes", "gc_auto_threshold", "gc_auto_pack_limit")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

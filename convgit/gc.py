@@ -28,7 +28,7 @@ from pathlib import Path
 from dataclasses import asdict, dataclass, field
 
 from . import fsio
-from .config import crash_point, parse_age
+from .config import Config, crash_point, inherited_gc_lock, parse_age
 from .errors import ConvgitError, GcRefused, InvalidInput, ObjectCorrupt, ObjectMissing
 from .graph import keep_recording_turns, mark_reachable
 from .ids import check_thread_name, is_oid
@@ -37,8 +37,10 @@ from .pack import PackWriter
 from .refs import broken_ref_fix, format_reflog_line, parse_log, parse_rename
 from .remotes.tracking import TrackingRefs, remote_names
 
-AUTO_LOOSE_THRESHOLD = 2000  # gc --auto does nothing below this many loose objects
-AUTO_PACK_LIMIT = 16  # ... and while there are no more packs than this
+# The defaults of [gc] auto_threshold and auto_pack_limit: gc --auto does nothing below this
+# many loose objects (estimated: convgit/gc_auto.py) while there are no more packs than this.
+AUTO_LOOSE_THRESHOLD = Config.gc_auto_threshold
+AUTO_PACK_LIMIT = Config.gc_auto_pack_limit
 GC_LOG = "gc.log"
 
 
@@ -124,12 +126,16 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
     objects = repo.objects
     stats = GcStats()
     if auto:
-        loose = count_loose(objects)
-        if loose < AUTO_LOOSE_THRESHOLD and len(objects.packs()) <= AUTO_PACK_LIMIT:
+        from .gc_auto import gc_due
+
+        due = gc_due(repo)  # the estimate a write's check uses: a gc it started always acts
+        if not due:
             stats.status = "nothing-to-do"
-            stats.loose_before = stats.loose_after = loose
+            stats.loose_before = stats.loose_after = due.loose_estimate
             return stats
-    gc_fd = fsio.try_flock(repo.path / "gc.lock", shared=False)
+    gc_fd = inherited = _inherited_lock(repo) if auto else None
+    if gc_fd is None:
+        gc_fd = fsio.try_flock(repo.path / "gc.lock", shared=False)
     if gc_fd is None:
         stats.status, stats.reason = "skipped", "another gc or an fsck is running"
         return stats
@@ -152,7 +158,8 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
             stats.warnings.extend(tx.warnings)
             _finish_stats(repo, stats, clock)
     finally:
-        os.close(gc_fd)
+        if inherited is None:  # an inherited lock is held until the process exits (gc.log written)
+            os.close(gc_fd)
     stats.seconds = round(time.perf_counter() - t0, 3)
     if not dry_run and stats.status == "done":
         fsio.append_line(
@@ -161,6 +168,21 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
             fsync=repo.config.fsync,
         )
     return stats
+
+
+def _inherited_lock(repo) -> int | None:
+    """The descriptor holding ``gc.lock`` that a background gc was started with (gc_auto.py),
+    if it really is that lock file (else None: the lock is taken as usual)."""
+    fd = inherited_gc_lock()
+    if fd is None:
+        return None
+    try:
+        held, here = os.fstat(fd), os.stat(repo.path / "gc.lock")
+    except OSError:
+        return None
+    if (held.st_dev, held.st_ino) != (here.st_dev, here.st_ino):
+        return None
+    return fd
 
 
 def _roots(repo, now: float, expire_s: float):
@@ -293,7 +315,7 @@ def _run(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool, p
     # Mark, and pack as it goes: each reachable object is read once, and written to the new
     # pack in mark order (a thread's messages side by side, sharing a compressed chunk). Every
     # packed object is rewritten too when the packs are many or of version 1.
-    repack_all = len(packs) > AUTO_PACK_LIMIT or any(p.version < 2 for p in packs)
+    repack_all = len(packs) > repo.config.gc_auto_pack_limit or any(p.version < 2 for p in packs)
     writer = None if dry_run else _Packer(objects, fsync=repo.config.fsync)
     later: list[str] = []  # reachable packed objects, in mark order (for a repack decided after the mark)
     loose_bytes = 0

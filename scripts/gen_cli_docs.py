@@ -119,6 +119,7 @@ Environment variables:
 | `CONVGIT_FSYNC` | `0`, `false`, `no` or `off` turns fsync off (throw-away stores only: tests, benchmarks); `1`, `true`, `yes` or `on` turns it on. Overrides `core.fsync` in `config.toml`. |
 | `CONVGIT_LOCK_TIMEOUT` | Seconds (a finite number, 0 or more) to wait for a lock before failing with `locked`. Overrides `core.lock_timeout`. |
 | `CONVGIT_GC_GRACE` | How long an unreachable object is kept before gc may delete it, as `gc --prune` takes it (`2w`, `3d`, `12h`, `90m`, seconds, `now`, `never`). Overrides `gc.grace_seconds`. |
+| `CONVGIT_GC_AUTO` | `0`, `false`, `no` or `off`: writes start no background gc (docs/format.md §10.1); `1`, `true`, `yes` or `on`: they do when it would act. Overrides `gc.auto`. |
 | `CONVGIT_INDEX_DSN` | The PostgreSQL connection string of the index, for `index.backend = "postgres"` (docs/index.md, "PostgreSQL"). Overrides `index.dsn`. |
 | `NO_COLOR` | Any non-empty value turns colour off on a terminal (`--color always` still turns it on). |
 | `CONVGIT_PAGER`, `PAGER` | The pager for long `log` and `show` output on a terminal, in that order (default `less`, run with `LESS=FRX` unless `LESS` is set); empty or `cat` means none. |
@@ -452,8 +453,13 @@ period (`--prune=AGE`, default two weeks; `--prune=now` is unsafe while other pr
 moves every loose ref into `packed-refs` and every live reflog into `packed-logs` (`refs_packed`; docs/format.md §4.1, §4.2; the store's format becomes version 3), and rebuilds the index. Writers pack too, without gc, once more than 1,024 refs are loose: hot threads stay loose, the rest packed. gc holds the store lock exclusively, so it never runs beside a commit;
 a second gc started meanwhile skips (`"status": "skipped"`). It fails closed with `gc_refused`
 (exit 33) when a ref or reflog is unreadable or names a missing object. `--auto` returns at
-once, silently, unless 2,000 or more loose objects (or more than 16 packs) piled up: made for
-cron. `--dry-run` reports without changing anything. `-q` prints nothing but warnings.
+once, silently, unless 2,000 or more loose objects (`gc.auto_threshold`, estimated from a few
+fan-out directories as git does) or more than 16 packs (`gc.auto_pack_limit`) piled up. No
+cron is needed: `commit`, `import`, `merge`, `fetch` and `pull` end with that check and, when
+it says gc would act, start `gc --auto -q` detached in the background (they return at once,
+their output unchanged; its errors go to `.convgit/gc-auto.log`); `convgit serve` runs it in
+its committer thread. `[gc] auto = false` in config.toml or `CONVGIT_GC_AUTO=0` turns that
+off (docs/format.md §10.1). A running gc is never doubled. `--dry-run` reports without changing anything. `-q` prints nothing but warnings.
 `--remote NAME` gcs that remote instead (docs/remotes.md): small packs repacked into one,
 packs nothing names deleted once past the grace period and only if the remote's refs did
 not move meanwhile; it refuses (`gc_refused`) a remote whose refs document names a missing

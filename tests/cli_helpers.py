@@ -3,7 +3,8 @@
 Two ways to run a command, with one result type:
 
 - ``run``: a real process (``python -m convgit``) with its own cwd and an environment whose
-  HOME / XDG dirs point into ``tmp_path`` and which carries no ``CONVGIT_*`` variable.
+  HOME / XDG dirs point into ``tmp_path`` and which carries no ``CONVGIT_*`` variable but
+  ``CONVGIT_GC_AUTO=0`` (no background gc; tests/test_gc_auto.py turns it on).
 - ``cli``: the same command in-process through typer's CliRunner (fast, for bulk cases).
 
 Test modules import what they need: ``from cli_helpers import cli, run, proj, ...``
@@ -42,6 +43,7 @@ def cli_env(base: Path, **extra: str) -> dict[str, str]:
         d.mkdir(parents=True, exist_ok=True)
         env[var] = str(d)
     env.update(STABLE_ENV)
+    env["CONVGIT_GC_AUTO"] = "0"  # no background gc after writes (unless ``extra`` says so)
     env.update(extra)
     return env
 
@@ -190,6 +192,7 @@ def cli(tmp_path, env, monkeypatch) -> Runner:
     for k in list(os.environ):
         if k.startswith("CONVGIT_"):
             monkeypatch.delenv(k)
+    monkeypatch.setenv("CONVGIT_GC_AUTO", "0")  # no background gc from an in-process command
 
     def _cli(*args: Any, cwd: Path | None = None, input: bytes | str | None = None,
              env_extra: dict[str, str | None] | None = None) -> Result:

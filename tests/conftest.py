@@ -40,11 +40,14 @@ def isolated_env(tmp_path, monkeypatch):
     """No test may touch the real user's store, config or environment.
 
     HOME is ``tmp_path/home``; the default store (platformdirs) lands under ``tmp_path/data``.
+    ``CONVGIT_GC_AUTO=0``: no write starts a background gc (one that outlived its test would
+    race the next one's checks); tests/test_gc_auto.py turns it on where it is the subject.
     """
     base = tmp_path
     for name in list(os.environ):
         if name.startswith("CONVGIT_"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("CONVGIT_GC_AUTO", "0")
     for var, sub in (("HOME", "home"), ("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config")):
         d = base / sub
         d.mkdir()

@@ -82,10 +82,15 @@ class _Group(TyperGroup):
             rest = [*getattr(ctx, "_protected_args", ()), *ctx.args]
             output.set_json("--json" in rest)
         try:
-            rv = super().invoke(ctx)
+            try:
+                rv = super().invoke(ctx)
+            except typer.Exit:  # (import exits non-zero when some files failed: the rest was written)
+                _after_write(ctx)
+                raise
             if ctx.parent is None and _repo is not None:
                 for w in _repo.warnings:
                     output.info(f"convgit: warning: {w}")
+            _after_write(ctx)
             return rv
         except ConvgitError as e:
             output.report_error(e)
@@ -109,6 +114,28 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             sys.stderr.write("convgit: interrupted\n")
             ctx.exit(130)
+
+
+# The commands that add objects: after one of them, gc --auto is started in the background
+# when it would act ([gc] auto; convgit/gc_auto.py). clone writes a new store (its packs as
+# the remote has them); the others move refs only.
+AUTO_GC_AFTER = frozenset({"commit", "import", "merge", "fetch", "pull"})
+
+
+def _after_write(ctx) -> None:
+    """The one automatic-gc hook of the command line: after a command of ``AUTO_GC_AFTER``
+    that opened the store, a cheap check and, when due, a detached ``gc --auto``. It never
+    fails the command, prints nothing and never waits."""
+    if ctx.parent is not None or _repo is None or ctx.invoked_subcommand not in AUTO_GC_AFTER:
+        return
+    if not _repo.config.gc_auto:
+        return
+    from ..gc_auto import start_background_gc
+
+    try:
+        start_background_gc(_repo)
+    except (ConvgitError, OSError):
+        pass  # (a store that cannot be locked now: the next write tries again)
 
 
 def _summary_line(text: str) -> str:

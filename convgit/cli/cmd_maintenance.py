@@ -27,7 +27,8 @@ def gc_cmd(
              "gc.grace_seconds = 2 weeks). --prune=now is unsafe while other processes write.",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Report what would be done; change nothing."),
-    auto: bool = typer.Option(False, "--auto", help="Do nothing (fast, silent) unless enough loose objects piled up: for cron."),
+    auto: bool = typer.Option(False, "--auto", help="Do nothing (fast, silent) unless enough loose objects or packs piled up "
+                              "(writes start this in the background: gc.auto)."),
     remote: Optional[str] = typer.Option(None, "--remote", metavar="NAME", help="gc remote NAME instead: repack its small "
                                          "packs, delete packs nothing names once past the grace period (fails closed)."),
     quiet: bool = QUIET_OPT,

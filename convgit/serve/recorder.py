@@ -45,6 +45,7 @@ _HISTORY_CACHE = 4096
 _MAX_BATCH = 512
 _EMBED_BACKOFF = (5.0, 300.0)  # seconds a failing provider is left alone: first, at most (doubling)
 _WARN_EVERY = 60.0  # the same kind of embedding warning at most this often in the server's log
+GC_CHECK_SECONDS = 30.0  # the committer looks at most this often whether gc --auto would act
 
 
 class Recorder:
@@ -369,6 +370,7 @@ class Committer:
                         self.writer.committed(seg, ids)
                 if not stop:  # (stopping: the chunks stay pending, the exit is not kept waiting)
                     self._embed(recorder)
+                self._auto_gc(repo)  # (after the embedding: the batch's own work first)
         finally:
             self.drained_leftovers.set()
             self.idle.set()
@@ -415,6 +417,22 @@ class Committer:
             with self._cond:
                 if self._stop:
                     stop = True
+
+    _gc_checked = float("-inf")  # (monotonic) when _auto_gc last looked
+
+    def _auto_gc(self, repo) -> None:
+        """gc --auto in this thread, between batches (no lock is held), when ``[gc] auto`` is
+        on and it would act: looked at after a batch at most every GC_CHECK_SECONDS, so a
+        long-running proxy keeps its store packed. A failed gc is a warning, never lost calls."""
+        now = time.monotonic()
+        if not repo.config.gc_auto or now - self._gc_checked < GC_CHECK_SECONDS:
+            return
+        self._gc_checked = now
+        try:
+            if api.gc_due(repo):
+                api.gc(repo, auto=True)
+        except (ConvgitError, OSError) as e:
+            self.warn(f"gc --auto failed ({getattr(e, 'message', e)}); the next check tries again")
 
     def _drain_leftovers(self, recorder: Recorder) -> None:
         d = self.repo_path / spool_mod.SPOOL_DIR
