@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ from .remotes.tracking import REMOTES, TrackingRefs
 
 PUSH_PACK_BYTES = 32 << 20  # objects (uncompressed) per uploaded pack: a resumed push re-sends at most one
 MAX_CAS_RETRIES = 50
+_PROFILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}\Z")  # an AWS profile name
 CACHE = "remotes"  # .convgit/remotes/NAME/: the remote's pack indexes, and packs in flight
 
 
@@ -114,13 +116,19 @@ def get_remote(repo, name: str | None) -> tuple[str, dict]:
     return name, remotes[name]
 
 
-def add_remote(repo, name: str, url: str, *, endpoint: str | None = None, region: str | None = None) -> dict:
-    """Add remote ``name`` at ``url`` (a directory, ``file://`` or ``s3://bucket/prefix``)."""
+def add_remote(repo, name: str, url: str, *, endpoint: str | None = None, region: str | None = None,
+               profile: str | None = None) -> dict:
+    """Add remote ``name`` at ``url`` (a directory, ``file://`` or ``s3://bucket/prefix``);
+    ``profile``: the AWS profile (``~/.aws/config``) an S3 remote reads its keys, region and
+    endpoint from (its name is stored, never a key)."""
     check_remote_name(name)
-    parse_url(url)
+    kind = parse_url(url)[0]
+    if profile is not None and (kind != "s3" or not _PROFILE_RE.match(profile)):
+        raise InvalidInput(f"--profile {profile!r}: " + ("only s3:// remotes read AWS profiles" if kind != "s3"
+                                                         else "not a profile name"))
     if name in load_remotes(_config(repo)):
         raise RefExists(f"remote {name!r} exists already", remote=name)
-    values = {"url": url, "endpoint": endpoint, "region": region}
+    values = {"url": url, "endpoint": endpoint, "region": region, "profile": profile}
     write_remote(_config(repo), name, values, fsync=repo.config.fsync)
     return {"name": name, **{k: v for k, v in values.items() if v}}
 
@@ -152,8 +160,6 @@ def rename_remote(repo, old: str, new: str) -> dict:
 
 
 def _remote_header(line: str) -> str | None:
-    import re
-
     m = re.match(r'\[\s*remote\s*\.\s*("?)([A-Za-z0-9_-]+)\1\s*\]\s*(#.*)?\Z', line.strip())
     return m.group(2) if m else None
 
@@ -176,7 +182,8 @@ class _Remote:
 
     def __init__(self, repo, name: str, settings: dict) -> None:
         self.repo, self.name, self.url = repo, name, settings["url"]
-        self.store = open_remote(self.url, endpoint=settings.get("endpoint"), region=settings.get("region"))
+        self.store = open_remote(self.url, endpoint=settings.get("endpoint"), region=settings.get("region"),
+                                 profile=settings.get("profile"))
         self.cache = repo.path / CACHE / name / "packs"
         self.packs: dict[str, Pack] = {}
         self.downloaded: set[str] = set()
@@ -460,7 +467,7 @@ def pull(repo, remote: str | None = None, *, progress=None) -> SyncReport:
 
 
 def clone(url: str, path: str | Path | None = None, *, endpoint: str | None = None, region: str | None = None,
-          progress=None) -> tuple[object, SyncReport]:
+          profile: str | None = None, progress=None) -> tuple[object, SyncReport]:
     """A new store at ``path`` (default: the last part of the URL) holding every thread of
     the remote at ``url`` (as remote ``origin``), its index built, HEAD on the remote's head
     thread (else its first). Returns (repository, SyncReport)."""
@@ -477,7 +484,7 @@ def clone(url: str, path: str | Path | None = None, *, endpoint: str | None = No
     created = not path.exists()
     repo = Repository.init(store)
     try:
-        add_remote(repo, "origin", url, endpoint=endpoint, region=region)
+        add_remote(repo, "origin", url, endpoint=endpoint, region=region, profile=profile)
         report = pull(repo, "origin", progress=progress)
         report.operation = "clone"
         report.path = str(path)

@@ -14,6 +14,9 @@ from .params import complete_thread
 
 JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
 QUIET_OPT = typer.Option(False, "-q", "--quiet", help="Print nothing but warnings and errors.")
+PROFILE_OPT = typer.Option(None, "--profile", metavar="NAME",
+                           help="The AWS profile (~/.aws/config, ~/.aws/credentials) an s3:// remote reads its keys, "
+                           "region and endpoint from (default: AWS_PROFILE, else default); its name is kept, never a key.")
 REMOTE_ARG = typer.Argument(None, metavar="REMOTE", help="The remote (default: origin, or the only one).")
 
 remote_app = typer.Typer(cls=_Group, help="Manage remotes: other places (a directory, s3://bucket/prefix) to push to and pull from.",
@@ -55,12 +58,13 @@ def remote_add(
     url: str = typer.Argument(..., metavar="URL", help="A directory, file://PATH or s3://BUCKET/PREFIX."),
     endpoint: Optional[str] = typer.Option(None, "--endpoint", metavar="URL",
                                            help="An S3-compatible server (MinIO, SeaweedFS, R2): its address."),
-    region: Optional[str] = typer.Option(None, "--region", help="The S3 region (default: AWS_REGION)."),
+    region: Optional[str] = typer.Option(None, "--region", help="The S3 region (default: AWS_REGION, or the profile's)."),
+    profile: Optional[str] = PROFILE_OPT,
     json_: bool = JSON_OPT,
 ) -> None:
     """Add remote NAME at URL (written to config.toml as [remote.NAME])."""
     output.set_json(json_)
-    doc = api.add_remote(get_repo(), name, url, endpoint=endpoint, region=region)
+    doc = api.add_remote(get_repo(), name, url, endpoint=endpoint, region=region, profile=profile)
     output.emit_json(doc) if json_ else output.info(f"added remote {name} ({url})")
 
 
@@ -174,6 +178,7 @@ def clone_cmd(
     directory: Optional[str] = typer.Argument(None, metavar="DIR", help="Where (default: the URL's last part)."),
     endpoint: Optional[str] = typer.Option(None, "--endpoint", metavar="URL", help="An S3-compatible server's address."),
     region: Optional[str] = typer.Option(None, "--region", help="The S3 region."),
+    profile: Optional[str] = PROFILE_OPT,
     quiet: bool = QUIET_OPT,
     json_: bool = JSON_OPT,
 ) -> None:
@@ -181,6 +186,6 @@ def clone_cmd(
     index built, HEAD on the remote's head thread."""
     output.set_json(json_)
     with progress.Spinner("cloning", on=progress.enabled(json_=json_, quiet=quiet)):
-        repo, rep = api.clone(url, directory, endpoint=endpoint, region=region)
+        repo, rep = api.clone(url, directory, endpoint=endpoint, region=region, profile=profile)
     repo.close()
     _render(rep, json_=json_, quiet=quiet, verb="cloned")
