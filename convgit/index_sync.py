@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from . import fsio
 from .errors import InvalidInput
 from .sync import CACHE, SyncReport, _fetch, _pull_refs, _Remote, get_remote
-from .remotes.refsdoc import pack_key
 
 
 @dataclass
@@ -79,10 +78,11 @@ def _mark_index_only(repo, name: str) -> None:
     repo.objects = _ranged_objects(repo.objects, repo.path, name)
 
 
-def index_sync(repo, remote: str | None = None) -> IndexSyncReport:
+def index_sync(repo, remote: str | None = None, *, progress=None) -> IndexSyncReport:
     """Bring this store's threads and index up to remote ``remote`` (default: origin)
     reading objects by range, storing none (the store becomes index-only for that remote).
-    Returns IndexSyncReport (bytes read by range vs the packs' total size)."""
+    Returns IndexSyncReport (bytes read by range vs the packs' total size).
+    ``progress(done, total)``: bytes read by range, of the packs not synced before."""
     t0 = time.perf_counter()
     name, settings = get_remote(repo, remote)
     if repo.config.objects_from not in (None, name):
@@ -99,13 +99,14 @@ def index_sync(repo, remote: str | None = None) -> IndexSyncReport:
     had = {p.name: p.stat().st_size for p in cache.glob("*.idx")} if cache.is_dir() else {}
     try:
         with repo.transaction() as tx:
-            doc = _fetch(tx, r, fetched, take=False)
+            doc = _fetch(tx, r, fetched, progress, take=False)
         report.warnings.extend(tx.warnings)
         with repo.transaction(exclusive=True) as tx:
             _pull_refs(tx, name, fetched)
         report.warnings.extend(tx.warnings)
         report.packs = len(doc.packs)
-        report.pack_bytes = sum(r.store.size(pack_key(p, "pack")) or 0 for p in doc.packs)
+        report.pack_bytes = sum(r.pack_sizes(doc.packs).values())  # (sizes cached: a pack never changes)
+        r.save_state(doc)
     finally:
         r.close()
     now = {p.name: p.stat().st_size for p in cache.glob("*.idx")} if cache.is_dir() else {}

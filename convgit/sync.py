@@ -189,6 +189,8 @@ class _Remote:
         self.downloaded: set[str] = set()
         self.quarantine: Path | None = None  # this operation's downloads (fetch), removed at close
         self.manifests: dict[str, list] = {}
+        self._st: dict | None = None
+        self._st_dirty = False
 
     def read_doc(self) -> RefsDoc:
         got = self.store.get(DOC_KEY)
@@ -245,6 +247,65 @@ class _Remote:
     def has(self, oid: str) -> bool:
         return any(p.contains(oid) for p in self.packs.values())
 
+    # What this store remembers of the remote's packs between operations, in
+    # .convgit/remotes/NAME/state.json: their sizes (a pack never changes, so one HEAD each,
+    # ever) and which packs it has "settled" (taken by a fetch, or uploaded by a push: their
+    # objects, those anything here needs, are here). A hint, never trusted for safety: a lost
+    # or stale file costs HEAD requests or a progress total that is off, nothing else.
+
+    def _state(self) -> dict:
+        if self._st is None:
+            f = self.cache.parent / "state.json"
+            try:
+                st = json.loads(f.read_bytes())
+                st = {"sizes": {str(k): int(v) for k, v in dict(st.get("sizes", {})).items()},
+                      "settled": {str(n) for n in st.get("settled", [])}}
+            except (OSError, ValueError, TypeError, AttributeError):
+                st = {"sizes": {}, "settled": set()}
+            self._st = st
+        return self._st
+
+    def save_state(self, doc: RefsDoc | None = None) -> None:
+        """Write state.json if it changed (names the document no longer has are dropped)."""
+        if not self._st_dirty:
+            return
+        st = self._state()
+        keep = set(doc.packs) if doc is not None else None
+        data = {"format": 1, "sizes": {k: v for k, v in sorted(st["sizes"].items()) if keep is None or k in keep},
+                "settled": sorted(n for n in st["settled"] if keep is None or n in keep)}
+        f = self.cache.parent / "state.json"
+        fsio.makedirs(f.parent)
+        fsio.replace_file(f, json.dumps(data).encode(), fsync=False)
+        self._st_dirty = False
+
+    def settled(self) -> set[str]:
+        """The packs whose objects this store has taken (or uploaded)."""
+        return self._state()["settled"]
+
+    def settle(self, names, sizes: dict[str, int] | None = None) -> None:
+        """Record packs ``names`` as settled (and known ``sizes``)."""
+        st = self._state()
+        new = set(names) - st["settled"]
+        if new or (sizes and any(st["sizes"].get(k) != v for k, v in sizes.items())):
+            st["settled"] |= new
+            st["sizes"].update(sizes or {})
+            self._st_dirty = True
+
+    def pack_sizes(self, names) -> dict[str, int]:
+        """The size of each pack in ``names`` (cached; a HEAD request for the others)."""
+        st = self._state()
+        out = {}
+        for n in names:
+            if n not in st["sizes"]:
+                size = self.store.size(pack_key(n, "pack"))
+                if size is None:
+                    out[n] = 0
+                    continue
+                st["sizes"][n] = size
+                self._st_dirty = True
+            out[n] = st["sizes"][n]
+        return out
+
     def close(self) -> None:
         for p in self.packs.values():
             p.close()
@@ -258,8 +319,8 @@ class _RemoteSource:
     its cached index) and checked against its name. (Per operation: two fetches into one
     store never share a file.)"""
 
-    def __init__(self, remote: _Remote, report: SyncReport, progress=None) -> None:
-        self.r, self.report, self.progress = remote, report, progress
+    def __init__(self, remote: _Remote, report: SyncReport, progress=None, total: int = 0) -> None:
+        self.r, self.report, self.progress, self.total = remote, report, progress, total
 
     def _pack_of(self, oid: str) -> Pack | None:
         for p in self.r.packs.values():
@@ -284,6 +345,8 @@ class _RemoteSource:
             raise SourceCorrupt(f"merge source: {e.message}", oid=oid) from e
 
     def _download(self, p: Pack) -> None:
+        if self.progress:
+            self.progress(self.report.bytes, self.total)  # (the bar appears before the first pack, not after it)
         got = self.r.store.get(pack_key(p.name, "pack"))
         if got is None:
             raise RemoteCorrupt(f"remote {self.r.name}: pack {p.name} is missing", pack=p.name)
@@ -303,8 +366,10 @@ class _RemoteSource:
         r.downloaded.add(p.name)
         self.report.bytes += len(data)
         self.report.packs += 1
+        r.settle((), {p.name: len(data)})
         if self.progress:
-            self.progress(self.report.bytes, 0)
+            self.total = max(self.total, self.report.bytes)
+            self.progress(self.report.bytes, self.total)
 
 
 # -- fetch and pull ---------------------------------------------------------------------------
@@ -338,16 +403,21 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool
                                 f"(convgit fsck --remote {remote.name})", thread=name)
     turns = _incoming_turns(remote, doc)
     mr = MergeReport(remote.url)
+    # The progress total: the packs not settled here yet (what a fetch downloads, or an index
+    # sync reads by range, in the usual case; their sizes cached after one HEAD each).
+    total = sum(remote.pack_sizes([p for p in doc.packs if p not in remote.settled()]).values()) if progress else 0
     if not take:
-        seen = _read_ahead(repo, remote, doc, local, turns, tracking)
+        seen = _read_ahead(repo, remote, doc, local, turns, tracking, progress, total)
     else:
         try:
-            seen = take_objects(tx, _RemoteSource(remote, report, progress), doc.threads, turns, mr, False)
+            seen = take_objects(tx, _RemoteSource(remote, report, progress, total), doc.threads, turns, mr, False)
         except RemoteCorrupt:
             raise
         except SourceCorrupt as e:
             msg = e.message.removeprefix("merge source: ").removeprefix("merge source ")
             raise RemoteCorrupt(f"remote {remote.name}: {msg}; nothing was taken", **e.details) from e
+    if progress:
+        progress(max(total, report.bytes), max(total, report.bytes))  # the transfer is over (verifying, moving refs)
     report.objects = mr.new_objects
     moves, entries = [], []
     for name, tip in sorted(doc.threads.items()):
@@ -365,17 +435,26 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool
         if isinstance(r, Exception):
             raise r
     report.threads = entries
+    remote.settle(doc.packs)  # (saved once the transaction has committed: _fetch_into, index_sync)
     return doc
 
 
-def _read_ahead(repo, remote: _Remote, doc: RefsDoc, local: dict[str, str], turns, tracking) -> set[str]:
+def _read_ahead(repo, remote: _Remote, doc: RefsDoc, local: dict[str, str], turns, tracking, progress=None,
+                total: int = 0) -> set[str]:
     """index sync: before any ref moves, read (by range) every message new since the last
     sync and every new turn, each re-hashed and decoded, so that a damaged or missing object
     refuses the sync with nothing moved (as fetch refuses a bad pack). Returns the new turns
     (those not in the tracking reflogs yet). The chunks read stay cached for the index."""
     from .objects import Turn
 
+    counter = getattr(repo.objects, "counter", None)
+    start = counter.bytes if counter is not None else 0
+    reads = [0]
+
     def read(oid: str, want: type):
+        reads[0] += 1
+        if progress and counter is not None:
+            progress(min(counter.bytes - start, total), total)
         try:
             obj = repo.objects.read(oid)
         except (ObjectCorrupt, ObjectMissing) as e:
@@ -423,8 +502,9 @@ def _fetch_into(repo, remote: str | None, op: str, progress) -> SyncReport:
     report = SyncReport(op, r.name, r.url)
     try:
         with repo.transaction() as tx:
-            _fetch(tx, r, report, progress)
+            doc = _fetch(tx, r, report, progress)
         report.warnings.extend(tx.warnings)
+        r.save_state(doc)
     finally:
         r.close()
     return report
@@ -602,6 +682,9 @@ def _upload(remote: _Remote, packs, report: SyncReport, progress=None) -> list[s
             report.packs_skipped += 1  # whole already (an interrupted push, or another pusher)
             continue
         data = idx.with_suffix(".pack").read_bytes()
+        remote.settle((), {name: len(data)})
+        if progress:
+            progress(done, total)  # (before each pack: a one-pack push shows its bar too)
         sent = 0
         if remote.store.put_new(pack_key(name, "pack"), data):
             sent += len(data)
@@ -672,6 +755,7 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
             try:
                 r.store.put_if_match(DOC_KEY, new.dump(), doc.tag)
                 doc = new
+                r.settle(uploaded)  # their objects are here: a fetch need not count them
                 break
             except CasLost:
                 report.retries += 1
@@ -690,6 +774,7 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
             for res in tx.move_tracking(r.name, moves):
                 if isinstance(res, Exception):
                     raise res
+        r.save_state(doc)
     finally:
         r.close()
     report.seconds = round(time.perf_counter() - t0, 3)

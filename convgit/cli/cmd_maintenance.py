@@ -45,8 +45,9 @@ def gc_cmd(
         if prune is not None:
             grace = parse_age(prune, "--prune")
             grace = float("inf") if grace is None else grace  # --prune=never
-        with progress.Spinner(f"gc {remote}", on=progress.enabled(json_=json_, quiet=quiet)):
-            rep = api.gc_remote(repo, remote, grace_seconds=grace, dry_run=dry_run)
+        with progress.Transfer(f"gc {remote}", on=progress.enabled(json_=json_, quiet=quiet),
+                               after="uploading the new pack, deleting") as tick:
+            rep = api.gc_remote(repo, remote, grace_seconds=grace, dry_run=dry_run, progress=tick)
         if json_:
             output.emit_json(rep.to_json())
         elif not quiet:
