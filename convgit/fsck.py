@@ -51,6 +51,13 @@ class FsckReport:
     problems: list[Problem] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # An index-only store ([store] objects_from): the remote its objects are on, how many tips
+    # and turns were found in that remote's packs (by their cached indexes), how many packs its
+    # refs document names (None: not reached), and what could not be checked here.
+    objects_from: str | None = None
+    on_remote: int = 0
+    remote_packs: int | None = None
+    not_checked: list[str] = field(default_factory=list)
 
     @property
     def errors(self) -> list[Problem]:
@@ -72,7 +79,9 @@ class FsckReport:
             "problems": [p.to_json() for p in self.problems],
             "repaired": self.repaired,
             "seconds": self.seconds,
-        }
+        } | ({"index_only": {"remote": self.objects_from, "on_remote": self.on_remote,
+                             "remote_packs": self.remote_packs, "not_checked": self.not_checked}}
+             if self.objects_from else {})
 
 
 def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None) -> FsckReport:
@@ -84,6 +93,14 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
     add = rep.problems.append
     objects = repo.objects
     objects.packs(reload=True)
+    # An index-only store holds no objects: its tips and turns are looked up in the remote's
+    # packs (by their cached indexes, no network), and what needs the objects is not checked.
+    index_only = getattr(repo.config, "objects_from", None)
+    ranged = objects.ranged_packs(reload=True) if index_only else []
+    rep.objects_from = index_only
+
+    def on_remote(oid: str) -> list[str]:
+        return [p.name for p in ranged if p.contains(oid)]
 
     # 1. Every object: hash, decode, canonical form.
     types: dict[str, str] = {}
@@ -139,7 +156,9 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
             continue
         if tip is None:
             continue
-        if tip not in types:
+        if tip not in types and index_only and on_remote(tip):
+            rep.on_remote += 1  # (its type and history are in the objects: not checked here)
+        elif tip not in types:
             add(Problem("error", "bad_ref", f"thread {name!r} points at {tip}, which is {'corrupt' if objects.contains(tip) else 'missing'}", tip))
         elif types[tip] != "message":
             add(Problem("error", "bad_ref", f"thread {name!r} points at a {types[tip]}, not a message", tip))
@@ -168,7 +187,9 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
             add(Problem("error", "bad_reflog", f"{where}: {len(lines) - len(entries)} unreadable line(s)"))
         for e in entries:
             if e.turn is not None:
-                if e.turn not in types:
+                if e.turn not in types and index_only and on_remote(e.turn):
+                    rep.on_remote += 1
+                elif e.turn not in types:
                     if name is None:  # decided after reachability: an error if it recorded a reachable message
                         archived_turns.append((e.turn, e.new, where))
                     else:
@@ -203,8 +224,10 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
     rep.reachable = len(reach)
     for oid, refs in refs_of.items():
         kind = types[oid]
-        sev = "error" if oid in reach else "warning"
+        sev = "error" if oid in reach or index_only else "warning"
         for r, expect in refs:
+            if r not in types and index_only and on_remote(r):
+                continue
             if r not in types:
                 gone = not objects.contains(r)
                 if sev == "error" and expect == "turn":
@@ -218,7 +241,7 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
                                 f"{'missing' if gone else 'corrupt'} (left by an interrupted write; gc prunes it)", r))
             elif types[r] != expect:
                 add(Problem("error", "bad_reference", f"{kind} {oid} references {r}, a {types[r]} where a {expect} belongs", oid))
-    unreachable = [o for o in types if o not in reach]
+    unreachable = [o for o in types if o not in reach] if not index_only else []
     if unreachable:
         add(Problem("info", "unreachable", f"{len(unreachable)} unreachable object(s) (gc prunes them after the grace period)"))
 
@@ -234,7 +257,9 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
         add(Problem("warning", "temp", f"{op.relative_to(repo.path)}: pack without an index, left by an interrupted write (gc removes it)"))
 
     # 6. The index agrees with the objects.
-    if check_index and not rep.errors:  # with damaged objects a rebuild differs by design
+    if index_only:
+        _check_index_only(repo, rep, add, on_remote, check_index)
+    elif check_index and not rep.errors:  # with damaged objects a rebuild differs by design
         for msg in _check_index(repo):
             add(Problem("error", "index", msg))
 
@@ -309,6 +334,47 @@ def _check_object(objects, oid, types, refs_of, turns, add, read) -> None:
         refs_of[oid] = r
     if isinstance(obj, Turn):
         turns[oid] = obj
+
+
+def _check_index_only(repo, rep: FsckReport, add, on_remote, check_index: bool) -> None:
+    """An index-only store: the remote's side (index_sync.check_index_only) and what of the
+    index can be checked without reading every object: the backend's own check, and that it
+    holds each thread's tip. Everything else is listed in ``rep.not_checked``."""
+    from .index_sync import check_index_only
+
+    name = rep.objects_from
+    problems, rep.remote_packs, skipped = check_index_only(repo, on_remote)
+    for sev, kind, msg, oid in problems:
+        add(Problem(sev, kind, msg, oid))
+    rep.not_checked += [
+        f"the objects (hash, encoding, type): they are on remote {name}, not here; each is re-hashed when it is "
+        f"read (index sync reads every new one ahead), and `convgit fsck --remote {name}` checks its packs",
+        "parents, blobs and turns between objects, and reachability: they are inside the objects",
+    ] + skipped
+    if not check_index:
+        return
+    try:
+        verdict = repo.index.quick_check()
+        if verdict and verdict != "ok":
+            add(Problem("error", "index", f"the index's own check says {verdict}"))
+        recorded = repo.index.thread_tips()
+    except ConvgitError as e:
+        add(Problem("error", "index", f"the index cannot be read: {e.message}"))
+        return
+    except Exception as e:  # a damaged database file (the backends' own errors)
+        add(Problem("error", "index", f"the index cannot be read: {e}"))
+        return
+    threads = repo.refs.read_all(broken={})
+    behind = sorted(n for n, tip in threads.items() if recorded.get(n) != tip)
+    if behind:
+        add(Problem("warning", "index", f"the index is behind {len(behind)} thread(s) (the next command catches up): "
+                                        + ", ".join(behind[:5])))
+    extra = sorted(set(recorded) - set(threads))
+    if extra:
+        add(Problem("warning", "index", f"the index lists {len(extra)} thread(s) that do not exist (the next command "
+                                        "catches up): " + ", ".join(extra[:5])))
+    rep.not_checked.append("the index against a rebuild: a rebuild reads every object from the remote by range "
+                           "(`convgit reindex` rebuilds it)")
 
 
 def _check_index(repo) -> list[str]:

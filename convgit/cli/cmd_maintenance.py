@@ -124,8 +124,16 @@ def fsck_cmd(
         for r in rep.repaired:
             output.line(f"repaired: {r}")
         status = "ok" if rep.ok else f"{len(rep.errors)} error(s)"
-        output.line(f"checked {rep.loose} loose and {rep.packed} packed object(s) in {rep.packs} pack(s), "
-                    f"{rep.threads} thread(s): {status}")
+        for what in rep.not_checked:
+            output.line(f"not checked: {what}")
+        if rep.objects_from:
+            packs = f"{rep.remote_packs} pack(s)" if rep.remote_packs is not None else "packs not listed"
+            output.line(f"index-only store (objects on remote {rep.objects_from}, {packs}): checked {rep.threads} "
+                        f"thread(s), {rep.on_remote} tip(s) and turn(s) found in the remote's packs, "
+                        f"{rep.loose + rep.packed} local object(s): {status}")
+        else:
+            output.line(f"checked {rep.loose} loose and {rep.packed} packed object(s) in {rep.packs} pack(s), "
+                        f"{rep.threads} thread(s): {status}")
     if err:
         if json_:
             raise typer.Exit(err.exit_code)
