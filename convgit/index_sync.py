@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from . import fsio
 from .errors import InvalidInput
-from .sync import CACHE, SyncReport, _fetch, _pull_refs, _Remote, get_remote
+from .sync import CACHE, SyncReport, _Remote, get_remote, sync_fetch, sync_pull
 
 
 @dataclass
@@ -98,12 +98,9 @@ def index_sync(repo, remote: str | None = None, *, progress=None) -> IndexSyncRe
     cache = repo.path / CACHE / name / "packs"
     had = {p.name: p.stat().st_size for p in cache.glob("*.idx")} if cache.is_dir() else {}
     try:
-        with repo.transaction() as tx:
-            doc = _fetch(tx, r, fetched, progress, take=False)
-        report.warnings.extend(tx.warnings)
-        with repo.transaction(exclusive=True) as tx:
-            _pull_refs(tx, name, fetched)
-        report.warnings.extend(tx.warnings)
+        doc = sync_fetch(r, fetched, progress, take=False)
+        sync_pull(r, fetched)
+        report.warnings.extend(fetched.warnings)
         report.packs = len(doc.packs)
         report.pack_bytes = sum(r.pack_sizes(doc.packs).values())  # (sizes cached: a pack never changes)
         r.save_state(doc)

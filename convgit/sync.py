@@ -191,12 +191,15 @@ class _Remote:
         self.manifests: dict[str, list] = {}
         self._st: dict | None = None
         self._st_dirty = False
+        self.doc_digest: str | None = None  # BLAKE3 of the refs document last read
 
     def read_doc(self) -> RefsDoc:
         got = self.store.get(DOC_KEY)
         if got is None:
+            self.doc_digest = None
             return RefsDoc()
         doc = parse(got[0], self.url)
+        self.doc_digest = blake3(got[0]).hexdigest()
         doc.tag = got[1]
         return doc
 
@@ -258,10 +261,14 @@ class _Remote:
             f = self.cache.parent / "state.json"
             try:
                 st = json.loads(f.read_bytes())
+                snap = st.get("tracking")
+                if snap is not None:
+                    snap = {"fp": [int(x) for x in snap["fp"]], "refs": {str(k): str(v) for k, v in dict(snap["refs"]).items()}}
                 st = {"sizes": {str(k): int(v) for k, v in dict(st.get("sizes", {})).items()},
-                      "settled": {str(n) for n in st.get("settled", [])}}
-            except (OSError, ValueError, TypeError, AttributeError):
-                st = {"sizes": {}, "settled": set()}
+                      "settled": {str(n) for n in st.get("settled", [])}, "tracking": snap,
+                      "checked": str(st["checked"]) if st.get("checked") else None}
+            except (OSError, ValueError, TypeError, AttributeError, KeyError):
+                st = {"sizes": {}, "settled": set(), "tracking": None, "checked": None}
             self._st = st
         return self._st
 
@@ -273,10 +280,44 @@ class _Remote:
         keep = set(doc.packs) if doc is not None else None
         data = {"format": 1, "sizes": {k: v for k, v in sorted(st["sizes"].items()) if keep is None or k in keep},
                 "settled": sorted(n for n in st["settled"] if keep is None or n in keep)}
+        if st["tracking"] is not None:
+            data["tracking"] = st["tracking"]
+        if st.get("checked"):
+            data["checked"] = st["checked"]
         f = self.cache.parent / "state.json"
         fsio.makedirs(f.parent)
         fsio.replace_file(f, json.dumps(data).encode(), fsync=False)
         self._st_dirty = False
+
+    # The tracking refs as last read under the exclusive store lock, with the fingerprint
+    # (size, mtime, inode) of their journal and packed file then: every move of a tracking
+    # ref appends to their journal first (RefStore), so while the fingerprint is the same,
+    # no tracking ref has moved and this is what reading each file would give. A sync with
+    # nothing to do compares the refs document with it instead of reading one file per thread.
+
+    def tracking_view(self) -> dict[str, str] | None:
+        """The tracking refs of this remote, from the snapshot while it is valid; else None."""
+        snap = self._state()["tracking"]
+        if snap is not None and snap["fp"] == _tracking_fp(self.repo.path, self.name):
+            return dict(snap["refs"])
+        return None
+
+    def record_tracking(self) -> None:
+        """Snapshot the tracking refs (read again, under the exclusive store lock, taken only
+        if it is free at once: otherwise the next sync reads the files)."""
+        from .errors import ConvgitError as _Err
+
+        try:
+            with self.repo.exclusive_lock(timeout=0):
+                fp = _tracking_fp(self.repo.path, self.name)
+                broken: dict[str, str] = {}
+                refs = TrackingRefs(self.repo.path, self.name).read_all(broken=broken)
+                if broken:
+                    return
+        except _Err:
+            return
+        self._state()["tracking"] = {"fp": fp, "refs": refs}
+        self._st_dirty = True
 
     def settled(self) -> set[str]:
         """The packs whose objects this store has taken (or uploaded)."""
@@ -311,6 +352,20 @@ class _Remote:
             p.close()
         if self.quarantine is not None:  # the packs fetched (their objects are in a local pack now)
             fsio.rmtree(self.quarantine)
+
+
+def _tracking_fp(root: Path, remote: str) -> list[int]:
+    """What changes whenever a tracking ref of ``remote`` moves: its journal (appended before
+    every move) and packed file, as (size, mtime_ns, inode) each."""
+    t = TrackingRefs(root, remote)
+    out: list[int] = []
+    for f in (t.journal_path, t.packed_path):
+        try:
+            st = os.stat(f)
+            out += [st.st_size, st.st_mtime_ns, st.st_ino]
+        except FileNotFoundError:
+            out += [0, 0, 0]
+    return out
 
 
 class _RemoteSource:
@@ -384,12 +439,27 @@ def _incoming_turns(remote: _Remote, doc: RefsDoc) -> dict[str, list[str]]:
     return turns
 
 
-def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool = True) -> RefsDoc:
+def _up_to_date(remote: _Remote, doc: RefsDoc, report: SyncReport) -> bool:
+    """A fetch with nothing to do, decided from the refs document and the tracking refs'
+    snapshot alone (no file per thread, no lock): True when every remote thread's tip is
+    its tracking ref's and no other tracking ref exists (their objects are here: a tracking
+    ref moves only to a stored object, and gc keeps what they name)."""
+    view = remote.tracking_view()
+    if view is None or view != doc.threads:
+        return False
+    report.generation = doc.generation
+    report.threads = [{"thread": n, "action": "up-to-date", "old": t, "new": t} for n, t in sorted(doc.threads.items())]
+    return True
+
+
+def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool = True,
+           doc: RefsDoc | None = None) -> RefsDoc:
     """Fetch inside transaction ``tx``: objects verified and moved in, tracking refs moved.
     ``take=False`` (index sync): no object is taken; the store reads them from the remote by
-    range (its ``objects`` is a RangedObjects), so only the tracking refs move."""
+    range (its ``objects`` is a RangedObjects), so only the tracking refs move. ``doc``: the
+    refs document, when already read."""
     repo = tx.repo
-    doc = remote.read_doc()
+    doc = doc if doc is not None else remote.read_doc()
     report.generation = doc.generation
     tracking = tx.tracking(remote.name)
     local = tracking.read_all(broken={})
@@ -435,7 +505,7 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool
         if isinstance(r, Exception):
             raise r
     report.threads = entries
-    remote.settle(doc.packs)  # (saved once the transaction has committed: _fetch_into, index_sync)
+    remote.settle(doc.packs)  # (saved once the transaction has committed: sync_fetch)
     return doc
 
 
@@ -491,23 +561,48 @@ def fetch(repo, remote: str | None = None, *, progress=None) -> SyncReport:
     """Fetch from ``remote`` (default: origin): missing packs downloaded and verified, every
     remote thread recorded as ``refs/remotes/REMOTE/THREAD``. Returns SyncReport."""
     t0 = time.perf_counter()
-    report = _fetch_into(repo, remote, "fetch", progress)
+    r = _open(repo, remote)
+    report = SyncReport("fetch", r.name, r.url)
+    try:
+        sync_fetch(r, report, progress)
+    finally:
+        r.close()
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
 
 
-def _fetch_into(repo, remote: str | None, op: str, progress) -> SyncReport:
-    """Open ``remote``, fetch in one transaction, close it: the first half of fetch and pull."""
-    r = _open(repo, remote)
-    report = SyncReport(op, r.name, r.url)
-    try:
-        with repo.transaction() as tx:
-            doc = _fetch(tx, r, report, progress)
-        report.warnings.extend(tx.warnings)
-        r.save_state(doc)
-    finally:
-        r.close()
-    return report
+def sync_fetch(r: _Remote, report: SyncReport, progress=None, *, take: bool = True) -> RefsDoc:
+    """The fetch half of fetch, pull, clone and index sync: the refs document read once;
+    nothing more when it matches the tracking refs' snapshot (a no-op costs one request and
+    no file per thread); else a fetch in one transaction, then a new snapshot."""
+    repo = r.repo
+    doc = r.read_doc()
+    if _up_to_date(r, doc, report):
+        return doc
+    with repo.transaction() as tx:
+        doc = _fetch(tx, r, report, progress, take=take, doc=doc)
+    report.warnings.extend(tx.warnings)
+    r.record_tracking()
+    r.save_state(doc)
+    return doc
+
+
+def sync_pull(r: _Remote, report: SyncReport) -> None:
+    """The pull half of pull, clone and index sync: merge's ref rules from the tracking refs
+    onto the threads, in an exclusive transaction only when some thread is not at its
+    remote's tip already (a no-op reads the threads and the tracking refs' snapshot)."""
+    repo = r.repo
+    view = r.tracking_view()
+    if view is not None:
+        before = repo.refs.read_all()
+        if all(before.get(n) == t for n, t in view.items()):
+            report.threads = [{"thread": n, "old": t, "new": t, "as": n, "action": "same"} for n, t in sorted(view.items())]
+            return
+    with repo.transaction(exclusive=True) as tx:
+        _pull_refs(tx, r.name, report)
+    report.warnings.extend(tx.warnings)
+    if len(tx.moved) > 1:
+        repo.auto_pack()  # (a clone's thousands of new threads: packed, as any writer's past AUTO_PACK_LOOSE)
 
 
 def _pull_refs(tx, remote: str, report: SyncReport) -> None:
@@ -538,10 +633,13 @@ def pull(repo, remote: str | None = None, *, progress=None) -> SyncReport:
     fast-forward, ahead → kept, diverged → both kept (the remote's as
     ``NAME-merged-<tip>``). Returns SyncReport (``threads``: one entry per remote thread)."""
     t0 = time.perf_counter()
-    report = _fetch_into(repo, remote, "pull", progress)
-    with repo.transaction(exclusive=True) as tx:
-        _pull_refs(tx, report.remote, report)
-    report.warnings.extend(tx.warnings)
+    r = _open(repo, remote)
+    report = SyncReport("pull", r.name, r.url)
+    try:
+        sync_fetch(r, report, progress)
+        sync_pull(r, report)
+    finally:
+        r.close()
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
 
@@ -765,15 +863,19 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
         else:
             raise RefStale(f"push to {r.name}: the refs document kept changing ({MAX_CAS_RETRIES} tries); try again")
         report.generation = doc.generation
-        with repo.transaction(index="none") as tx:
-            forced = {t["thread"] for t in report.threads if t["action"] == "forced"}
-            known = tx.tracking(r.name).read_all(broken={})
-            moves = [RefMove(n, doc.threads[n], message=f"push {r.name}" + (" --force" if n in forced else ""))
-                     for n in names if n in doc.threads and known.get(n) != doc.threads[n]
-                     and repo.objects.contains(doc.threads[n])]
-            for res in tx.move_tracking(r.name, moves):
-                if isinstance(res, Exception):
-                    raise res
+        forced = {t["thread"] for t in report.threads if t["action"] == "forced"}
+        known = r.tracking_view()  # (the snapshot, while valid: a no-op push reads no file per thread)
+        if known is None:
+            known = TrackingRefs(repo.path, r.name).read_all(broken={})
+        moves = [RefMove(n, doc.threads[n], message=f"push {r.name}" + (" --force" if n in forced else ""))
+                 for n in names if n in doc.threads and known.get(n) != doc.threads[n]
+                 and repo.objects.contains(doc.threads[n])]
+        if moves:
+            with repo.transaction(index="none") as tx:
+                for res in tx.move_tracking(r.name, moves):
+                    if isinstance(res, Exception):
+                        raise res
+            r.record_tracking()
         r.save_state(doc)
     finally:
         r.close()
@@ -790,10 +892,19 @@ def _head(repo, tips: dict[str, str]) -> str | None:
 
 
 def _check_tips(r: _Remote, doc: RefsDoc) -> None:
+    """Every remote tip is in a pack the document names (else nothing is built on it). The
+    answer is a function of the document alone (packs and their indexes never change), so a
+    document this store has checked before (the same bytes) is not checked again."""
+    st = r._state()
+    if r.doc_digest is not None and st.get("checked") == r.doc_digest:
+        return
     for name, tip in doc.threads.items():
         if not r.has(tip):
             raise RemoteCorrupt(f"remote {r.name}: thread {name!r} points at {tip}, which no pack holds: push refused "
                                 f"(convgit fsck --remote {r.name})", thread=name)
+    if r.doc_digest is not None:
+        st["checked"] = r.doc_digest
+        r._st_dirty = True
 
 
 def _plan_push(repo, r: _Remote, doc: RefsDoc, tips: dict[str, str], force: bool) -> dict[str, str]:
