@@ -266,9 +266,10 @@ class _Remote:
                     snap = {"fp": [int(x) for x in snap["fp"]], "refs": {str(k): str(v) for k, v in dict(snap["refs"]).items()}}
                 st = {"sizes": {str(k): int(v) for k, v in dict(st.get("sizes", {})).items()},
                       "settled": {str(n) for n in st.get("settled", [])}, "tracking": snap,
-                      "checked": str(st["checked"]) if st.get("checked") else None}
+                      "checked": str(st["checked"]) if st.get("checked") else None,
+                      "pulled": [[int(x) for x in fp] for fp in st["pulled"]] if st.get("pulled") else None}
             except (OSError, ValueError, TypeError, AttributeError, KeyError):
-                st = {"sizes": {}, "settled": set(), "tracking": None, "checked": None}
+                st = {"sizes": {}, "settled": set(), "tracking": None, "checked": None, "pulled": None}
             self._st = st
         return self._st
 
@@ -282,8 +283,9 @@ class _Remote:
                 "settled": sorted(n for n in st["settled"] if keep is None or n in keep)}
         if st["tracking"] is not None:
             data["tracking"] = st["tracking"]
-        if st.get("checked"):
-            data["checked"] = st["checked"]
+        for k in ("checked", "pulled"):
+            if st.get(k):
+                data[k] = st[k]
         f = self.cache.parent / "state.json"
         fsio.makedirs(f.parent)
         fsio.replace_file(f, json.dumps(data).encode(), fsync=False)
@@ -305,8 +307,6 @@ class _Remote:
     def record_tracking(self) -> None:
         """Snapshot the tracking refs (read again, under the exclusive store lock, taken only
         if it is free at once: otherwise the next sync reads the files)."""
-        from .errors import ConvgitError as _Err
-
         try:
             with self.repo.exclusive_lock(timeout=0):
                 fp = _tracking_fp(self.repo.path, self.name)
@@ -314,7 +314,7 @@ class _Remote:
                 refs = TrackingRefs(self.repo.path, self.name).read_all(broken=broken)
                 if broken:
                     return
-        except _Err:
+        except ConvgitError:
             return
         self._state()["tracking"] = {"fp": fp, "refs": refs}
         self._st_dirty = True
@@ -519,10 +519,8 @@ def _read_ahead(repo, remote: _Remote, doc: RefsDoc, local: dict[str, str], turn
 
     counter = getattr(repo.objects, "counter", None)
     start = counter.bytes if counter is not None else 0
-    reads = [0]
 
     def read(oid: str, want: type):
-        reads[0] += 1
         if progress and counter is not None:
             progress(min(counter.bytes - start, total), total)
         try:
@@ -594,15 +592,56 @@ def sync_pull(r: _Remote, report: SyncReport) -> None:
     repo = r.repo
     view = r.tracking_view()
     if view is not None:
-        before = repo.refs.read_all()
-        if all(before.get(n) == t for n, t in view.items()):
-            report.threads = [{"thread": n, "old": t, "new": t, "as": n, "action": "same"} for n, t in sorted(view.items())]
-            return
+        st = r._state()
+        fps = [_refs_fp(repo.refs), _tracking_fp(repo.path, r.name)]
+        # "pulled": every thread was at its remote tip when the threads' and the tracking
+        # refs' journals were as they are now (neither moved since): nothing to read.
+        if st.get("pulled") != fps:
+            before = repo.refs.read_all()
+            if not all(before.get(n) == t for n, t in view.items()):
+                view = None
+            else:
+                _record_pulled(r, view)
+    if view is not None:
+        report.threads = [{"thread": n, "old": t, "new": t, "as": n, "action": "same"} for n, t in sorted(view.items())]
+        r.save_state()
+        return
     with repo.transaction(exclusive=True) as tx:
         _pull_refs(tx, r.name, report)
     report.warnings.extend(tx.warnings)
     if len(tx.moved) > 1:
         repo.auto_pack()  # (a clone's thousands of new threads: packed, as any writer's past AUTO_PACK_LOOSE)
+
+
+def _refs_fp(refs) -> list[int]:
+    """What changes whenever a thread moves: the refs journal (appended before every move)
+    and ``packed-refs``, as (size, mtime_ns, inode) each."""
+    out: list[int] = []
+    for f in (refs.journal_path, refs.packed_path):
+        try:
+            st = os.stat(f)
+            out += [st.st_size, st.st_mtime_ns, st.st_ino]
+        except FileNotFoundError:
+            out += [0, 0, 0]
+    return out
+
+
+def _record_pulled(r: _Remote, view: dict[str, str]) -> None:
+    """Note that every thread is at its remote tip (checked again under the exclusive store
+    lock, when it is free at once), with both journals' fingerprints."""
+    repo = r.repo
+    try:
+        with repo.exclusive_lock(timeout=0):
+            fps = [_refs_fp(repo.refs), _tracking_fp(repo.path, r.name)]
+            if r.tracking_view() != view:
+                return
+            now = repo.refs.read_all()
+            if not all(now.get(n) == t for n, t in view.items()):
+                return
+    except ConvgitError:
+        return
+    r._state()["pulled"] = fps
+    r._st_dirty = True
 
 
 def _pull_refs(tx, remote: str, report: SyncReport) -> None:

@@ -43,6 +43,9 @@ def test_a_noop_sync_reads_no_ref_file_per_thread(tmp_path, monkeypatch):
         rep = op()
         assert rep.moved == 0 and getattr(rep, "bytes", 0) == 0
     assert seen["tracking"] == 0, seen  # the snapshot answered for the tracking refs
+    seen["threads"] = 0
+    convgit.pull(b)  # (and a second no-op pull reads not even the threads: nothing moved since the first)
+    assert seen == {"tracking": 0, "threads": 0}, seen
 
     # Whatever changed is still seen: the remote moved (another machine pushed) ...
     convgit.commit(b, {"messages": [{"role": "user", "content": "question 3"}, {"role": "assistant", "content": "b"}]},
