@@ -2,8 +2,9 @@
 ``~/.aws/credentials``, or ``AWS_CONFIG_FILE`` / ``AWS_SHARED_CREDENTIALS_FILE``), as the AWS
 CLI writes them, read with configparser (docs/remotes.md "S3: credentials, endpoint, region").
 
-obstore (Rust ``object_store``) reads only the environment and what it is given; it reads no
-profile file (its own way to them is boto3, a dependency this does not take). So a profile's
+obstore (Rust ``object_store``) reads only the process's AWS variables and what it is
+given; it reads no profile file (its own way to them is boto3, a dependency this does not
+take). So a profile's
 static keys, region and endpoint are read here and handed to obstore; nothing is signed here.
 The keys live in memory only: convgit's config.toml names a profile (``remote.NAME.profile``),
 never a key.
@@ -12,9 +13,9 @@ Which profile: ``remote.NAME.profile``, else ``AWS_PROFILE``, else ``default``. 
 named by either that is in neither file is ``not_found``; ``default`` absent is no profile.
 What wins (as the AWS CLI, with a remote's own profile counting as its ``--profile``):
 
-- keys: a remote's own profile, else the environment's keys (obstore reads them), else the
-  profile's (``AWS_PROFILE`` or ``default``); in a profile the credentials file wins over the
-  config file;
+- keys: a remote's own profile, else ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``
+  (obstore reads them), else the profile's (``AWS_PROFILE`` or ``default``); in a profile
+  the credentials file wins over the config file;
 - region: ``remote.NAME.region``, else the remote's own profile's, else ``AWS_REGION``, else
   the profile's;
 - endpoint: ``remote.NAME.endpoint``, else ``AWS_ENDPOINT_URL(_S3)``, else the profile's
@@ -22,7 +23,7 @@ What wins (as the AWS CLI, with a remote's own profile counting as its ``--profi
 
 Profiles whose credentials come from SSO, an assumed role or a ``credential_process`` are
 refused (``invalid_input``) when they carry no static keys: ``aws configure
-export-credentials --profile NAME --format env`` gives keys obstore reads from the environment.
+export-credentials --profile NAME --format env`` gives keys obstore reads from the variables.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class Profile:
 @dataclass(frozen=True)
 class S3Settings:
     """What an S3 remote is opened with: the explicit settings obstore gets (keys None: obstore
-    reads the environment's itself)."""
+    reads the variables' itself)."""
 
     region: str | None = None
     endpoint: str | None = None
@@ -69,7 +70,7 @@ class S3Settings:
 
     def __repr__(self) -> str:
         return f"S3Settings(region={self.region!r}, endpoint={self.endpoint!r}, profile={self.profile!r}, " \
-               f"keys={'profile' if self.access_key_id else 'environment'})"
+               f"keys={'profile' if self.access_key_id else 'variables'})"
 
 
 def _read_ini(path: Path) -> configparser.RawConfigParser | None:
@@ -98,7 +99,7 @@ def _nested(value: str | None, key: str) -> str | None:
 
 def read_profile(name: str, config_file: Path, credentials_file: Path, *, keys: bool = True) -> Profile | None:
     """Profile ``name`` from the two files, or None if neither has it. ``keys=False``: its
-    keys are not wanted (the environment's are used), so a profile without static keys is fine."""
+    keys are not wanted (the variables' are used), so a profile without static keys is fine."""
     conf, cred = _read_ini(config_file), _read_ini(credentials_file)
     section = "default" if name == "default" else f"profile {name}"
     c = dict(conf.items(section)) if conf is not None and conf.has_section(section) else None
@@ -136,7 +137,7 @@ def read_profile(name: str, config_file: Path, credentials_file: Path, *, keys: 
 def s3_settings(*, endpoint: str | None = None, region: str | None = None, profile: str | None = None,
                 env: AwsEnv | None = None, env_endpoint: str | None = None) -> S3Settings:
     """The settings an S3 remote opens with, from its config.toml values (``endpoint``,
-    ``region``, ``profile``), the AWS environment (``env``, default: this process's) and the
+    ``region``, ``profile``), the AWS variables (``env``, default: this process's) and the
     profile files (module docstring: what wins). NotFound when a named profile is absent."""
     env = env if env is not None else aws_env()
     own = profile is not None
