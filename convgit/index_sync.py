@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 
 from . import fsio
 from .errors import InvalidInput
-from .sync import CACHE, SyncReport, _fetch, _pull_refs, _Remote, get_remote
-from .remotes.refsdoc import pack_key
+from .sync import CACHE, SyncReport, _Remote, get_remote, sync_fetch, sync_pull
 
 
 @dataclass
@@ -79,10 +78,11 @@ def _mark_index_only(repo, name: str) -> None:
     repo.objects = _ranged_objects(repo.objects, repo.path, name)
 
 
-def index_sync(repo, remote: str | None = None) -> IndexSyncReport:
+def index_sync(repo, remote: str | None = None, *, progress=None) -> IndexSyncReport:
     """Bring this store's threads and index up to remote ``remote`` (default: origin)
     reading objects by range, storing none (the store becomes index-only for that remote).
-    Returns IndexSyncReport (bytes read by range vs the packs' total size)."""
+    Returns IndexSyncReport (bytes read by range vs the packs' total size).
+    ``progress(done, total)``: bytes read by range, of the packs not synced before."""
     t0 = time.perf_counter()
     name, settings = get_remote(repo, remote)
     if repo.config.objects_from not in (None, name):
@@ -98,14 +98,12 @@ def index_sync(repo, remote: str | None = None) -> IndexSyncReport:
     cache = repo.path / CACHE / name / "packs"
     had = {p.name: p.stat().st_size for p in cache.glob("*.idx")} if cache.is_dir() else {}
     try:
-        with repo.transaction() as tx:
-            doc = _fetch(tx, r, fetched, take=False)
-        report.warnings.extend(tx.warnings)
-        with repo.transaction(exclusive=True) as tx:
-            _pull_refs(tx, name, fetched)
-        report.warnings.extend(tx.warnings)
+        doc = sync_fetch(r, fetched, progress, take=False)
+        sync_pull(r, fetched)
+        report.warnings.extend(fetched.warnings)
         report.packs = len(doc.packs)
-        report.pack_bytes = sum(r.store.size(pack_key(p, "pack")) or 0 for p in doc.packs)
+        report.pack_bytes = sum(r.pack_sizes(doc.packs).values())  # (sizes cached: a pack never changes)
+        r.save_state(doc)
     finally:
         r.close()
     now = {p.name: p.stat().st_size for p in cache.glob("*.idx")} if cache.is_dir() else {}
@@ -116,3 +114,83 @@ def index_sync(repo, remote: str | None = None) -> IndexSyncReport:
     report.generation = fetched.generation
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
+
+
+def check_index_only(repo, on_remote_pack) -> tuple[list[tuple[str, str, str, str | None]], int | None, list[str]]:
+    """fsck's remote half on an index-only store: what can be checked without the objects.
+    Reads the remote's refs document and lists its ``packs/`` keys (one listing, as gc
+    --remote does), then checks: every pack the document names is listed whole (``.pack`` and
+    ``.idx``); every cached pack index is sound and named by its checksum; every thread's and
+    tracking ref's tip is in a pack the remote still has (``on_remote_pack(oid)``: the names of
+    the cached packs holding it); the tracking refs against the document (moved since the
+    last sync: information). Returns (problems as (severity, kind, message, oid), the number of
+    packs the document names or None when the remote was not reached, what was not checked)."""
+    from .errors import ConvgitError, ObjectCorrupt, RemoteCorrupt
+    from .pack import Pack
+    from .remotes.refsdoc import PACKS
+    from .remotes.tracking import TrackingRefs
+
+    out: list[tuple[str, str, str, str | None]] = []
+    name = repo.config.objects_from
+    try:
+        name, settings = get_remote(repo, name)
+        r = _Remote(repo, name, settings)
+    except ConvgitError as e:
+        out.append(("error", "remote", f"[store] objects_from names remote {name!r}: {e.message}", None))
+        return out, None, [f"the remote's side (refs document, packs): remote {name!r} cannot be opened"]
+    try:
+        try:
+            doc = r.read_doc()
+            keys = r.store.list(PACKS)
+        except RemoteCorrupt as e:
+            out.append(("error", "remote", e.message, None))
+            return out, None, [f"the remote's packs: its refs document is damaged (convgit fsck --remote {name})"]
+        except ConvgitError as e:
+            out.append(("warning", "remote", f"remote {name} not reached: {e.message}", None))
+            return out, None, [f"the remote's side (refs document, packs): remote {name} was not reached"]
+        exts: dict[str, set[str]] = {}
+        for key in keys:
+            base = key.rsplit("/", 1)[-1]
+            stem, _, ext = base.rpartition(".")
+            exts.setdefault(stem, set()).add(ext)
+        whole = {n for n, e in exts.items() if {"pack", "idx"} <= e}
+        for p in doc.packs:
+            if p not in whole:
+                missing = " and ".join(x for x in ("pack", "idx") if x not in exts.get(p, set()))
+                out.append(("error", "remote", f"remote {name}: its refs document names pack {p}, whose {missing} "
+                                               f"it lacks (convgit fsck --remote {name})", None))
+        cache = repo.path / CACHE / name / "packs"
+        cached = sorted(f.stem for f in cache.glob("pack-*.idx")) if cache.is_dir() else []
+        for p in cached:
+            try:
+                pk = Pack(cache / f"{p}.idx")
+                sound = pk.idx_ok() and pk.checksum.hex() == p[5:]
+                pk.close()
+            except ObjectCorrupt:
+                sound = False
+            if not sound:
+                out.append(("error", "pack", f"the cached index of pack {p} (.convgit/{CACHE}/{name}/packs/) is damaged: "
+                                             "delete it, and index sync downloads it again", None))
+            elif p not in whole:
+                out.append(("info", "remote", f"pack {p}, cached here, is gone from remote {name} (gc --remote "
+                                              "retired it): its objects are read from the packs that replaced it", None))
+        unsynced = [p for p in doc.packs if p not in set(cached)]
+        if unsynced:
+            out.append(("info", "remote", f"{len(unsynced)} pack(s) of remote {name} not synced here yet "
+                                          "(convgit index sync)", None))
+        tips = {f"thread {t!r}": tip for t, tip in repo.refs.read_all(broken={}).items()}
+        tracking = TrackingRefs(repo.path, name).read_all(broken={})
+        tips |= {f"tracking ref {name}/{t}": tip for t, tip in tracking.items()}
+        for what, tip in sorted(tips.items()):
+            held = on_remote_pack(tip)
+            if held and not any(p in whole for p in held):
+                out.append(("error", "remote", f"{what} points at {tip}, which is only in pack(s) remote {name} no "
+                                               f"longer has ({', '.join(held)}): it cannot be read (convgit index sync)",
+                            tip))
+        moved = sorted(t for t in set(doc.threads) | set(tracking) if doc.threads.get(t) != tracking.get(t))
+        if moved:
+            out.append(("info", "remote", f"{len(moved)} thread(s) of remote {name} moved since the last sync "
+                                          "(convgit index sync)", None))
+        return out, len(doc.packs), []
+    finally:
+        r.close()

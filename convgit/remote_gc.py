@@ -62,9 +62,11 @@ class RemoteGcReport:
 
 
 def gc_remote(repo, remote: str | None = None, *, grace_seconds: float | None = None, dry_run: bool = False,
-              small: int = SMALL_PACK, min_packs: int = MIN_PACKS, now: float | None = None) -> RemoteGcReport:
+              small: int = SMALL_PACK, min_packs: int = MIN_PACKS, now: float | None = None,
+              progress=None) -> RemoteGcReport:
     """Compact remote ``remote`` and delete the packs nothing names (module docstring).
-    ``grace_seconds``: default gc.grace_seconds (two weeks); 0 is unsafe while others push."""
+    ``grace_seconds``: default gc.grace_seconds (two weeks); 0 is unsafe while others push.
+    ``progress(done, total)``: bytes of the small packs downloaded to be repacked."""
     t0 = time.perf_counter()
     grace = repo.config.grace_seconds if grace_seconds is None else grace_seconds
     if grace is None:
@@ -85,7 +87,7 @@ def gc_remote(repo, remote: str | None = None, *, grace_seconds: float | None = 
         sizes = {n: r.store.size(pack_key(n, "pack")) or 0 for n in doc.packs}
         smalls = [n for n in doc.packs if sizes[n] < small]
         if len(smalls) >= min_packs and not dry_run:
-            doc = _repack(r, doc, smalls, rep, now)
+            doc = _repack(r, doc, smalls, rep, now, progress, sizes)
         now_s = time.time() if now is None else now
         keys = r.store.list(PACKS)
         by_pack: dict[str, list[str]] = {}
@@ -123,8 +125,10 @@ def gc_remote(repo, remote: str | None = None, *, grace_seconds: float | None = 
     return rep
 
 
-def _repack(r, doc, smalls: list[str], rep: RemoteGcReport, now: float | None):
+def _repack(r, doc, smalls: list[str], rep: RemoteGcReport, now: float | None, progress=None,
+            sizes: dict[str, int] | None = None):
     """The small packs as one (see the module docstring, step 2); the document after."""
+    total, done = sum((sizes or {}).get(n, 0) for n in smalls), 0
     out = r.repo.path / CACHE / r.name / "repack"
     fsio.rmtree(out)
     fsio.makedirs(out)
@@ -137,6 +141,9 @@ def _repack(r, doc, smalls: list[str], rep: RemoteGcReport, now: float | None):
                 source._download(r.packs[name])  # into the operation's quarantine, checked against its name
             except RemoteCorrupt as e:
                 raise GcRefused(f"gc --remote refused: {e.message} (convgit fsck --remote {r.name})") from e
+            done += (sizes or {}).get(name, 0)
+            if progress:
+                progress(done, total)
             p: Pack = r.packs[name]
             for oid in p.ids_in_pack_order():
                 data = p.read(oid)  # re-hashed against its id

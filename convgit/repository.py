@@ -217,7 +217,8 @@ def _ranged_objects(local: ObjectStore, path: Path, remote: str):
         settings = load_remotes(path / "config.toml").get(remote)
         if settings is None:
             raise NotFound(f"store.objects_from names remote {remote!r}, which is not configured", remote=remote)
-        return open_remote(settings["url"], endpoint=settings.get("endpoint"), region=settings.get("region"))
+        return open_remote(settings["url"], endpoint=settings.get("endpoint"), region=settings.get("region"),
+                           profile=settings.get("profile"))
 
     return RangedObjects(local, path / "remotes" / remote / "packs", store_of)
 

@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ from .remotes.tracking import REMOTES, TrackingRefs
 
 PUSH_PACK_BYTES = 32 << 20  # objects (uncompressed) per uploaded pack: a resumed push re-sends at most one
 MAX_CAS_RETRIES = 50
+_PROFILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}\Z")  # an AWS profile name
 CACHE = "remotes"  # .convgit/remotes/NAME/: the remote's pack indexes, and packs in flight
 
 
@@ -114,13 +116,19 @@ def get_remote(repo, name: str | None) -> tuple[str, dict]:
     return name, remotes[name]
 
 
-def add_remote(repo, name: str, url: str, *, endpoint: str | None = None, region: str | None = None) -> dict:
-    """Add remote ``name`` at ``url`` (a directory, ``file://`` or ``s3://bucket/prefix``)."""
+def add_remote(repo, name: str, url: str, *, endpoint: str | None = None, region: str | None = None,
+               profile: str | None = None) -> dict:
+    """Add remote ``name`` at ``url`` (a directory, ``file://`` or ``s3://bucket/prefix``);
+    ``profile``: the AWS profile (``~/.aws/config``) an S3 remote reads its keys, region and
+    endpoint from (its name is stored, never a key)."""
     check_remote_name(name)
-    parse_url(url)
+    kind = parse_url(url)[0]
+    if profile is not None and (kind != "s3" or not _PROFILE_RE.match(profile)):
+        raise InvalidInput(f"--profile {profile!r}: " + ("only s3:// remotes read AWS profiles" if kind != "s3"
+                                                         else "not a profile name"))
     if name in load_remotes(_config(repo)):
         raise RefExists(f"remote {name!r} exists already", remote=name)
-    values = {"url": url, "endpoint": endpoint, "region": region}
+    values = {"url": url, "endpoint": endpoint, "region": region, "profile": profile}
     write_remote(_config(repo), name, values, fsync=repo.config.fsync)
     return {"name": name, **{k: v for k, v in values.items() if v}}
 
@@ -152,8 +160,6 @@ def rename_remote(repo, old: str, new: str) -> dict:
 
 
 def _remote_header(line: str) -> str | None:
-    import re
-
     m = re.match(r'\[\s*remote\s*\.\s*("?)([A-Za-z0-9_-]+)\1\s*\]\s*(#.*)?\Z', line.strip())
     return m.group(2) if m else None
 
@@ -176,18 +182,24 @@ class _Remote:
 
     def __init__(self, repo, name: str, settings: dict) -> None:
         self.repo, self.name, self.url = repo, name, settings["url"]
-        self.store = open_remote(self.url, endpoint=settings.get("endpoint"), region=settings.get("region"))
+        self.store = open_remote(self.url, endpoint=settings.get("endpoint"), region=settings.get("region"),
+                                 profile=settings.get("profile"))
         self.cache = repo.path / CACHE / name / "packs"
         self.packs: dict[str, Pack] = {}
         self.downloaded: set[str] = set()
         self.quarantine: Path | None = None  # this operation's downloads (fetch), removed at close
         self.manifests: dict[str, list] = {}
+        self._st: dict | None = None
+        self._st_dirty = False
+        self.doc_digest: str | None = None  # BLAKE3 of the refs document last read
 
     def read_doc(self) -> RefsDoc:
         got = self.store.get(DOC_KEY)
         if got is None:
+            self.doc_digest = None
             return RefsDoc()
         doc = parse(got[0], self.url)
+        self.doc_digest = blake3(got[0]).hexdigest()
         doc.tag = got[1]
         return doc
 
@@ -238,11 +250,122 @@ class _Remote:
     def has(self, oid: str) -> bool:
         return any(p.contains(oid) for p in self.packs.values())
 
+    # What this store remembers of the remote's packs between operations, in
+    # .convgit/remotes/NAME/state.json: their sizes (a pack never changes, so one HEAD each,
+    # ever) and which packs it has "settled" (taken by a fetch, or uploaded by a push: their
+    # objects, those anything here needs, are here). A hint, never trusted for safety: a lost
+    # or stale file costs HEAD requests or a progress total that is off, nothing else.
+
+    def _state(self) -> dict:
+        if self._st is None:
+            f = self.cache.parent / "state.json"
+            try:
+                st = json.loads(f.read_bytes())
+                snap = st.get("tracking")
+                if snap is not None:
+                    snap = {"fp": [int(x) for x in snap["fp"]], "refs": {str(k): str(v) for k, v in dict(snap["refs"]).items()}}
+                st = {"sizes": {str(k): int(v) for k, v in dict(st.get("sizes", {})).items()},
+                      "settled": {str(n) for n in st.get("settled", [])}, "tracking": snap,
+                      "checked": str(st["checked"]) if st.get("checked") else None,
+                      "pulled": [[int(x) for x in fp] for fp in st["pulled"]] if st.get("pulled") else None}
+            except (OSError, ValueError, TypeError, AttributeError, KeyError):
+                st = {"sizes": {}, "settled": set(), "tracking": None, "checked": None, "pulled": None}
+            self._st = st
+        return self._st
+
+    def save_state(self, doc: RefsDoc | None = None) -> None:
+        """Write state.json if it changed (names the document no longer has are dropped)."""
+        if not self._st_dirty:
+            return
+        st = self._state()
+        keep = set(doc.packs) if doc is not None else None
+        data = {"format": 1, "sizes": {k: v for k, v in sorted(st["sizes"].items()) if keep is None or k in keep},
+                "settled": sorted(n for n in st["settled"] if keep is None or n in keep)}
+        if st["tracking"] is not None:
+            data["tracking"] = st["tracking"]
+        for k in ("checked", "pulled"):
+            if st.get(k):
+                data[k] = st[k]
+        f = self.cache.parent / "state.json"
+        fsio.makedirs(f.parent)
+        fsio.replace_file(f, json.dumps(data).encode(), fsync=False)
+        self._st_dirty = False
+
+    # The tracking refs as last read under the exclusive store lock, with the fingerprint
+    # (size, mtime, inode) of their journal and packed file then: every move of a tracking
+    # ref appends to their journal first (RefStore), so while the fingerprint is the same,
+    # no tracking ref has moved and this is what reading each file would give. A sync with
+    # nothing to do compares the refs document with it instead of reading one file per thread.
+
+    def tracking_view(self) -> dict[str, str] | None:
+        """The tracking refs of this remote, from the snapshot while it is valid; else None."""
+        snap = self._state()["tracking"]
+        if snap is not None and snap["fp"] == _tracking_fp(self.repo.path, self.name):
+            return dict(snap["refs"])
+        return None
+
+    def record_tracking(self) -> None:
+        """Snapshot the tracking refs (read again, under the exclusive store lock, taken only
+        if it is free at once: otherwise the next sync reads the files)."""
+        try:
+            with self.repo.exclusive_lock(timeout=0):
+                fp = _tracking_fp(self.repo.path, self.name)
+                broken: dict[str, str] = {}
+                refs = TrackingRefs(self.repo.path, self.name).read_all(broken=broken)
+                if broken:
+                    return
+        except ConvgitError:
+            return
+        self._state()["tracking"] = {"fp": fp, "refs": refs}
+        self._st_dirty = True
+
+    def settled(self) -> set[str]:
+        """The packs whose objects this store has taken (or uploaded)."""
+        return self._state()["settled"]
+
+    def settle(self, names, sizes: dict[str, int] | None = None) -> None:
+        """Record packs ``names`` as settled (and known ``sizes``)."""
+        st = self._state()
+        new = set(names) - st["settled"]
+        if new or (sizes and any(st["sizes"].get(k) != v for k, v in sizes.items())):
+            st["settled"] |= new
+            st["sizes"].update(sizes or {})
+            self._st_dirty = True
+
+    def pack_sizes(self, names) -> dict[str, int]:
+        """The size of each pack in ``names`` (cached; a HEAD request for the others)."""
+        st = self._state()
+        out = {}
+        for n in names:
+            if n not in st["sizes"]:
+                size = self.store.size(pack_key(n, "pack"))
+                if size is None:
+                    out[n] = 0
+                    continue
+                st["sizes"][n] = size
+                self._st_dirty = True
+            out[n] = st["sizes"][n]
+        return out
+
     def close(self) -> None:
         for p in self.packs.values():
             p.close()
         if self.quarantine is not None:  # the packs fetched (their objects are in a local pack now)
             fsio.rmtree(self.quarantine)
+
+
+def _tracking_fp(root: Path, remote: str) -> list[int]:
+    """What changes whenever a tracking ref of ``remote`` moves: its journal (appended before
+    every move) and packed file, as (size, mtime_ns, inode) each."""
+    t = TrackingRefs(root, remote)
+    out: list[int] = []
+    for f in (t.journal_path, t.packed_path):
+        try:
+            st = os.stat(f)
+            out += [st.st_size, st.st_mtime_ns, st.st_ino]
+        except FileNotFoundError:
+            out += [0, 0, 0]
+    return out
 
 
 class _RemoteSource:
@@ -251,8 +374,8 @@ class _RemoteSource:
     its cached index) and checked against its name. (Per operation: two fetches into one
     store never share a file.)"""
 
-    def __init__(self, remote: _Remote, report: SyncReport, progress=None) -> None:
-        self.r, self.report, self.progress = remote, report, progress
+    def __init__(self, remote: _Remote, report: SyncReport, progress=None, total: int = 0) -> None:
+        self.r, self.report, self.progress, self.total = remote, report, progress, total
 
     def _pack_of(self, oid: str) -> Pack | None:
         for p in self.r.packs.values():
@@ -277,6 +400,8 @@ class _RemoteSource:
             raise SourceCorrupt(f"merge source: {e.message}", oid=oid) from e
 
     def _download(self, p: Pack) -> None:
+        if self.progress:
+            self.progress(self.report.bytes, self.total)  # (the bar appears before the first pack, not after it)
         got = self.r.store.get(pack_key(p.name, "pack"))
         if got is None:
             raise RemoteCorrupt(f"remote {self.r.name}: pack {p.name} is missing", pack=p.name)
@@ -296,8 +421,10 @@ class _RemoteSource:
         r.downloaded.add(p.name)
         self.report.bytes += len(data)
         self.report.packs += 1
+        r.settle((), {p.name: len(data)})
         if self.progress:
-            self.progress(self.report.bytes, 0)
+            self.total = max(self.total, self.report.bytes)
+            self.progress(self.report.bytes, self.total)
 
 
 # -- fetch and pull ---------------------------------------------------------------------------
@@ -312,12 +439,27 @@ def _incoming_turns(remote: _Remote, doc: RefsDoc) -> dict[str, list[str]]:
     return turns
 
 
-def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool = True) -> RefsDoc:
+def _up_to_date(remote: _Remote, doc: RefsDoc, report: SyncReport) -> bool:
+    """A fetch with nothing to do, decided from the refs document and the tracking refs'
+    snapshot alone (no file per thread, no lock): True when every remote thread's tip is
+    its tracking ref's and no other tracking ref exists (their objects are here: a tracking
+    ref moves only to a stored object, and gc keeps what they name)."""
+    view = remote.tracking_view()
+    if view is None or view != doc.threads:
+        return False
+    report.generation = doc.generation
+    report.threads = [{"thread": n, "action": "up-to-date", "old": t, "new": t} for n, t in sorted(doc.threads.items())]
+    return True
+
+
+def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool = True,
+           doc: RefsDoc | None = None) -> RefsDoc:
     """Fetch inside transaction ``tx``: objects verified and moved in, tracking refs moved.
     ``take=False`` (index sync): no object is taken; the store reads them from the remote by
-    range (its ``objects`` is a RangedObjects), so only the tracking refs move."""
+    range (its ``objects`` is a RangedObjects), so only the tracking refs move. ``doc``: the
+    refs document, when already read."""
     repo = tx.repo
-    doc = remote.read_doc()
+    doc = doc if doc is not None else remote.read_doc()
     report.generation = doc.generation
     tracking = tx.tracking(remote.name)
     local = tracking.read_all(broken={})
@@ -331,16 +473,21 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool
                                 f"(convgit fsck --remote {remote.name})", thread=name)
     turns = _incoming_turns(remote, doc)
     mr = MergeReport(remote.url)
+    # The progress total: the packs not settled here yet (what a fetch downloads, or an index
+    # sync reads by range, in the usual case; their sizes cached after one HEAD each).
+    total = sum(remote.pack_sizes([p for p in doc.packs if p not in remote.settled()]).values()) if progress else 0
     if not take:
-        seen = _read_ahead(repo, remote, doc, local, turns, tracking)
+        seen = _read_ahead(repo, remote, doc, local, turns, tracking, progress, total)
     else:
         try:
-            seen = take_objects(tx, _RemoteSource(remote, report, progress), doc.threads, turns, mr, False)
+            seen = take_objects(tx, _RemoteSource(remote, report, progress, total), doc.threads, turns, mr, False)
         except RemoteCorrupt:
             raise
         except SourceCorrupt as e:
             msg = e.message.removeprefix("merge source: ").removeprefix("merge source ")
             raise RemoteCorrupt(f"remote {remote.name}: {msg}; nothing was taken", **e.details) from e
+    if progress:
+        progress(max(total, report.bytes), max(total, report.bytes))  # the transfer is over (verifying, moving refs)
     report.objects = mr.new_objects
     moves, entries = [], []
     for name, tip in sorted(doc.threads.items()):
@@ -358,17 +505,24 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool
         if isinstance(r, Exception):
             raise r
     report.threads = entries
+    remote.settle(doc.packs)  # (saved once the transaction has committed: sync_fetch)
     return doc
 
 
-def _read_ahead(repo, remote: _Remote, doc: RefsDoc, local: dict[str, str], turns, tracking) -> set[str]:
+def _read_ahead(repo, remote: _Remote, doc: RefsDoc, local: dict[str, str], turns, tracking, progress=None,
+                total: int = 0) -> set[str]:
     """index sync: before any ref moves, read (by range) every message new since the last
     sync and every new turn, each re-hashed and decoded, so that a damaged or missing object
     refuses the sync with nothing moved (as fetch refuses a bad pack). Returns the new turns
     (those not in the tracking reflogs yet). The chunks read stay cached for the index."""
     from .objects import Turn
 
+    counter = getattr(repo.objects, "counter", None)
+    start = counter.bytes if counter is not None else 0
+
     def read(oid: str, want: type):
+        if progress and counter is not None:
+            progress(min(counter.bytes - start, total), total)
         try:
             obj = repo.objects.read(oid)
         except (ObjectCorrupt, ObjectMissing) as e:
@@ -405,22 +559,89 @@ def fetch(repo, remote: str | None = None, *, progress=None) -> SyncReport:
     """Fetch from ``remote`` (default: origin): missing packs downloaded and verified, every
     remote thread recorded as ``refs/remotes/REMOTE/THREAD``. Returns SyncReport."""
     t0 = time.perf_counter()
-    report = _fetch_into(repo, remote, "fetch", progress)
+    r = _open(repo, remote)
+    report = SyncReport("fetch", r.name, r.url)
+    try:
+        sync_fetch(r, report, progress)
+    finally:
+        r.close()
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
 
 
-def _fetch_into(repo, remote: str | None, op: str, progress) -> SyncReport:
-    """Open ``remote``, fetch in one transaction, close it: the first half of fetch and pull."""
-    r = _open(repo, remote)
-    report = SyncReport(op, r.name, r.url)
+def sync_fetch(r: _Remote, report: SyncReport, progress=None, *, take: bool = True) -> RefsDoc:
+    """The fetch half of fetch, pull, clone and index sync: the refs document read once;
+    nothing more when it matches the tracking refs' snapshot (a no-op costs one request and
+    no file per thread); else a fetch in one transaction, then a new snapshot."""
+    repo = r.repo
+    doc = r.read_doc()
+    if _up_to_date(r, doc, report):
+        return doc
+    with repo.transaction() as tx:
+        doc = _fetch(tx, r, report, progress, take=take, doc=doc)
+    report.warnings.extend(tx.warnings)
+    r.record_tracking()
+    r.save_state(doc)
+    return doc
+
+
+def sync_pull(r: _Remote, report: SyncReport) -> None:
+    """The pull half of pull, clone and index sync: merge's ref rules from the tracking refs
+    onto the threads, in an exclusive transaction only when some thread is not at its
+    remote's tip already (a no-op reads the threads and the tracking refs' snapshot)."""
+    repo = r.repo
+    view = r.tracking_view()
+    if view is not None:
+        st = r._state()
+        fps = [_refs_fp(repo.refs), _tracking_fp(repo.path, r.name)]
+        # "pulled": every thread was at its remote tip when the threads' and the tracking
+        # refs' journals were as they are now (neither moved since): nothing to read.
+        if st.get("pulled") != fps:
+            before = repo.refs.read_all()
+            if not all(before.get(n) == t for n, t in view.items()):
+                view = None
+            else:
+                _record_pulled(r, view)
+    if view is not None:
+        report.threads = [{"thread": n, "old": t, "new": t, "as": n, "action": "same"} for n, t in sorted(view.items())]
+        r.save_state()
+        return
+    with repo.transaction(exclusive=True) as tx:
+        _pull_refs(tx, r.name, report)
+    report.warnings.extend(tx.warnings)
+    if len(tx.moved) > 1:
+        repo.auto_pack()  # (a clone's thousands of new threads: packed, as any writer's past AUTO_PACK_LOOSE)
+
+
+def _refs_fp(refs) -> list[int]:
+    """What changes whenever a thread moves: the refs journal (appended before every move)
+    and ``packed-refs``, as (size, mtime_ns, inode) each."""
+    out: list[int] = []
+    for f in (refs.journal_path, refs.packed_path):
+        try:
+            st = os.stat(f)
+            out += [st.st_size, st.st_mtime_ns, st.st_ino]
+        except FileNotFoundError:
+            out += [0, 0, 0]
+    return out
+
+
+def _record_pulled(r: _Remote, view: dict[str, str]) -> None:
+    """Note that every thread is at its remote tip (checked again under the exclusive store
+    lock, when it is free at once), with both journals' fingerprints."""
+    repo = r.repo
     try:
-        with repo.transaction() as tx:
-            _fetch(tx, r, report, progress)
-        report.warnings.extend(tx.warnings)
-    finally:
-        r.close()
-    return report
+        with repo.exclusive_lock(timeout=0):
+            fps = [_refs_fp(repo.refs), _tracking_fp(repo.path, r.name)]
+            if r.tracking_view() != view:
+                return
+            now = repo.refs.read_all()
+            if not all(now.get(n) == t for n, t in view.items()):
+                return
+    except ConvgitError:
+        return
+    r._state()["pulled"] = fps
+    r._st_dirty = True
 
 
 def _pull_refs(tx, remote: str, report: SyncReport) -> None:
@@ -451,16 +672,19 @@ def pull(repo, remote: str | None = None, *, progress=None) -> SyncReport:
     fast-forward, ahead → kept, diverged → both kept (the remote's as
     ``NAME-merged-<tip>``). Returns SyncReport (``threads``: one entry per remote thread)."""
     t0 = time.perf_counter()
-    report = _fetch_into(repo, remote, "pull", progress)
-    with repo.transaction(exclusive=True) as tx:
-        _pull_refs(tx, report.remote, report)
-    report.warnings.extend(tx.warnings)
+    r = _open(repo, remote)
+    report = SyncReport("pull", r.name, r.url)
+    try:
+        sync_fetch(r, report, progress)
+        sync_pull(r, report)
+    finally:
+        r.close()
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
 
 
 def clone(url: str, path: str | Path | None = None, *, endpoint: str | None = None, region: str | None = None,
-          progress=None) -> tuple[object, SyncReport]:
+          profile: str | None = None, progress=None) -> tuple[object, SyncReport]:
     """A new store at ``path`` (default: the last part of the URL) holding every thread of
     the remote at ``url`` (as remote ``origin``), its index built, HEAD on the remote's head
     thread (else its first). Returns (repository, SyncReport)."""
@@ -477,7 +701,7 @@ def clone(url: str, path: str | Path | None = None, *, endpoint: str | None = No
     created = not path.exists()
     repo = Repository.init(store)
     try:
-        add_remote(repo, "origin", url, endpoint=endpoint, region=region)
+        add_remote(repo, "origin", url, endpoint=endpoint, region=region, profile=profile)
         report = pull(repo, "origin", progress=progress)
         report.operation = "clone"
         report.path = str(path)
@@ -595,6 +819,9 @@ def _upload(remote: _Remote, packs, report: SyncReport, progress=None) -> list[s
             report.packs_skipped += 1  # whole already (an interrupted push, or another pusher)
             continue
         data = idx.with_suffix(".pack").read_bytes()
+        remote.settle((), {name: len(data)})
+        if progress:
+            progress(done, total)  # (before each pack: a one-pack push shows its bar too)
         sent = 0
         if remote.store.put_new(pack_key(name, "pack"), data):
             sent += len(data)
@@ -665,6 +892,7 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
             try:
                 r.store.put_if_match(DOC_KEY, new.dump(), doc.tag)
                 doc = new
+                r.settle(uploaded)  # their objects are here: a fetch need not count them
                 break
             except CasLost:
                 report.retries += 1
@@ -674,15 +902,20 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
         else:
             raise RefStale(f"push to {r.name}: the refs document kept changing ({MAX_CAS_RETRIES} tries); try again")
         report.generation = doc.generation
-        with repo.transaction(index="none") as tx:
-            forced = {t["thread"] for t in report.threads if t["action"] == "forced"}
-            known = tx.tracking(r.name).read_all(broken={})
-            moves = [RefMove(n, doc.threads[n], message=f"push {r.name}" + (" --force" if n in forced else ""))
-                     for n in names if n in doc.threads and known.get(n) != doc.threads[n]
-                     and repo.objects.contains(doc.threads[n])]
-            for res in tx.move_tracking(r.name, moves):
-                if isinstance(res, Exception):
-                    raise res
+        forced = {t["thread"] for t in report.threads if t["action"] == "forced"}
+        known = r.tracking_view()  # (the snapshot, while valid: a no-op push reads no file per thread)
+        if known is None:
+            known = TrackingRefs(repo.path, r.name).read_all(broken={})
+        moves = [RefMove(n, doc.threads[n], message=f"push {r.name}" + (" --force" if n in forced else ""))
+                 for n in names if n in doc.threads and known.get(n) != doc.threads[n]
+                 and repo.objects.contains(doc.threads[n])]
+        if moves:
+            with repo.transaction(index="none") as tx:
+                for res in tx.move_tracking(r.name, moves):
+                    if isinstance(res, Exception):
+                        raise res
+            r.record_tracking()
+        r.save_state(doc)
     finally:
         r.close()
     report.seconds = round(time.perf_counter() - t0, 3)
@@ -698,10 +931,19 @@ def _head(repo, tips: dict[str, str]) -> str | None:
 
 
 def _check_tips(r: _Remote, doc: RefsDoc) -> None:
+    """Every remote tip is in a pack the document names (else nothing is built on it). The
+    answer is a function of the document alone (packs and their indexes never change), so a
+    document this store has checked before (the same bytes) is not checked again."""
+    st = r._state()
+    if r.doc_digest is not None and st.get("checked") == r.doc_digest:
+        return
     for name, tip in doc.threads.items():
         if not r.has(tip):
             raise RemoteCorrupt(f"remote {r.name}: thread {name!r} points at {tip}, which no pack holds: push refused "
                                 f"(convgit fsck --remote {r.name})", thread=name)
+    if r.doc_digest is not None:
+        st["checked"] = r.doc_digest
+        r._st_dirty = True
 
 
 def _plan_push(repo, r: _Remote, doc: RefsDoc, tips: dict[str, str], force: bool) -> dict[str, str]:

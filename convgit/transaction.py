@@ -249,11 +249,23 @@ class Transaction:
         root = self.repo.path
         pairs = [(root / REMOTES / remote, root / REMOTES / (rename_to or "")),
                  (root / "logs" / REMOTES / remote, root / "logs" / REMOTES / (rename_to or ""))]
+        # (and the files beside them: the journal and the packed file, remotes/tracking.py)
+        files = [(root / "logs" / "remotes" / f"{remote}.{ext}", root / "logs" / "remotes" / f"{rename_to}.{ext}")
+                 for ext in ("journal", "packed-logs")]
+        files.append((root / REMOTES / f"{remote}.packed", root / REMOTES / f"{rename_to}.packed"))
         for src, dst in pairs:
             if not src.exists():
                 continue
             if rename_to is None:
                 fsio.rmtree(src)
+            else:
+                fsio.makedirs(dst.parent)
+                fsio.rename(src, dst)
+        for src, dst in files:
+            if not src.exists():
+                continue
+            if rename_to is None:
+                fsio.unlink(src)
             else:
                 fsio.makedirs(dst.parent)
                 fsio.rename(src, dst)

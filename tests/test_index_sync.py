@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import convgit
+from convgit.remotes import open_remote
 from cli_helpers import assert_error, cli, env, ok  # noqa: F401 (fixtures)
 
 
@@ -177,3 +178,60 @@ def test_an_index_only_store_takes_no_new_objects(tmp_path, cli):
     assert ok(cli("threads", "--json", cwd=ix)).json() == before
     assert _stored_objects(ix) == []
 
+
+
+def test_fsck_of_an_index_only_store_checks_what_it_can_and_says_what_not(tmp_path, remote_url, cli, monkeypatch):
+    monkeypatch.setenv("CONVGIT_PUSH_PACK_BYTES", "6000")  # several packs
+    a = convgit.init(tmp_path / "a")
+    for i in range(1, 7):
+        convgit.commit(a, _conv(i), thread=f"t{i}")
+    convgit.add_remote(a, "origin", remote_url)
+    packs = convgit.push(a).packs
+    ix = tmp_path / "ix"
+    ok(cli("init", cwd=ix))
+    ok(cli("remote", "add", "origin", remote_url, cwd=ix))
+    _sync(cli, ix)
+
+    doc = ok(cli("fsck", "--json", cwd=ix)).json()  # no object is stored here, and that is no problem
+    assert doc["status"] == "ok" and doc["errors"] == 0 and doc["objects"] == 0 and doc["threads"] == 6, doc
+    only = doc["index_only"]
+    assert only["remote"] == "origin" and only["remote_packs"] == packs and only["on_remote"] >= 12  # 6 tips, 6+ turns
+    assert any("objects" in n for n in only["not_checked"]) and any("rebuild" in n for n in only["not_checked"])
+    out = ok(cli("fsck", cwd=ix)).out
+    assert "not checked: the objects" in out and "index-only store" in out and ": ok" in out
+
+    # The remote moved on: still sound here, and fsck says the sync is behind.
+    convgit.commit(a, _conv(99), thread="t99")
+    convgit.push(a)
+    doc = ok(cli("fsck", "--json", cwd=ix)).json()
+    assert doc["errors"] == 0 and any("not synced here yet" in p["message"] for p in doc["problems"])
+    assert any("moved since the last sync" in p["message"] for p in doc["problems"])
+
+    # A thread pointing at an object no pack of the remote holds is reported, as is the
+    # remote losing the pack a thread's tip is in.
+    (ix / ".convgit" / "refs" / "threads" / "ghost").write_text("ab" * 32 + "\n")
+    doc = assert_error(cli("fsck", "--json", cwd=ix), "fsck_failed")
+    assert [p["kind"] for p in doc["problems"] if p["severity"] == "error"] == ["bad_ref"]
+    assert "ghost" in next(p["message"] for p in doc["problems"] if p["severity"] == "error")
+    (ix / ".convgit" / "refs" / "threads" / "ghost").unlink()
+    store = open_remote(remote_url)
+    tip = convgit.show_refs(a)["t3"]
+    lost = next(k for k in store.list("packs") if k.endswith(".pack") and _holds(tmp_path / "a", k, tip))
+    store.delete(lost)
+    doc = assert_error(cli("fsck", "--json", cwd=ix), "fsck_failed")
+    errors = [p["message"] for p in doc["problems"] if p["severity"] == "error"]
+    stem = lost.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    assert any(stem in m and "lacks" in m for m in errors), errors
+    assert any("thread 't3'" in m and stem in m for m in errors), errors
+
+
+def _holds(store: Path, key: str, oid: str) -> bool:
+    """Does the pack ``key`` of the remote (its index cached in ``store``) hold ``oid``?"""
+    from convgit.pack import Pack
+
+    stem = key.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    p = Pack(store / ".convgit" / "remotes" / "origin" / "packs" / f"{stem}.idx")
+    try:
+        return p.contains(oid)
+    finally:
+        p.close()

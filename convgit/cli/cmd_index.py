@@ -37,8 +37,9 @@ def index_sync_cmd(
     reading only the new objects from its packs by byte range and storing none: the store
     becomes index-only ([store] objects_from = REMOTE; log, show, search read through it)."""
     output.set_json(json_)
-    with progress.Spinner("syncing the index", on=progress.enabled(json_=json_, quiet=quiet)):
-        rep = api.index_sync(get_repo(), remote)
+    with progress.Transfer("syncing the index", on=progress.enabled(json_=json_, quiet=quiet),
+                           after="moving threads, indexing") as tick:
+        rep = api.index_sync(get_repo(), remote, progress=tick)
     for w in rep.warnings:
         output.info(f"convgit: warning: {w}")
     if json_:

@@ -45,8 +45,9 @@ def gc_cmd(
         if prune is not None:
             grace = parse_age(prune, "--prune")
             grace = float("inf") if grace is None else grace  # --prune=never
-        with progress.Spinner(f"gc {remote}", on=progress.enabled(json_=json_, quiet=quiet)):
-            rep = api.gc_remote(repo, remote, grace_seconds=grace, dry_run=dry_run)
+        with progress.Transfer(f"gc {remote}", on=progress.enabled(json_=json_, quiet=quiet),
+                               after="uploading the new pack, deleting") as tick:
+            rep = api.gc_remote(repo, remote, grace_seconds=grace, dry_run=dry_run, progress=tick)
         if json_:
             output.emit_json(rep.to_json())
         elif not quiet:
@@ -123,8 +124,16 @@ def fsck_cmd(
         for r in rep.repaired:
             output.line(f"repaired: {r}")
         status = "ok" if rep.ok else f"{len(rep.errors)} error(s)"
-        output.line(f"checked {rep.loose} loose and {rep.packed} packed object(s) in {rep.packs} pack(s), "
-                    f"{rep.threads} thread(s): {status}")
+        for what in rep.not_checked:
+            output.line(f"not checked: {what}")
+        if rep.objects_from:
+            packs = f"{rep.remote_packs} pack(s)" if rep.remote_packs is not None else "packs not listed"
+            output.line(f"index-only store (objects on remote {rep.objects_from}, {packs}): checked {rep.threads} "
+                        f"thread(s), {rep.on_remote} tip(s) and turn(s) found in the remote's packs, "
+                        f"{rep.loose + rep.packed} local object(s): {status}")
+        else:
+            output.line(f"checked {rep.loose} loose and {rep.packed} packed object(s) in {rep.packs} pack(s), "
+                        f"{rep.threads} thread(s): {status}")
     if err:
         if json_:
             raise typer.Exit(err.exit_code)

@@ -14,6 +14,9 @@ from .params import complete_thread
 
 JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
 QUIET_OPT = typer.Option(False, "-q", "--quiet", help="Print nothing but warnings and errors.")
+PROFILE_OPT = typer.Option(None, "--profile", metavar="NAME",
+                           help="The AWS profile (~/.aws/config, ~/.aws/credentials) an s3:// remote reads its keys, "
+                           "region and endpoint from (default: AWS_PROFILE, else default); its name is kept, never a key.")
 REMOTE_ARG = typer.Argument(None, metavar="REMOTE", help="The remote (default: origin, or the only one).")
 
 remote_app = typer.Typer(cls=_Group, help="Manage remotes: other places (a directory, s3://bucket/prefix) to push to and pull from.",
@@ -55,12 +58,13 @@ def remote_add(
     url: str = typer.Argument(..., metavar="URL", help="A directory, file://PATH or s3://BUCKET/PREFIX."),
     endpoint: Optional[str] = typer.Option(None, "--endpoint", metavar="URL",
                                            help="An S3-compatible server (MinIO, SeaweedFS, R2): its address."),
-    region: Optional[str] = typer.Option(None, "--region", help="The S3 region (default: AWS_REGION)."),
+    region: Optional[str] = typer.Option(None, "--region", help="The S3 region (default: AWS_REGION, or the profile's)."),
+    profile: Optional[str] = PROFILE_OPT,
     json_: bool = JSON_OPT,
 ) -> None:
     """Add remote NAME at URL (written to config.toml as [remote.NAME])."""
     output.set_json(json_)
-    doc = api.add_remote(get_repo(), name, url, endpoint=endpoint, region=region)
+    doc = api.add_remote(get_repo(), name, url, endpoint=endpoint, region=region, profile=profile)
     output.emit_json(doc) if json_ else output.info(f"added remote {name} ({url})")
 
 
@@ -115,36 +119,9 @@ def push_cmd(
     and move its threads. Fast-forward only: a thread the remote has moved elsewhere is
     refused with non_fast_forward (pull first, or push LOCAL:NEWNAME, or --force)."""
     output.set_json(json_)
-    bar = _ByteBar("pushing", progress.enabled(json_=json_, quiet=quiet))
-    try:
-        rep = api.push(get_repo(), remote, threads or None, force=force, progress=bar)
-    finally:
-        bar.close()
+    with progress.Transfer("pushing", on=progress.enabled(json_=json_, quiet=quiet), after="moving the remote's threads") as tick:
+        rep = api.push(get_repo(), remote, threads or None, force=force, progress=tick)
     _render(rep, json_=json_, quiet=quiet, verb="pushed")
-
-
-class _ByteBar:
-    """A byte bar on stderr, drawn once the work says its total (push knows it: the packs
-    it is about to upload); fetch does not, and shows a spinner instead."""
-
-    def __init__(self, label: str, on: bool) -> None:
-        self.label, self.on, self.bar, self.advance, self.done = label, on, None, None, 0
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.on:
-            return
-        if self.bar is None:
-            if total < progress.MIN_BYTES:
-                return
-            self.bar = progress.Bar(self.label, total, unit="bytes")
-            self.advance = self.bar.__enter__()
-        if done > self.done:
-            self.advance(done - self.done)
-            self.done = done
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
 
 
 @app.command("fetch")
@@ -153,8 +130,8 @@ def fetch_cmd(remote: Optional[str] = REMOTE_ARG, quiet: bool = QUIET_OPT, json_
     does) and record its threads as refs/remotes/REMOTE/THREAD (threads --remotes; usable as
     revisions, e.g. log origin/main). Threads here do not move."""
     output.set_json(json_)
-    with progress.Spinner("fetching", on=progress.enabled(json_=json_, quiet=quiet)):
-        rep = api.fetch(get_repo(), remote)
+    with progress.Transfer("fetching", on=progress.enabled(json_=json_, quiet=quiet), after="verifying") as tick:
+        rep = api.fetch(get_repo(), remote, progress=tick)
     _render(rep, json_=json_, quiet=quiet, verb="fetched")
 
 
@@ -163,8 +140,9 @@ def pull_cmd(remote: Optional[str] = REMOTE_ARG, quiet: bool = QUIET_OPT, json_:
     """fetch, then merge's rules per thread: new → created, behind → fast-forward, ahead →
     kept, diverged → both kept (the remote's as NAME-merged-<tip>)."""
     output.set_json(json_)
-    with progress.Spinner("pulling", on=progress.enabled(json_=json_, quiet=quiet)):
-        rep = api.pull(get_repo(), remote)
+    with progress.Transfer("pulling", on=progress.enabled(json_=json_, quiet=quiet),
+                           after="verifying, moving threads, indexing") as tick:
+        rep = api.pull(get_repo(), remote, progress=tick)
     _render(rep, json_=json_, quiet=quiet, verb="pulled")
 
 
@@ -174,13 +152,15 @@ def clone_cmd(
     directory: Optional[str] = typer.Argument(None, metavar="DIR", help="Where (default: the URL's last part)."),
     endpoint: Optional[str] = typer.Option(None, "--endpoint", metavar="URL", help="An S3-compatible server's address."),
     region: Optional[str] = typer.Option(None, "--region", help="The S3 region."),
+    profile: Optional[str] = PROFILE_OPT,
     quiet: bool = QUIET_OPT,
     json_: bool = JSON_OPT,
 ) -> None:
     """A new store in DIR with every thread of the remote at URL (as remote origin), its
     index built, HEAD on the remote's head thread."""
     output.set_json(json_)
-    with progress.Spinner("cloning", on=progress.enabled(json_=json_, quiet=quiet)):
-        repo, rep = api.clone(url, directory, endpoint=endpoint, region=region)
+    with progress.Transfer("cloning", on=progress.enabled(json_=json_, quiet=quiet),
+                           after="verifying, moving threads, indexing") as tick:
+        repo, rep = api.clone(url, directory, endpoint=endpoint, region=region, profile=profile, progress=tick)
     repo.close()
     _render(rep, json_=json_, quiet=quiet, verb="cloned")

