@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import SchemaValidationFailed
 from ..objects import OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
-from .chat import _drafts, parse_time
+from .chat import _drafts, completion_meta, parse_time
 from .model import Draft, Payload, TurnInfo
 from .parts import _b64, _pending_attachment, content_to_parts, normalize_role
 
@@ -40,11 +40,7 @@ def completion_payload(doc: dict) -> Payload:
         raise SchemaValidationFailed("choices must be a non-empty list")
     msg = choices[0].get("message")
     drafts = _drafts([msg], "choices[0].message")
-    meta = {f"response_{k}": doc[k] for k in ("id", "created", "system_fingerprint", "service_tier") if k in doc}
-    if choices[0].get("finish_reason") is not None:
-        meta["finish_reason"] = choices[0]["finish_reason"]
-    if len(choices) > 1:
-        meta["other_choices"] = choices[1:]
+    meta = completion_meta(doc)
     return Payload(messages=(), response=drafts, has_response=True, turn=TurnInfo(
         resolved_model=_s(doc, "model"), usage=_d(doc, "usage"),
         started_at=parse_time(doc.get("created"), "created"), meta=meta or None))
@@ -118,12 +114,32 @@ def _items(items: list, where: str) -> list[Draft]:
 # -- Anthropic ------------------------------------------------------------------------------
 
 
+# Message keys and roles only OpenAI's Chat Completions has: a document holding one is read as
+# a chat document even when a content list also holds Anthropic-style blocks (LiteLLM and
+# others put ``thinking`` blocks beside ``tool_calls``); the Anthropic reader has no place
+# for them.
+_OPENAI_ONLY_KEYS = ("tool_calls", "function_call", "tool_call_id", "reasoning_content", "refusal", "audio")
+_OPENAI_ONLY_ROLES = ("tool", "function", "developer")
+
+
+def _openai_only(m: Any) -> bool:
+    if not isinstance(m, dict):
+        return False
+    role = m.get("role")
+    return any(m.get(k) not in (None, [], {}) for k in _OPENAI_ONLY_KEYS) or (
+        isinstance(role, str) and role.strip().lower() in _OPENAI_ONLY_ROLES)
+
+
 def is_anthropic_request(doc: dict) -> bool:
     """True when ``doc`` is an Anthropic Messages request: a top-level ``system`` or content
-    blocks of Anthropic's types."""
+    blocks of Anthropic's types, and no message with a key or role only OpenAI's chat shape
+    has (``tool_calls``, ``tool_call_id``, role ``tool``, ...)."""
+    msgs = doc.get("messages") or ()
+    if any(_openai_only(m) for m in msgs):
+        return False
     if "system" in doc and isinstance(doc.get("messages"), list):
         return True
-    for m in doc.get("messages") or ():
+    for m in msgs:
         c = m.get("content") if isinstance(m, dict) else None
         if isinstance(c, list) and any(isinstance(b, dict) and (b.get("type") in _ANTHROPIC_BLOCKS or
                                                                  isinstance(b.get("source"), dict)) for b in c):
@@ -149,40 +165,68 @@ def anthropic_payload(doc: dict) -> Payload:
     resolved = None
     if resp is not None:
         response = tuple(_anthropic_message({"role": resp.get("role", "assistant"), "content": resp.get("content")}, "response"))
-        meta = {k: resp[k] for k in ("id", "stop_reason", "stop_sequence") if resp.get(k) is not None}
+        # every key of the response kept: the mapped ones, and the others as they are
+        meta = {k: v for k, v in resp.items() if k not in ("content", "usage", "model", "role", "type")
+                and not _empty(v)}
+        if resp.get("type") not in (None, "message"):
+            meta["type"] = resp["type"]
+        if resp.get("role") not in (None, "assistant"):
+            meta["role"] = resp["role"]
+        if usage is not None and _d(resp, "usage") not in (None, usage):
+            meta["response_usage"] = resp["usage"]
         usage = usage or _d(resp, "usage")
         resolved = _s(resp, "model")
         if resp is doc:
             model = None
-    opts = {k: doc[k] for k in ("max_tokens", "temperature", "top_p", "top_k", "tools", "tool_choice", "thinking",
-                                "stop_sequences", "metadata") if k in doc and resp is not doc}
+    opts = {k: doc[k] for k in _ANTHROPIC_OPTIONS if k in doc and resp is not doc}
+    if resp is not doc:  # the request's other keys (a response's own are in meta above)
+        extra = {k: v for k, v in doc.items() if k not in _ANTHROPIC_OPTIONS and k not in _ANTHROPIC_DOC_KEYS
+                 and not _empty(v)}
+        if extra:
+            meta["extra"] = extra
     if not msgs and not response:
         raise SchemaValidationFailed("the conversation has no messages")
     return Payload(messages=tuple(msgs), response=response, has_response=bool(response), turn=TurnInfo(
         model=model, resolved_model=resolved, usage=usage, options=opts or None, meta=meta or None))
 
 
+_ANTHROPIC_OPTIONS = ("max_tokens", "temperature", "top_p", "top_k", "tools", "tool_choice", "thinking",
+                      "stop_sequences", "metadata", "stream", "service_tier")
+_ANTHROPIC_DOC_KEYS = {"system", "messages", "model", "response", "usage"}
+
+
+def _empty(v: Any) -> bool:
+    return v is None or v == [] or v == {}
+
+
 def _anthropic_message(m: Any, where: str) -> list[Draft]:
     if not isinstance(m, dict):
         raise SchemaValidationFailed(f"{where}: a message must be an object")
     role = normalize_role(m.get("role"), where)
+    # The message's other keys (``name``, an SDK's ``id``...) are part of it, as in the chat
+    # shape (json.md §1.2): kept in its meta. A native ``meta`` object is the meta itself.
+    meta = {k: v for k, v in m.items() if k not in ("role", "content", "meta") and not _empty(v)}
+    if isinstance(m.get("meta"), dict):
+        meta = {**m["meta"], **meta}
+    elif m.get("meta") is not None:
+        raise SchemaValidationFailed(f"{where}: meta must be an object")
     c = m.get("content")
     if isinstance(c, str):
-        return [Draft(role=role, parts=(TextPart(text=c),))]
+        return [Draft(role=role, parts=(TextPart(text=c),), meta=meta or None)]
     if not isinstance(c, list):
         raise SchemaValidationFailed(f"{where}: content must be a string or a list of blocks")
     results = [b for b in c if isinstance(b, dict) and b.get("type") == "tool_result"]
     others = [b for b in c if not (isinstance(b, dict) and b.get("type") == "tool_result")]
     out = []
     if results and role == "user":  # tool results answer the previous turn: role tool (formats.md §2.2)
-        out.append(Draft(role="tool", parts=tuple(_blocks(results, where))))
+        out.append(Draft(role="tool", parts=tuple(_blocks(results, where)), meta=None if others else meta or None))
         if others:
-            out.append(Draft(role=role, parts=tuple(_blocks(others, where))))
+            out.append(Draft(role=role, parts=tuple(_blocks(others, where)), meta=meta or None))
         return out
     parts = _blocks(c, where)
     if not parts:
         raise SchemaValidationFailed(f"{where}: the message is empty")
-    return [Draft(role=role, parts=tuple(parts))]
+    return [Draft(role=role, parts=tuple(parts), meta=meta or None)]
 
 
 def _blocks(blocks: list, where: str) -> list:
@@ -190,14 +234,20 @@ def _blocks(blocks: list, where: str) -> list:
     for j, b in enumerate(blocks):
         if isinstance(b, dict) and b.get("type") == "image" and isinstance(b.get("source"), dict):
             src = b["source"]
+            # the block's other keys (cache_control) and the source's beside the mapped ones
+            rest = {k: v for k, v in b.items() if k not in ("type", "source")}
             if src.get("type") == "base64" and isinstance(src.get("data"), str):
+                extra = {k: v for k, v in src.items() if k not in ("type", "data", "media_type")}
+                if src.get("media_type") is not None and not isinstance(src.get("media_type"), str):
+                    extra["media_type"] = src["media_type"]
                 out.append(_pending_attachment(_b64(src["data"], where), _s(src, "media_type"), None, None,
-                                               {k: v for k, v in b.items() if k not in ("type", "source")} or None))
+                                               {**rest, **({"source": extra} if extra else {})} or None))
                 continue
             if src.get("type") == "url" and isinstance(src.get("url"), str):
                 from ..objects import AttachmentPart
 
-                out.append(AttachmentPart(url=src["url"]))
+                extra = {k: v for k, v in src.items() if k not in ("type", "url")}
+                out.append(AttachmentPart(url=src["url"], meta={**rest, **({"source": extra} if extra else {})} or None))
                 continue
         if isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(b.get("content"), list):
             b = {**b, "content": b["content"]}
