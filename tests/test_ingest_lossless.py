@@ -222,3 +222,37 @@ def test_reingesting_the_fixed_shapes_adds_nothing(repo):
     for doc in (JSON_MD_EXAMPLE, JSON_MD_EXAMPLE):
         res = convgit.commit(repo, doc, now_ms=NOW)
     assert res.new_objects == 0 and res.deduplicated
+
+
+# -- OpenAI Responses --------------------------------------------------------------------------
+
+
+def test_responses_object_keeps_every_key(repo, tmp_path):
+    doc = {"id": "resp_1", "object": "response", "created_at": 1765591383, "status": "completed", "model": "o4-mini",
+           "billing": {"payer": "developer"}, "service_tier": "default", "truncation": "disabled", "x_gateway": "gw1",
+           "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "add 2+2"}]}],
+           "output": [
+               {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "first"},
+                                                               {"type": "summary_text", "text": "second"}]},
+               {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "add", "arguments": "{\"a\":2}",
+                "status": "completed"}]}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(doc))
+    rep = convgit.import_paths(repo, [p], now_ms=NOW)
+    assert [c.error_code for c in rep.conversations] == [None]
+    (call,) = [t for t in _turns(repo) if t["kind"] == "call"]
+    assert call["options"]["service_tier"] == "default" and call["options"]["truncation"] == "disabled"
+    assert call["meta"]["call"]["extra"] == {"billing": {"payer": "developer"}, "x_gateway": "gw1"}  # (import: under "call")
+    reasoning = _messages(repo)[1]["parts"][0]
+    assert reasoning["text"] == "first\n\nsecond"
+    assert reasoning["meta"]["summary"] == doc["output"][0]["summary"]  # two items: where one ends is kept
+
+
+def test_responses_function_call_output_keeps_its_other_keys(repo):
+    doc = {"model": "o4-mini", "input": [
+        {"type": "message", "role": "user", "content": "go"},
+        {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "done", "id": "fco_1", "status": "completed"}]}
+    convgit.commit(repo, doc, now_ms=NOW)
+    assert _messages(repo)[2]["parts"] == [{"type": "tool_result", "tool_call_id": "call_1", "output": "done",
+                                            "meta": {"id": "fco_1", "status": "completed"}}]

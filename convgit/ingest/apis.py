@@ -61,11 +61,35 @@ def responses_payload(doc: dict) -> Payload:
     if not msgs and not response:
         raise SchemaValidationFailed("a Responses object needs input or output items")
     meta = {k: doc[k] for k in ("id", "status", "previous_response_id", "incomplete_details") if doc.get(k) is not None}
-    opts = {k: doc[k] for k in ("temperature", "top_p", "reasoning", "tools", "tool_choice", "text", "max_output_tokens")
-            if doc.get(k) not in (None, [], {})}
+    opts = {k: doc[k] for k in _RESPONSES_OPTIONS if doc.get(k) not in (None, [], {})}
+    # every other key of the object, as it is (``object: "response"`` says nothing)
+    extra = {k: v for k, v in doc.items() if k not in _RESPONSES_KEYS and k not in _RESPONSES_OPTIONS
+             and k not in meta and not _empty(v) and not (k == "object" and v == "response")}
+    if not isinstance(doc.get("instructions"), str) and not _empty(doc.get("instructions")):
+        extra["instructions"] = doc["instructions"]  # (a prompt's list of items: not a system text)
+    if extra:
+        meta["extra"] = extra
     return Payload(messages=tuple(msgs), response=response, has_response=bool(response), turn=TurnInfo(
         model=_s(doc, "model"), usage=_d(doc, "usage"), options=opts or None,
         started_at=parse_time(doc.get("created_at"), "created_at"), meta=meta or None))
+
+
+_RESPONSES_OPTIONS = ("temperature", "top_p", "reasoning", "tools", "tool_choice", "text", "max_output_tokens",
+                      "parallel_tool_calls", "max_tool_calls", "top_logprobs", "truncation", "store", "stream",
+                      "service_tier", "metadata", "include", "prompt_cache_key", "safety_identifier", "user",
+                      "background", "prompt_cache_retention")
+_RESPONSES_KEYS = {"instructions", "input", "output", "model", "usage", "created_at"}
+
+
+def _summary_meta(summary: Any) -> dict:
+    """A reasoning item's ``summary`` as meta: nothing when its text (the items'
+    ``summary_text`` joined by blank lines) says all of it, else the list as given."""
+    if summary in (None, []):
+        return {}
+    plain = isinstance(summary, list) and len(summary) == 1 and isinstance(summary[0], dict) and \
+        set(summary[0]) <= {"type", "text"} and summary[0].get("type") == "summary_text" and \
+        isinstance(summary[0].get("text"), str)
+    return {} if plain else {"summary": summary}
 
 
 def _items(items: list, where: str) -> list[Draft]:
@@ -96,15 +120,21 @@ def _items(items: list, where: str) -> list[Draft]:
             flush()
             out.append(Draft(role=role, parts=tuple(parts), meta=rest or None))
         elif t == "reasoning":
-            summary = "\n\n".join(s.get("text", "") for s in it.get("summary") or () if isinstance(s, dict))
+            summary = "\n\n".join(s.get("text", "") for s in it.get("summary") or () if isinstance(s, dict)
+                                   and isinstance(s.get("text"), str))
             rest = {k: v for k, v in it.items() if k not in ("type", "summary")}
-            pending.append(ReasoningPart(text=summary, meta={"source_type": "reasoning", **rest}))
+            pending.append(ReasoningPart(text=summary, meta={"source_type": "reasoning", **rest,
+                                                             **_summary_meta(it.get("summary"))}))
         elif t == "function_call" and isinstance(it.get("name"), str):
             rest = {k: v for k, v in it.items() if k not in ("type", "name", "call_id", "arguments")}
             pending.append(ToolCallPart(name=it["name"], id=_s(it, "call_id"), arguments=it.get("arguments"), meta=rest or None))
         elif t == "function_call_output":
             flush()
-            out.append(Draft(role="tool", parts=(ToolResultPart(tool_call_id=_s(it, "call_id"), output=it.get("output")),)))
+            rest = {k: v for k, v in it.items() if k not in ("type", "call_id", "output")}
+            if it.get("call_id") is not None and not isinstance(it.get("call_id"), str):
+                rest["call_id"] = it["call_id"]
+            out.append(Draft(role="tool", parts=(ToolResultPart(tool_call_id=_s(it, "call_id"), output=it.get("output"),
+                                                                meta=rest or None),)))
         else:
             pending.append(OpaquePart(data=it, source="openai-responses"))
     flush()
