@@ -256,3 +256,117 @@ def test_responses_function_call_output_keeps_its_other_keys(repo):
     convgit.commit(repo, doc, now_ms=NOW)
     assert _messages(repo)[2]["parts"] == [{"type": "tool_result", "tool_call_id": "call_1", "output": "done",
                                             "meta": {"id": "fco_1", "status": "completed"}}]
+
+
+# -- coding-agent sessions ---------------------------------------------------------------------
+
+
+def _jsonl(path: Path, lines: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(ln) + "\n" for ln in lines))
+    return path
+
+
+def _import_one(repo, path, fmt):
+    rep = convgit.import_paths(repo, [path], fmt=fmt, now_ms=NOW)
+    assert [c.error_code for c in rep.conversations] == [None]
+
+
+def _import_turn(repo) -> dict:
+    """The conversation's import turn (the one listing the per-message turns)."""
+    (t,) = [t for t in _turns(repo) if "turns" in (t.get("meta") or {})]
+    return t
+
+
+def _message_turn_metas(repo, msgs) -> list[dict]:
+    """The meta of each message's own import turn (its provenance), in message order."""
+    by_output = {t["output"]: t.get("meta") or {} for t in _turns(repo) if "turns" not in (t.get("meta") or {})}
+    return [by_output[m["id"]] for m in msgs]
+
+
+def test_claude_code_keeps_every_line_key_block_key_and_the_lines_that_are_not_messages(repo, tmp_path):
+    sid = "9d2f0c1e-0000-4000-8000-000000000001"
+    base = {"sessionId": sid, "cwd": "/home/ana/p", "version": "1.0.98", "gitBranch": "main", "userType": "external"}
+    lines = [
+        {"type": "summary", "summary": "Listing files", "leafUuid": "a1"},
+        {**base, "type": "user", "uuid": "u1", "parentUuid": None, "timestamp": "2025-09-01T10:00:00.000Z",
+         "message": {"role": "user", "content": "list the files"}, "thinkingMetadata": {"level": "high"}},
+        {**base, "type": "assistant", "uuid": "a0", "parentUuid": "u1", "timestamp": "2025-09-01T10:00:01.000Z",
+         "requestId": "req_1", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4",
+                                          "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                                                       "input": {"command": "ls"}, "caller": "direct"}],
+                                          "stop_reason": "tool_use", "stop_sequence": None,
+                                          "container": {"id": "c1"}, "usage": {"input_tokens": 4, "output_tokens": 2}}},
+        {**base, "type": "system", "uuid": "s1", "parentUuid": "a0", "timestamp": "2025-09-01T10:00:01.500Z",
+         "subtype": "hook", "content": "PreToolUse hook ran", "level": "info"},
+        {**base, "type": "user", "uuid": "r1", "parentUuid": "s1", "timestamp": "2025-09-01T10:00:02.000Z",
+         "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                  "content": [{"type": "text", "text": "a.py"}, {"type": "text", "text": "b.py"}]}]},
+         "toolUseResult": {"stdout": "a.py\nb.py", "stderr": "", "interrupted": False}},
+        {**base, "type": "assistant", "uuid": "a1", "parentUuid": "r1", "timestamp": "2025-09-01T10:00:03.000Z",
+         "message": {"id": "msg_2", "type": "message", "role": "assistant", "model": "claude-sonnet-4",
+                     "content": [{"type": "text", "text": "Two files.", "citations": [{"type": "char_location", "cited_text": "a.py"}]}]}},
+        {"type": "file-history-snapshot", "messageId": "u1", "snapshot": {"trackedFileBackups": {}}, "isSnapshotUpdate": False},
+    ]
+    _import_one(repo, _jsonl(tmp_path / f"{sid}.jsonl", lines), "claude-code")
+    msgs = _messages(repo)
+    assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "assistant"]
+    assert msgs[1]["parts"][0]["meta"] == {"caller": "direct"}
+    assert msgs[2]["parts"][0]["output"] == "a.py\nb.py"
+    assert msgs[2]["parts"][0]["meta"] == {"content": lines[4]["message"]["content"][0]["content"]}
+    assert msgs[3]["parts"][0]["meta"] == {"citations": [{"type": "char_location", "cited_text": "a.py"}]}
+    metas = _message_turn_metas(repo, msgs)
+    assert metas[0]["thinkingMetadata"] == {"level": "high"}
+    assert metas[1]["message"] == {"container": {"id": "c1"}}
+    assert metas[2]["toolUseResult"] == lines[4]["toolUseResult"]
+    assert metas[2]["parentUuid"] == "s1"  # re-parented past the system line: where it hung is kept
+    other = _import_turn(repo)["meta"]["conversation"]["other_lines"]
+    assert [ln.get("type") for ln in other] == ["summary", "system", "file-history-snapshot"]
+    assert other[1] == lines[3]
+
+
+def test_codex_keeps_item_keys_images_raw_arguments_outputs_and_other_lines(repo, tmp_path):
+    sid = "0199a1b2-0000-7000-8000-000000000002"
+    lines = [
+        {"timestamp": "2025-09-14T11:00:00.000Z", "type": "session_meta",
+         "payload": {"id": sid, "cwd": "/p", "originator": "codex_cli_rs", "cli_version": "0.36.0",
+                     "instructions": "You are Codex.", "source": "cli", "model_provider": "openai"}},
+        {"timestamp": "2025-09-14T11:00:01.000Z", "type": "turn_context",
+         "payload": {"cwd": "/p", "approval_policy": "on-request", "model": "gpt-5-codex", "effort": "high"}},
+        {"timestamp": "2025-09-14T11:00:01.000Z", "type": "response_item",
+         "payload": {"type": "message", "role": "user", "id": "msg_u1",
+                     "content": [{"type": "input_text", "text": "what is this?"},
+                                 {"type": "input_image", "image_url": "https://img.example/x.png"}]}},
+        {"timestamp": "2025-09-14T11:00:02.000Z", "type": "response_item",
+         "payload": {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "look"}],
+                     "content": [{"type": "reasoning_text", "text": "raw thought"}], "encrypted_content": "gAAA"}},
+        {"timestamp": "2025-09-14T11:00:03.000Z", "type": "response_item",
+         "payload": {"type": "function_call", "id": "fc_1", "name": "shell", "call_id": "call_1",
+                     "arguments": "{\"command\": [\"ls\"]}", "status": "completed"}},
+        {"timestamp": "2025-09-14T11:00:04.000Z", "type": "response_item",
+         "payload": {"type": "function_call_output", "call_id": "call_1",
+                     "output": {"content": "x.png", "success": True}}},
+        {"timestamp": "2025-09-14T11:00:04.500Z", "type": "event_msg",
+         "payload": {"type": "token_count", "info": {"total_token_usage": {"input_tokens": 10, "output_tokens": 5}}}},
+        {"timestamp": "2025-09-14T11:00:04.600Z", "type": "response_item",
+         "payload": {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"query": "png"}}},
+        {"timestamp": "2025-09-14T11:00:05.000Z", "type": "response_item",
+         "payload": {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "An image."}]}},
+        {"timestamp": "2025-09-14T11:00:05.100Z", "type": "event_msg",
+         "payload": {"type": "agent_message", "message": "An image."}},
+    ]
+    _import_one(repo, _jsonl(tmp_path / f"rollout-2025-09-14T11-00-00-{sid}.jsonl", lines), "codex")
+    msgs = _messages(repo)
+    assert msgs[0]["parts"][1] == {"type": "attachment", "url": "https://img.example/x.png",
+                                   "meta": {"source_type": "input_image"}}
+    assert msgs[1]["parts"][0]["meta"] == {"encrypted_content": "gAAA", "content": lines[3]["payload"]["content"]}
+    assert msgs[2]["parts"][0]["arguments"] == {"command": ["ls"]}
+    assert msgs[2]["parts"][0]["meta"] == {"arguments": "{\"command\": [\"ls\"]}"}  # not the compact encoding: kept
+    assert msgs[3]["parts"][0]["output"] == "x.png" and msgs[3]["parts"][0]["meta"] == {"output": {"success": True}}
+    metas = _message_turn_metas(repo, msgs)
+    assert metas[0]["id"] == "msg_u1"
+    assert metas[2]["id"] == "fc_1" and metas[2]["status"] == "completed"
+    conv = _import_turn(repo)["meta"]["conversation"]
+    kinds = [ln.get("type") for ln in conv["other_lines"]]
+    assert kinds == ["session_meta", "turn_context", "event_msg", "response_item"]  # the agent_message echo is not kept twice
+    assert conv["other_lines"][0]["payload"] == {"instructions": "You are Codex.", "source": "cli", "model_provider": "openai"}
+    assert conv["other_lines"][3]["payload"]["type"] == "web_search_call"
