@@ -370,3 +370,61 @@ def test_codex_keeps_item_keys_images_raw_arguments_outputs_and_other_lines(repo
     assert kinds == ["session_meta", "turn_context", "event_msg", "response_item"]  # the agent_message echo is not kept twice
     assert conv["other_lines"][0]["payload"] == {"instructions": "You are Codex.", "source": "cli", "model_provider": "openai"}
     assert conv["other_lines"][3]["payload"]["type"] == "web_search_call"
+
+
+# -- Open WebUI, LibreChat, SillyTavern --------------------------------------------------------
+
+
+def _import_doc(repo, tmp_path, doc, fmt="auto", name="in.json"):
+    p = tmp_path / name
+    p.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    _import_one(repo, p, fmt)
+
+
+def test_open_webui_keeps_output_item_content_files_and_unmapped_values(repo, tmp_path):
+    out_text = {"type": "output_text", "text": "See [1].", "annotations": [{"type": "url_citation", "url": "https://e.x"}]}
+    chat = {"id": "owui-1", "title": "T", "chat": {"history": {"currentId": "a1", "messages": {
+        "u1": {"id": "u1", "parentId": None, "role": "user", "content": "find it", "timestamp": "yesterday",
+               "files": [{"type": "file", "id": "f1", "name": "a.txt", "url": "/api/v1/files/f1"}, "legacy.txt"]},
+        "a1": {"id": "a1", "parentId": "u1", "role": "assistant", "content": "See [1].", "timestamp": 1744577557,
+               "model": {"id": "gpt-4o"},
+               "output": [{"type": "reasoning", "id": "r1", "content": [{"type": "reasoning_text", "text": "step 1"},
+                                                                          {"type": "reasoning_text", "text": "step 2"}]},
+                          {"type": "message", "id": "m1", "role": "assistant", "content": [out_text]}]}}}}}
+    _import_doc(repo, tmp_path, chat)
+    msgs = _messages(repo)
+    assert msgs[0]["parts"][2] == {"type": "opaque", "data": "legacy.txt", "source": "open-webui-file"}
+    assert msgs[1]["parts"][0]["meta"]["content"] == chat["chat"]["history"]["messages"]["a1"]["output"][0]["content"]
+    assert msgs[1]["parts"][1]["meta"]["content"] == [out_text]
+    metas = _message_turn_metas(repo, msgs)
+    assert metas[0]["timestamp"] == "yesterday" and metas[1]["model"] == {"id": "gpt-4o"}
+
+
+def test_librechat_keeps_part_keys_text_beside_content_and_files(repo, tmp_path):
+    doc = {"conversationId": "lc-1", "title": "T", "messages": [
+        {"messageId": "m1", "parentMessageId": "00000000-0000-0000-0000-000000000000", "isCreatedByUser": True,
+         "text": "hi", "createdAt": "2024-05-01T16:35:11.530Z", "files": ["note.txt"]},
+        {"messageId": "m2", "parentMessageId": "m1", "isCreatedByUser": False, "text": "summary text",
+         "createdAt": "2024-05-01T16:35:12.604Z", "model": "gpt-4o",
+         "content": [{"type": "text", "text": "hello", "tool_call_ids": ["t1"]},
+                     {"type": "tool_call", "tool_call": {"id": "t1", "name": "search", "args": "{}"}, "progress": 1}]}]}
+    _import_doc(repo, tmp_path, doc)
+    msgs = _messages(repo)
+    assert msgs[0]["parts"][1] == {"type": "opaque", "data": "note.txt", "source": "librechat-file"}
+    assert msgs[1]["parts"][0]["meta"] == {"tool_call_ids": ["t1"]}
+    assert msgs[1]["parts"][1]["meta"] == {"part": {"progress": 1}}
+    assert _message_turn_metas(repo, msgs)[1]["text"] == "summary text"
+
+
+def test_sillytavern_keeps_the_chosen_swipe_swipe_info_and_an_unread_date(repo, tmp_path):
+    lines = [{"user_name": "You", "character_name": "Sera", "create_date": "2024-05-12@17h32m10s", "chat_metadata": {}},
+             {"name": "You", "is_user": True, "send_date": "sometime", "mes": "hi"},
+             {"name": "Sera", "is_user": False, "send_date": "May 12, 2024 5:32pm", "mes": "hello", "swipe_id": 1,
+              "swipes": ["hey", "hello"], "swipe_info": [{"send_date": "May 12, 2024 5:31pm", "gen_started": "t0"},
+                                                         {"send_date": "May 12, 2024 5:32pm", "gen_started": "t1"}]}]
+    _import_doc(repo, tmp_path, "".join(json.dumps(x) + "\n" for x in lines), fmt="sillytavern", name="chat.jsonl")
+    main = json.loads(convgit.export(repo, [next(t for t in convgit.show_refs(repo) if "-alt-" not in t)], fmt="native"))
+    by_output = {t["output"]: t.get("meta") or {} for t in main["turns"] if "turns" not in (t.get("meta") or {})}
+    metas = [by_output[m["id"]] for m in main["messages"]]
+    assert metas[0]["send_date"] == "sometime"
+    assert metas[1]["swipe_id"] == 1 and metas[1]["swipe_info"] == lines[2]["swipe_info"]

@@ -110,6 +110,15 @@ def _sillytavern(lines: list[Any], label: str) -> Conversation:
                                                         "swipe_id", "swipe_info", "extra")}
         if extra:
             meta["extra"] = extra
+        elif m.get("extra") not in (None, {}):
+            meta["extra"] = m["extra"]
+        if m.get("send_date") is not None and _time(m.get("send_date")) is None:
+            meta["send_date"] = m["send_date"]
+        for k in ("swipe_id", "swipe_info"):  # which swipe is the one shown, and each one's times
+            if m.get(k) is not None:
+                meta[k] = m[k]
+        if isinstance(m.get("swipes"), list) and any(not isinstance(x, str) for x in m["swipes"]):
+            meta["swipes"] = m["swipes"]
         key = f"m{i}"
         text = _text(m.get("mes"), where)
         nodes.append(Node(key=key, parent=parent, draft=Draft(role=role, parts=(TextPart(text=text),)),
