@@ -12,6 +12,7 @@ import pytest
 
 import convgit
 from cli_helpers import cli, env, ok, proj  # noqa: F401
+from test_import import fx, needs_fixtures
 
 NOW = 1_733_040_000_000
 
@@ -268,7 +269,7 @@ def _jsonl(path: Path, lines: list[dict]) -> Path:
 
 def _import_one(repo, path, fmt):
     rep = convgit.import_paths(repo, [path], fmt=fmt, now_ms=NOW)
-    assert [c.error_code for c in rep.conversations] == [None]
+    assert rep.conversations and all(c.error_code is None for c in rep.conversations)
 
 
 def _import_turn(repo) -> dict:
@@ -428,3 +429,60 @@ def test_sillytavern_keeps_the_chosen_swipe_swipe_info_and_an_unread_date(repo, 
     metas = [by_output[m["id"]] for m in main["messages"]]
     assert metas[0]["send_date"] == "sometime"
     assert metas[1]["swipe_id"] == 1 and metas[1]["swipe_info"] == lines[2]["swipe_info"]
+
+
+# -- llm's logs.db -----------------------------------------------------------------------------
+
+_LEGACY_DDL = """
+CREATE TABLE conversations (id TEXT PRIMARY KEY, name TEXT, model TEXT);
+CREATE TABLE schemas (id TEXT PRIMARY KEY, content TEXT);
+CREATE TABLE responses (id TEXT PRIMARY KEY, model TEXT, prompt TEXT, system TEXT, prompt_json TEXT,
+  options_json TEXT, response TEXT, response_json TEXT, conversation_id TEXT, duration_ms INTEGER,
+  datetime_utc TEXT, input_tokens INTEGER, output_tokens INTEGER, token_details TEXT, schema_id TEXT,
+  resolved_model TEXT, reasoning TEXT);
+CREATE TABLE tools (id INTEGER PRIMARY KEY, hash TEXT, name TEXT, description TEXT, input_schema TEXT, plugin TEXT);
+CREATE TABLE tool_responses (tool_id INTEGER, response_id TEXT);
+CREATE TABLE tool_calls (id INTEGER PRIMARY KEY, response_id TEXT, tool_id INTEGER, name TEXT, arguments TEXT,
+  tool_call_id TEXT);
+CREATE TABLE tool_results (id INTEGER PRIMARY KEY, response_id TEXT, tool_id INTEGER, name TEXT, output TEXT,
+  tool_call_id TEXT, instance_id INTEGER, exception TEXT);
+"""
+
+
+def test_llm_legacy_db_keeps_exceptions_raw_arguments_tools_schema_prompt_json_and_the_conversation(repo, tmp_path):
+    import sqlite3
+
+    path = tmp_path / "logs.db"
+    db = sqlite3.connect(path)
+    db.executescript(_LEGACY_DDL)
+    db.execute("INSERT INTO conversations VALUES ('c1', 'Weather chat', 'gpt-4o')")
+    db.execute("INSERT INTO schemas VALUES ('s1', '{\"type\":\"object\"}')")
+    db.execute("INSERT INTO tools VALUES (1, 'h1', 'weather', 'The weather', '{\"type\": \"object\"}', 'my_plugin')")
+    for rid, prompt, resp in (("r1", "weather?", ""), ("r2", "", "It fails.")):
+        db.execute("INSERT INTO responses (id, model, prompt, response, conversation_id, datetime_utc, prompt_json, "
+                   "schema_id) VALUES (?, 'gpt-4o', ?, ?, 'c1', '2025-01-01T10:00:00', ?, ?)",
+                   (rid, prompt, resp, json.dumps({"messages": [{"role": "user", "content": prompt}]}), "s1"))
+        db.execute("INSERT INTO tool_responses VALUES (1, ?)", (rid,))
+    db.execute("INSERT INTO tool_calls VALUES (1, 'r1', 1, 'weather', '{\"city\":\"Paris\"}', 'call_1')")
+    db.execute("INSERT INTO tool_results VALUES (1, 'r2', 1, 'weather', 'error', 'call_1', NULL, 'TimeoutError: slow')")
+    db.commit()
+    db.close()
+    _import_one(repo, path, "llm")
+    msgs = _messages(repo)
+    call = next(p for m in msgs for p in m["parts"] if p["type"] == "tool_call")
+    assert call["arguments"] == {"city": "Paris"} and call["meta"] == {"arguments": "{\"city\":\"Paris\"}"}
+    result = next(p for m in msgs for p in m["parts"] if p["type"] == "tool_result")
+    assert result["is_error"] is True and result["meta"] == {"exception": "TimeoutError: slow"}
+    calls = [t for t in _turns(repo) if (t.get("meta") or {}).get("llm_id")]
+    assert [t["meta"]["tools"][0]["name"] for t in calls] == ["weather", "weather"]
+    assert all(t["meta"]["schema"] == "{\"type\":\"object\"}" and "prompt_json" in t["meta"] for t in calls)
+    imp = _import_turn(repo)
+    assert imp["meta"]["title"] == "Weather chat" and imp["meta"]["conversation"] == {"model": "gpt-4o"}
+
+
+@needs_fixtures
+def test_llm_db_turns_keep_their_tools_and_fragments(repo):
+    _import_one(repo, fx("llm/sample-logs.db"), "llm")
+    metas = [t.get("meta") or {} for t in _turns(repo)]
+    assert any(t.get("name") == "llm_version" for m in metas for t in m.get("tools", []))
+    assert any(f.get("source") == "novel.txt" and f.get("hash") for m in metas for f in m.get("fragments", []))
