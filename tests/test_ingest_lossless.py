@@ -486,3 +486,38 @@ def test_llm_db_turns_keep_their_tools_and_fragments(repo):
     metas = [t.get("meta") or {} for t in _turns(repo)]
     assert any(t.get("name") == "llm_version" for m in metas for t in m.get("tools", []))
     assert any(f.get("source") == "novel.txt" and f.get("hash") for m in metas for f in m.get("fragments", []))
+
+
+# -- Gemini, Claude.ai -------------------------------------------------------------------------
+
+
+def test_gemini_keeps_part_request_and_response_keys(repo):
+    doc = {"model": "gemini-2.5-pro", "safetySettings": [{"category": "HARM_CATEGORY_HATE_SPEECH", "threshold": "BLOCK_NONE"}],
+           "tools": [{"functionDeclarations": [{"name": "f"}]}], "x_client": "c1",
+           "contents": [{"role": "user", "parts": [{"text": "hi", "partMetadata": {"k": "v"}}]},
+                        {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}, "id": "fc1"}, "thoughtSignature": "sg"}]},
+                        {"role": "user", "parts": [{"functionResponse": {"name": "f", "id": "fc1", "response": {"ok": 1},
+                                                                         "willContinue": False}}]}],
+           "response": {"candidates": [{"content": {"role": "model", "parts": [{"text": "done"}]}, "finishReason": "STOP"}],
+                        "modelVersion": "gemini-2.5-pro-001", "responseId": "r1", "createTime": "2025-01-01T00:00:00Z",
+                        "promptFeedback": {"blockReason": "NONE"}}}
+    convgit.commit(repo, doc, now_ms=NOW)
+    msgs = _messages(repo)
+    assert msgs[0]["parts"][0]["meta"] == {"partMetadata": {"k": "v"}}
+    assert msgs[1]["parts"][0]["meta"] == {"thoughtSignature": "sg"}
+    assert msgs[2]["parts"][0]["meta"] == {"functionResponse": {"willContinue": False}}
+    (call,) = [t for t in _turns(repo) if t["kind"] == "call"]
+    assert call["options"]["safetySettings"] == doc["safetySettings"] and call["options"]["tools"] == doc["tools"]
+    assert call["meta"]["extra"] == {"x_client": "c1"}
+    assert call["meta"]["response_createTime"] == "2025-01-01T00:00:00Z"
+    assert call["meta"]["response_promptFeedback"] == {"blockReason": "NONE"}
+
+
+def test_claude_voice_note_keeps_its_other_keys(repo, tmp_path):
+    conv = {"uuid": "cl-1", "name": "Chat", "chat_messages": [
+        {"uuid": "m1", "sender": "human", "created_at": "2025-03-01T10:00:00Z",
+         "content": [{"type": "voice_note", "transcript": "hello", "title": "Voice 1", "duration": 2.5}]},
+        {"uuid": "m2", "sender": "assistant", "created_at": "2025-03-01T10:00:05Z", "text": "hi", "content": []}]}
+    _import_doc(repo, tmp_path, [conv])
+    assert _messages(repo)[0]["parts"] == [{"type": "text", "text": "hello", "meta": {
+        "source_type": "voice_note", "title": "Voice 1", "duration": 2.5}}]

@@ -309,6 +309,10 @@ def gemini_payload(doc: dict) -> Payload:
             meta["other_candidates"] = cands[1:]
         if resp.get("responseId"):
             meta["response_id"] = resp["responseId"]
+        # the response's other keys (promptFeedback, createTime, ...), as they are
+        for k, v in resp.items():
+            if k not in ("candidates", "responseId", "usageMetadata", "modelVersion") and not _empty(v):
+                meta[f"response_{k}"] = v
     usage = _d(resp or {}, "usageMetadata")
     if usage is not None:
         usage = {**usage, "input_tokens": usage.get("promptTokenCount"), "output_tokens": usage.get("candidatesTokenCount")}
@@ -316,9 +320,21 @@ def gemini_payload(doc: dict) -> Payload:
     if not msgs and not response:
         raise SchemaValidationFailed("the conversation has no messages")
     opts = _d(doc, "generationConfig")
+    options = {"generationConfig": opts} if opts else {}
+    # request keys: tools, toolConfig, safetySettings, cachedContent are the call's options;
+    # anything else is kept as it is
+    for k in ("tools", "toolConfig", "safetySettings", "cachedContent", "labels"):
+        if not _empty(doc.get(k)):
+            options[k] = doc[k]
+    if resp is not doc:
+        extra = {k: v for k, v in doc.items() if k not in ("contents", "systemInstruction", "system_instruction",
+                                                             "response", "model", "generationConfig", *options)
+                 and not _empty(v)}
+        if extra:
+            meta["extra"] = extra
     return Payload(messages=tuple(msgs), response=response, has_response=bool(response), turn=TurnInfo(
         model=_s(doc, "model"), resolved_model=_s(resp or {}, "modelVersion"), usage=usage,
-        options={"generationConfig": opts} if opts else None, meta=meta or None))
+        options=options or None, meta=meta or None))
 
 
 def _gcontent(c: Any, where: str) -> Draft:
@@ -328,7 +344,8 @@ def _gcontent(c: Any, where: str) -> Draft:
     parts = _gparts(c.get("parts"), where)
     if role in ("user", "function", "tool") and parts and all(isinstance(p, ToolResultPart) for p in parts):
         role = "tool"
-    return Draft(role=normalize_role(role, where), parts=tuple(parts))
+    rest = {k: v for k, v in c.items() if k not in ("role", "parts") and not _empty(v)}
+    return Draft(role=normalize_role(role, where), parts=tuple(parts), meta=rest or None)
 
 
 def _gparts(parts: Any, where: str) -> list:
@@ -341,24 +358,46 @@ def _gparts(parts: Any, where: str) -> list:
             raise SchemaValidationFailed(f"{w}: must be an object")
         extra = {k: v for k, v in p.items() if k in ("thoughtSignature", "thought_signature", "videoMetadata")}
         if isinstance(p.get("text"), str):
+            # a part's other keys beside its text (e.g. partMetadata) are kept
+            more = {k: v for k, v in p.items() if k not in ("text", "thought", *extra)}
+            if p.get("thought") not in (None, True, False):
+                more["thought"] = p["thought"]
             if p.get("thought") is True:
-                out.append(ReasoningPart(text=p["text"], meta={"source_type": "thought", **extra}))
+                out.append(ReasoningPart(text=p["text"], meta={"source_type": "thought", **extra, **more}))
             else:
-                out.append(TextPart(text=p["text"], meta=extra or None))
+                out.append(TextPart(text=p["text"], meta={**extra, **more} or None))
         elif isinstance(p.get("functionCall"), dict) and isinstance(p["functionCall"].get("name"), str):
             fc = p["functionCall"]
-            out.append(ToolCallPart(name=fc["name"], id=_s(fc, "id"), arguments=fc.get("args"), meta=extra or None))
+            more = {k: v for k, v in p.items() if k not in ("functionCall", *extra)}
+            fmore = {k: v for k, v in fc.items() if k not in ("name", "args") and not (k == "id" and isinstance(v, str))}
+            if fmore:
+                more["functionCall"] = fmore
+            out.append(ToolCallPart(name=fc["name"], id=_s(fc, "id"), arguments=fc.get("args"),
+                                    meta={**extra, **more} or None))
         elif isinstance(p.get("functionResponse"), dict):
             fr = p["functionResponse"]
-            out.append(ToolResultPart(tool_call_id=_s(fr, "id"), name=_s(fr, "name"), output=fr.get("response")))
+            more = {k: v for k, v in p.items() if k != "functionResponse"}
+            fmore = {k: v for k, v in fr.items() if k not in ("response",) and not (k in ("id", "name") and isinstance(v, str))}
+            if fmore:
+                more["functionResponse"] = fmore
+            out.append(ToolResultPart(tool_call_id=_s(fr, "id"), name=_s(fr, "name"), output=fr.get("response"),
+                                      meta=more or None))
         elif isinstance(p.get("inlineData"), dict) and isinstance(p["inlineData"].get("data"), str):
             d = p["inlineData"]
-            out.append(_pending_attachment(_b64(d["data"], w), _s(d, "mimeType"), None, None, extra or None))
+            more = {k: v for k, v in p.items() if k not in ("inlineData", *extra)}
+            dmore = {k: v for k, v in d.items() if k != "data" and not (k == "mimeType" and isinstance(v, str))}
+            if dmore:
+                more["inlineData"] = dmore
+            out.append(_pending_attachment(_b64(d["data"], w), _s(d, "mimeType"), None, None, {**extra, **more} or None))
         elif isinstance(p.get("fileData"), dict) and isinstance(p["fileData"].get("fileUri"), str):
             from ..objects import AttachmentPart
 
             d = p["fileData"]
-            out.append(AttachmentPart(url=d["fileUri"], mime_type=_s(d, "mimeType"), meta=extra or None))
+            more = {k: v for k, v in p.items() if k not in ("fileData", *extra)}
+            dmore = {k: v for k, v in d.items() if k != "fileUri" and not (k == "mimeType" and isinstance(v, str))}
+            if dmore:
+                more["fileData"] = dmore
+            out.append(AttachmentPart(url=d["fileUri"], mime_type=_s(d, "mimeType"), meta={**extra, **more} or None))
         else:
             out.append(OpaquePart(data=p, source="gemini"))
     return out
