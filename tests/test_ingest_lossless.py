@@ -281,7 +281,7 @@ def _import_turn(repo) -> dict:
 def _message_turn_metas(repo, msgs) -> list[dict]:
     """The meta of each message's own import turn (its provenance), in message order."""
     by_output = {t["output"]: t.get("meta") or {} for t in _turns(repo) if "turns" not in (t.get("meta") or {})}
-    return [by_output[m["id"]] for m in msgs]
+    return [by_output.get(m["id"], {}) for m in msgs]
 
 
 def test_claude_code_keeps_every_line_key_block_key_and_the_lines_that_are_not_messages(repo, tmp_path):
@@ -521,3 +521,70 @@ def test_claude_voice_note_keeps_its_other_keys(repo, tmp_path):
     _import_doc(repo, tmp_path, [conv])
     assert _messages(repo)[0]["parts"] == [{"type": "text", "text": "hello", "meta": {
         "source_type": "voice_note", "title": "Voice 1", "duration": 2.5}}]
+
+
+# -- Grok, chatbot-ui, datasets ----------------------------------------------------------------
+
+
+def test_grok_keeps_every_response_and_conversation_key(repo, tmp_path):
+    doc = {"conversations": [{"conversation": {"id": "g1", "title": "T", "create_time": "2025-01-01T00:00:00Z",
+                                               "starred": True, "system_prompt_name": "default"},
+                              "responses": [
+        {"response": {"_id": "r1", "message": "hi", "sender": "human", "create_time": "2025-01-01T00:00:00Z",
+                      "manual": False, "partial": False}},
+        {"response": {"_id": "r2", "message": "hello", "sender": "ASSISTANT", "create_time": "2025-01-01T00:00:01Z",
+                      "parent_response_id": "r1", "model": "grok-3", "thinking_trace": "said hi back",
+                      "cited_web_search_results": [{"url": "https://e.x"}]}, "share_link": "s1"}]}]}
+    _import_doc(repo, tmp_path, doc, fmt="grok")
+    msgs = _messages(repo)
+    metas = _message_turn_metas(repo, msgs)
+    assert metas[1]["thinking_trace"] == "said hi back" and metas[1]["entry_share_link"] == "s1"
+    assert metas[1]["cited_web_search_results"] == [{"url": "https://e.x"}]
+    conv = _import_turn(repo)["meta"]["conversation"]
+    assert conv["starred"] is True and conv["system_prompt_name"] == "default"
+
+
+def test_chatbot_ui_keeps_the_model_object_and_message_keys(repo, tmp_path):
+    doc = {"version": 4, "folders": [], "prompts": [], "history": [
+        {"id": "c1", "name": "Chat", "model": {"id": "gpt-4", "name": "GPT-4", "maxLength": 24000, "tokenLimit": 8000},
+         "prompt": "be kind", "temperature": 0.5, "folderId": "f1",
+         "messages": [{"role": "user", "content": "hi", "x_edited": True}, {"role": "assistant", "content": "hey"}]}]}
+    _import_doc(repo, tmp_path, doc, fmt="chatbot-ui")
+    conv = _import_turn(repo)["meta"]["conversation"]
+    assert conv["model"] == doc["history"][0]["model"] and conv["folderId"] == "f1"
+    msgs = _messages(repo)
+    assert _message_turn_metas(repo, msgs)[1] == {"x_edited": True}  # (msgs[0] is the prompt's system message)
+
+
+def test_sharegpt_keeps_unplaced_media_and_function_call_keys(repo, tmp_path):
+    rec = {"conversations": [{"from": "human", "value": "<image>what is it?"},
+                             {"from": "function_call", "value": json.dumps({"name": "look", "arguments": {}, "id": "c9"})},
+                             {"from": "observation", "value": "a cat"}, {"from": "gpt", "value": "A cat."}],
+           "images": ["a.png", "b.png"]}
+    _import_doc(repo, tmp_path, [rec], fmt="sharegpt")
+    msgs = _messages(repo)
+    assert msgs[1]["parts"][0]["meta"] == {"id": "c9"}
+    assert _find_in(_turns(repo), "unplaced_media") == {"images": ["b.png"]}  # (in the import turn)
+
+
+def test_llamafactory_messages_keep_tool_calls_beside_an_image_placeholder(repo, tmp_path):
+    rec = {"messages": [{"role": "user", "content": "<image>what is it?"},
+                        {"role": "assistant", "content": "<image>looks like this",
+                         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "zoom", "arguments": "{}"}}]}],
+           "images": ["a.png", "b.png"]}
+    _import_doc(repo, tmp_path, [rec], fmt="messages")
+    parts = _messages(repo)[1]["parts"]
+    assert [p["type"] for p in parts] == ["attachment", "text", "tool_call"]
+
+
+def _find_in(doc, key):
+    if isinstance(doc, list):
+        return next((got for got in (_find_in(v, key) for v in doc) if got is not None), None)
+    if isinstance(doc, dict):
+        if key in doc:
+            return doc[key]
+        for v in doc.values():
+            got = _find_in(v, key)
+            if got is not None:
+                return got
+    return None
