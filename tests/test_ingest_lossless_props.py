@@ -85,7 +85,7 @@ def _extras(v):
 _IMPLIED = (".type", ".role", ".object", ".index")
 
 
-def _check_nothing_dropped(doc: dict) -> None:
+def _check_nothing_dropped(doc) -> None:
     with tempfile.TemporaryDirectory() as d:
         repo = fast_repo(Path(d) / "s")
         try:
@@ -98,7 +98,7 @@ def _check_nothing_dropped(doc: dict) -> None:
                 assert v in stored, f"{path} = {v!r} was dropped"
             for k, v in _extras(doc):
                 assert _find_key(docs, k, v), f"unknown key {k} = {v!r} was dropped"
-            again = convgit.commit(repo, doc, now_ms=NOW + 1000)
+            again = convgit.commit(repo, doc, now_ms=NOW + 1000)  # the same input again
             assert again.new_messages == 0 and again.tip == first.tip
             assert again.new_objects <= 1  # (the second call's own turn, if it is one)
         finally:
@@ -142,12 +142,14 @@ def _chat_message(draw):
 
 
 @settings(max_examples=40)
-@given(msgs=st.lists(_chat_message(), min_size=1, max_size=5), top=_extra, model=st.none() | _name)
-def test_chat_completions_documents_lose_nothing(msgs, top, model):
+@given(msgs=st.lists(_chat_message(), min_size=1, max_size=5), top=_extra, model=st.none() | _name,
+       bare=st.booleans())
+def test_chat_completions_documents_lose_nothing(msgs, top, model, bare):
+    """A request object, or (``bare``) the bare list of messages."""
     doc = {"messages": msgs, **top}
     if model is not None:
         doc["model"] = model
-    _check_nothing_dropped(doc)
+    _check_nothing_dropped(msgs if bare else doc)
 
 
 @settings(max_examples=20)

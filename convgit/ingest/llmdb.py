@@ -194,9 +194,18 @@ class _Reader:
             got = b2_hash(msg, parent)
             if got != h:
                 raise HashMismatch(f"llm message {h} hashes to {got}: the database was altered", claimed=h, computed=got)
-        turns = {r["tip_message_hash"]: r for r in self.db.execute(
-            "SELECT * FROM turns WHERE thread_id=? OR tip_message_hash IN (%s)" % ",".join("?" * len(chain)),
-            (t["id"], *[c[0] for c in chain]))}
+        # The turn of a message is the earliest call that ended at it (the one that brought
+        # it); later ones on the same tip (a re-sent identical request: llm logs each call
+        # as its own turn) are kept in that turn's meta as ``other_calls``.
+        turns: dict[str, Any] = {}
+        later: dict[str, list] = {}
+        for r in self.db.execute(
+                "SELECT * FROM turns WHERE thread_id=? OR tip_message_hash IN (%s) ORDER BY datetime_utc, id"
+                % ",".join("?" * len(chain)), (t["id"], *[c[0] for c in chain])):
+            if r["tip_message_hash"] in turns:
+                later.setdefault(r["tip_message_hash"], []).append(r)
+            else:
+                turns[r["tip_message_hash"]] = r
         # Each response's time and model: its turn, or (history from before llm 0.32 that a
         # newer llm continued) its legacy ``responses`` row, matched by position and text.
         rows: dict[int, Any] = {i: turns[c[0]] for i, c in enumerate(chain) if c[0] in turns}
@@ -209,7 +218,11 @@ class _Reader:
             if tr is not None:
                 # A call covers what it sent and what came back: every message after the
                 # previous call's response (the prompt, a system prompt, tool results).
-                kw = _turn_fields(tr, span=i - prev_tip, extra=self.turn_extra(tr, legacy="prompt" in tr.keys()))
+                extra = self.turn_extra(tr, legacy="prompt" in tr.keys())
+                others = [_call_record(o, self.turn_extra(o, legacy=False)) for o in later.get(h, ())]
+                if others:
+                    extra["other_calls"] = others
+                kw = _turn_fields(tr, span=i - prev_tip, extra=extra)
                 prev_tip = i
             nodes.append(Node(key=h, parent=parent, draft=draft, **kw))
         meta = {k: t[k] for k in ("name", "forked_from", "datetime_utc") if t[k] is not None}
@@ -417,6 +430,17 @@ def _turn_fields(r, span: int, extra: dict | None = None) -> dict:
         t = None
     return {"time_ms": t, "model": r["model"], "resolved_model": r["resolved_model"], "usage": usage or None,
             "duration_ms": r["duration_ms"], "options": opts, "meta": meta, "span": span}
+
+
+def _call_record(r, extra: dict) -> dict:
+    """Another llm turn on a message's tip, as a record for the message's turn meta (its id,
+    time, models, options, tokens, duration, parent) — a call that added no message."""
+    f = _turn_fields(r, span=1, extra=extra)
+    rec = {"llm_id": r["id"], "datetime_utc": r["datetime_utc"], "model": f["model"], "resolved_model": f["resolved_model"],
+           "usage": f["usage"], "duration_ms": f["duration_ms"], "options": f["options"],
+           "parent_message_hash": r["parent_message_hash"] if "parent_message_hash" in r.keys() else None,
+           **{k: v for k, v in f["meta"].items() if k != "llm_id"}}
+    return {k: v for k, v in rec.items() if v is not None}
 
 
 def _attachment(a: dict) -> Any:
