@@ -157,8 +157,8 @@ def _output_item(it: Any) -> Any:
         if isinstance(content, list) else []
     # The content list is its text, unless it says more: several items (where one ends), an
     # item with other keys (annotations, logprobs) or that is not text. Then it is kept too.
-    plain = isinstance(content, list) and len(content) <= 1 and len(texts) == len(content) and all(
-        not {k: v for k, v in c.items() if k not in ("type", "text") and v not in (None, [], {})} for c in content)
+    plain = content in (None, []) or isinstance(content, list) and len(content) <= 1 and len(texts) == len(content) \
+        and all(not {k: v for k, v in c.items() if k not in ("type", "text") and v not in (None, [], {})} for c in content)
     if t == "reasoning":
         rest = {k: v for k, v in it.items() if k != "content" or not plain}
         return ReasoningPart(text="\n".join(texts), meta={"source_type": "output", **rest})
