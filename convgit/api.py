@@ -446,7 +446,8 @@ def _schema_matches(repo: Repository, want: str):
     return match
 
 
-def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None, schema: bool | str = False) -> list[dict]:
+def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None, schema: bool | str = False,
+          fragments: tuple[str, ...] | list[str] = ()) -> list[dict]:
     """The turn-level view (``log --turns``), as ``llm logs`` lists calls: one entry per
     recorded call, newest first, including calls that added no new message (a re-sent
     stateless call, a re-committed conversation with call metadata). Each entry: turn,
@@ -455,12 +456,19 @@ def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None,
     message) and the ``prompt`` (the last user message the turn covers or answers).
     ``schema``: only calls that asked for structured output (a JSON schema); a string: only
     those of that schema (an id, a name, a JSON schema or a file holding one, see
-    ``_schema_matches``), and each entry gets its ``schema`` (``schema_of``)."""
+    ``_schema_matches``), and each entry gets its ``schema`` (``schema_of``). ``fragments``
+    (``log --turns -f``, texts from ``fragment_text``): only calls that sent or brought back
+    each text: in the answer or the messages the call covers since the previous answer (its
+    prompt, a system prompt, a pasted document), as ``-f`` is for messages."""
     if count < 0:
         raise InvalidInput("-n must be 0 (all) or more")
     repo.index.refresh_if_changed()
     match = _schema_matches(repo, schema) if isinstance(schema, str) and schema != "any" else None
-    rows = repo.index.turn_rows(filters, 0 if match else count, schema=bool(schema))
+    rows = repo.index.turn_rows(filters, 0 if match or fragments else count, schema=bool(schema))
+    if fragments:
+        rows = [r for r in rows if _turn_holds(repo, r, fragments)]
+        if not match:
+            rows = rows[:count] if count else rows
     schemas: dict[str, dict] = {}
     if isinstance(schema, str):
         kept = []
@@ -508,6 +516,26 @@ def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None,
         if r["turn"] in schemas:
             out[-1]["schema"] = {k: v for k, v in schemas[r["turn"]].items() if k != "schema"}
     return out
+
+
+def _turn_holds(repo: Repository, row: dict, fragments) -> bool:
+    """Does the call ``row`` (a ``turn_rows`` entry) send or bring back every text of
+    ``fragments``: in one part (text, reasoning, a tool call's arguments, a tool's output) of
+    its output message or of the messages it covers before it (at least its prompt)."""
+    texts: list[str] = []
+    try:
+        cur = repo.objects.read(row["output"])
+        steps = max(1, row["span"] or 1) + 1
+        while isinstance(cur, Message) and steps > 0:
+            for p in cur.parts:
+                v = _resolve_text(repo, p) if hasattr(p, "text") else getattr(p, "arguments", getattr(p, "output", None))
+                if v is not None:
+                    texts.append(v if isinstance(v, str) else msgspec.json.encode(v).decode())
+            cur = repo.objects.read(cur.parent) if cur.parent else None
+            steps -= 1
+    except (ObjectMissing, ObjectCorrupt):
+        pass  # the output is gone (a pruned history): only what was read counts
+    return all(any(f in t for t in texts) for f in fragments)
 
 
 def search(repo: Repository, query: str, *, mode: str = "auto", count: int = 20, latest: bool = False,

@@ -139,7 +139,10 @@ def openai_doc(repo, rev: str) -> dict:
         reasoning = [_text(repo, p) for p in m.parts if isinstance(p, ReasoningPart) and _text(repo, p)]
         if m.role == "tool" or (results and not texts and not calls):
             for r in results or [ToolResultPart(output="\n".join(texts))]:
-                out.append({"role": "tool", "tool_call_id": r.tool_call_id, "content": _as_str(r.output)})
+                if (m.meta or {}).get("source_role") == "function":  # legacy: as it was sent
+                    out.append({"role": "function", "name": r.name, "content": _as_str(r.output)})
+                else:
+                    out.append({"role": "tool", "tool_call_id": r.tool_call_id, "content": _as_str(r.output)})
             continue
         msg: dict[str, Any] = {"role": m.role}
         images = [p for p in m.parts if isinstance(p, AttachmentPart) and (p.url or p.blob)]
@@ -152,10 +155,12 @@ def openai_doc(repo, rev: str) -> dict:
         msg["content"] = content
         if reasoning:
             msg["reasoning_content"] = "\n".join(reasoning)
-        if calls:
-            msg["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-                "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments, ensure_ascii=False)}}
-                for c in calls]
+        legacy = [c for c in calls if (c.meta or {}).get("source_type") == "function_call"]
+        if legacy and len(calls) == 1:  # a legacy function_call, as it was sent
+            msg["function_call"] = {"name": calls[0].name, "arguments": _args(calls[0].arguments)}
+        elif calls:
+            msg["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _args(c.arguments)}}
+                                 for c in calls]
         out.append(msg)
     return {"messages": out}
 
@@ -248,6 +253,10 @@ def export(repo, revs: list[str], fmt: str, progress=None) -> str:
         return markdown(repo, revs[0])
     doc = {"native": native_doc, "openai": openai_doc, "anthropic": anthropic_doc}[fmt](repo, revs[0])
     return json.dumps(doc, ensure_ascii=False, indent=2) + "\n"
+
+
+def _args(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
 
 
 def _as_str(v: Any) -> str:

@@ -297,6 +297,32 @@ class _Writer:
                 self.turns_done.add(done_key)
                 self.turn(tid, info, parent, tip, [e for e in run[k:]] if k > 0 else run)
             before = tip
+        self.other_calls(name, tid, entries)
+
+    def other_calls(self, name: str, tid: str, entries: list) -> None:
+        """The thread's recorded calls that brought no message of their own (a re-sent
+        identical request, a conversation committed again with call metadata): each is an
+        llm turn of its own on the message it answered, as llm logs such a call as its own
+        response row. Its parent is the last message it sent."""
+        from .index.filters import Filters
+
+        by_id = {e[0]: e for e in entries}
+        for r in self.repo.index.turn_rows(Filters(threads=(name,))):
+            if r["kind"] != "call" or r["output"] not in by_id or r["output"] not in self.hashes:
+                continue
+            tip = self.hashes[r["output"]]
+            if (r["turn"], tip) in self.turns_done:
+                continue
+            t = graph.find_turn(self.repo.objects, r["turn"])
+            if t is None:
+                continue
+            self.turns_done.add((r["turn"], tip))
+            out = by_id[r["output"]]
+            parent = self.hashes.get(t.input) if t.input else None
+            if parent is None and out[1].parent is not None:
+                parent = self.hashes.get(out[1].parent)
+            info = {"turn": r["turn"], "started_at": t.started_at, "model": t.model, "resolved_model": t.resolved_model}
+            self.turn(tid, info, parent, tip, [out])
 
     def turn(self, tid: str, info: dict, parent: str | None, tip: str, run: list) -> None:
         t = graph.find_turn(self.repo.objects, info["turn"]) if info.get("turn") else None

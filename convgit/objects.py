@@ -51,12 +51,15 @@ class ToolCallPart(_Obj, tag="tool_call"):
 
 
 class ToolResultPart(_Obj, tag="tool_result"):
-    """What a tool returned. ``output`` is a string or any JSON value."""
+    """What a tool returned. ``output`` is a string or any JSON value; ``meta`` the result's
+    other keys (e.g. Anthropic's ``cache_control``), added later (a field with a default:
+    results without it keep their bytes)."""
 
     tool_call_id: str | None = None
     name: str | None = None
     output: Any = None
     is_error: bool = False
+    meta: dict[str, Any] | None = None
 
 
 class AttachmentPart(_Obj, tag="attachment"):

@@ -266,7 +266,10 @@ contains the text; several `-f` must all match. A long document reused by many p
 system prompt, a pasted file over 32 KiB) is already stored once: as one blob, which every
 message holding it references by id, so `-f` of that file finds each of them. Texts under
 the blob threshold are stored inside each message (the threshold is part of the hashing
-contract, format.md §3.3). `-f` is not for `--turns` or `--graph`.
+contract, format.md §3.3). With `--turns`, `-f` keeps the calls that sent or brought back
+the text: in the answer, or in the messages the call covers since the previous answer (its
+prompt, a system prompt, a pasted document), a re-sent call that added nothing included.
+`-f` is not for `--graph`.
 
 `--turns` is the turn-level view, as `llm logs` lists calls: one entry per recorded call,
 newest first, also for calls that added no new message (a stateless client re-sending a

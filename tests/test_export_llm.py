@@ -165,3 +165,35 @@ def test_export_llm_db_refusals_write_nothing(cli, proj, tmp_path):
     ok(cli("export", "-f", "llm-db", "-o", tmp_path / "y.db"))
     db = sqlite3.connect(tmp_path / "y.db")
     assert db.execute("SELECT id, name FROM threads").fetchall() == [("t", "t")]
+
+
+def test_a_call_that_added_no_message_is_its_own_llm_turn(cli, proj, tmp_path):
+    """A re-sent identical request (a second recorded call, no new message) is written as an
+    llm turn of its own on the answer, as llm logs such a call as its own response row;
+    reading the file back dates the answer by the first call and keeps the second in that
+    turn's ``other_calls``."""
+    ask = {"model": "gpt-4o", "started_at": "2026-03-01T10:00:00Z", "duration_ms": 300,
+           "usage": {"input_tokens": 5, "output_tokens": 2},
+           "messages": [{"role": "user", "content": "capital of France?"}],
+           "response": {"role": "assistant", "content": "Paris."}}
+    ok(cli("commit", "-", "--thread", "main", input=dumps(ask)))
+    ok(cli("commit", "-", "--thread", "main", input=dumps({**ask, "model": "gpt-4o-mini",
+                                                           "started_at": "2026-03-01T11:00:00Z"})))
+    assert len(ok(cli("log", "--turns", "--json")).json()) == 2
+    out = tmp_path / "out.db"
+    rep = ok(cli("export", "--format", "llm-db", "-o", out, "--json")).json()
+    assert rep["turns"] == 2 and rep["messages"] == 2
+    db = sqlite3.connect(out)
+    rows = db.execute("SELECT model, tip_message_hash, parent_message_hash FROM turns ORDER BY datetime_utc").fetchall()
+    db.close()
+    assert [r[0] for r in rows] == ["gpt-4o", "gpt-4o-mini"] and rows[0][1:] == rows[1][1:]
+    logs = llm_check(tmp_path, out)["logs"]
+    assert sorted(e["model"] for e in logs) == ["gpt-4o", "gpt-4o-mini"]
+    assert all(e["response"] == "Paris." for e in logs)
+    back = _store(cli, tmp_path, "back")
+    ok(cli("import", out, cwd=back))
+    assert messages(cli, back) == messages(cli, proj)
+    doc = json.loads(ok(cli("export", "--all", "--format", "native", cwd=back)).out)
+    turns = [t for th in doc.get("threads", [doc]) for t in th["turns"]]
+    other = [c for t in turns for c in (t.get("meta") or {}).get("other_calls", [])]
+    assert [c["model"] for c in other] == ["gpt-4o-mini"] and other[0]["usage"]["input_tokens"] == 5

@@ -47,4 +47,29 @@ def test_a_reused_document_is_stored_once_and_filtered_by(cli, proj):
     assert [h["role"] for h in hits] == ["user"]
     # what is not a fragment is a clear error
     assert_error(cli("log", "-f", "nosuch"), "not_found")
-    assert_error(cli("log", "--turns", "-f", f), "invalid_input")
+    assert_error(cli("log", "--graph", "-f", f), "invalid_input")
+
+
+def test_log_turns_keeps_the_calls_that_sent_or_brought_back_a_fragment(cli, proj):
+    """``log --turns -f`` (was refused): the calls whose prompt, covered messages or answer
+    hold the text, a re-sent call that added no message included; -n counts what is kept."""
+    ask = {"model": "gpt-4o", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": DOC}],
+           "response": {"role": "assistant", "content": "It holds eleven litres."}}
+    ok(cli("commit", "-", "--thread", "doc", input=dumps(ask)))
+    ok(cli("commit", "-", "--thread", "doc", input=dumps({**ask, "model": "gpt-4o-mini"})))  # re-sent: adds nothing
+    ok(cli("commit", "-", "--thread", "chat", input=dumps({
+        "model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}],
+        "response": {"role": "assistant", "content": "Hi: eleven litres, as they say."}})))
+    f = proj / "doc.txt"
+    f.write_text(DOC)
+    answer = proj / "answer.txt"
+    answer.write_text("eleven litres")
+    rows = lambda *a: ok(cli("log", "--turns", "--json", *a)).json()  # noqa: E731
+    assert len(rows()) == 3
+    by_doc = rows("-f", f)
+    assert sorted(r["requested_model"] for r in by_doc) == ["gpt-4o", "gpt-4o-mini"]
+    assert {r["thread"] for r in by_doc} == {"doc"}
+    assert len(rows("-f", answer)) == 3 and len(rows("-f", answer, "-f", f)) == 2
+    assert len(rows("-f", f, "-n", "1")) == 1
+    assert rows("-f", f, "-m", "gpt-4o-mini")[0]["requested_model"] == "gpt-4o-mini"
+    assert_error(cli("log", "--turns", "-f", "nosuch"), "not_found")

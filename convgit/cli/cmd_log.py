@@ -92,9 +92,10 @@ def log_cmd(
     if turns:
         _turns(repo, rev, count=count, json_=json_, usage=usage, truncate=truncate, schema=schema or data, data=data,
                filters_args=(model, thread, since, until, role, tools, source, id_gt, id_gte, tool),
+               fragments=fragment,
                refused={"--graph": graph, "--all": all_, "--reverse": reverse, "--oneline": oneline, "--role": role,
                         "--tools": tools, "-T": tool, "--id-gt": id_gt, "--id-gte": id_gte, "-r": response,
-                        "-x": extract, "--xl": extract_last, "-s": short_, "-f": fragment})
+                        "-x": extract, "--xl": extract_last, "-s": short_})
         return
     if graph:
         _graph(repo, rev, all_=all_, count=count, reverse=reverse, json_=json_,
@@ -166,7 +167,7 @@ def _log_text(repo, rev, count, all_, reverse, oneline, filters_args, response, 
 
 
 def _turns(repo, rev, *, count: int, json_: bool, usage: bool, truncate: bool, filters_args, refused: dict,
-           schema: "bool | str" = False, data: bool = False) -> None:
+           schema: "bool | str" = False, data: bool = False, fragments=()) -> None:
     """``log --turns``: the turn-level view (api.turns); REV, when given, is the thread."""
     bad = [k for k, v in refused.items() if v]
     if bad:
@@ -179,7 +180,8 @@ def _turns(repo, rev, *, count: int, json_: bool, usage: bool, truncate: bool, f
         check_thread_name(name)
         thread = [*thread, name]
     filters = V.make_filters(repo, model, thread, since, until, [], False, filters_args[6], None, None)
-    rows = api.turns(repo, count=count, filters=filters, schema=schema)
+    texts = tuple(api.fragment_text(repo, f) for f in fragments)
+    rows = api.turns(repo, count=count, filters=filters, schema=schema, fragments=texts)
     if data:
         docs = []
         for r in rows:

@@ -32,7 +32,8 @@ ID_GTE_OPT = typer.Option(None, "--id-gte", metavar="KEY", help="As --id-gt, but
 
 
 FRAGMENT_OPT = typer.Option([], "-f", "--fragment", metavar="FRAGMENT",
-                            help="Only messages holding this text: a file, an alias from config.toml [fragments], "
+                            help="Only messages holding this text (with --turns: calls that sent or brought it back): "
+                                 "a file, an alias from config.toml [fragments], "
                                  "or the id of a stored text (hash-object FILE); repeatable (all must match).")
 TOOL_OPT = typer.Option([], "-T", "--tool", metavar="NAME", help="Only messages of turns that called the tool NAME; repeatable.")
 CURRENT_OPT = typer.Option(False, "-c", "--current", help="The most recent conversation (the thread updated last), as llm logs -c.")

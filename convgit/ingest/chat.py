@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
+import msgspec
+
 from ..errors import SchemaValidationFailed
 from ..ids import is_oid
 from ..objects import ReasoningPart, TextPart, ToolCallPart, ToolResultPart
@@ -30,7 +32,15 @@ _OPTION_KEYS = {
     "temperature", "top_p", "max_tokens", "max_completion_tokens", "n", "stop", "seed",
     "presence_penalty", "frequency_penalty", "tools", "tool_choice", "response_format",
     "reasoning_effort", "logit_bias", "user", "stream", "parallel_tool_calls",
+    "metadata", "store", "modalities", "audio", "prediction", "logprobs", "top_logprobs",
+    "service_tier", "web_search_options", "stream_options", "functions", "function_call",
+    "verbosity", "prompt_cache_key", "safety_identifier",
 }
+# Keys of the document itself (the rest, unknown to convgit, is kept in ``turn.meta.extra``).
+_DOC_KEYS = {"messages", "response", *_TURN_KEYS}
+# Keys of a chat.completion read into the payload; every other one is kept as
+# ``turn.meta.response_<key>``.
+_COMPLETION_KEYS = {"choices", "usage", "model"}
 
 
 def parse_chat(doc: Any) -> Payload:
@@ -73,6 +83,17 @@ def parse_chat(doc: Any) -> Payload:
     if options is None:
         opts = {k: doc[k] for k in _OPTION_KEYS if k in doc}
         options = opts or None
+    # Nothing given is dropped: the other top-level keys (and the option keys beside an
+    # explicit "options") are kept as they are.
+    extra = {k: v for k, v in doc.items() if k not in _DOC_KEYS and (k not in _OPTION_KEYS or "options" in doc)}
+    if extra:
+        extra_meta["extra"] = extra
+    if has_response and isinstance(doc["response"], dict) and "choices" in doc["response"]:
+        rmodel, rusage = doc["response"].get("model"), doc["response"].get("usage")
+        if rusage is not None and rusage != usage:
+            extra_meta["response_usage"] = rusage
+        if rmodel is not None and rmodel != resolved:
+            extra_meta["response_model"] = rmodel
     turn = TurnInfo(
         model=_opt_str(doc, "model"),
         resolved_model=resolved if isinstance(resolved, str) else None,
@@ -96,16 +117,35 @@ def _from_completion(resp: dict):
     if not isinstance(c0, dict) or not isinstance(c0.get("message"), dict):
         raise SchemaValidationFailed("response.choices[0].message is missing")
     drafts = _drafts([c0["message"]], "response.choices[0].message")
+    model = resp.get("model") if isinstance(resp.get("model"), str) else None
+    return drafts, resp.get("usage"), model, completion_meta(resp)
+
+
+def completion_meta(resp: dict) -> dict:
+    """What a chat.completion holds beside its first choice's message, usage and model, for
+    the turn's meta: ``response_<key>`` for each other key (``id``, ``created``,
+    ``system_fingerprint``, ``service_tier``, a provider's own), ``finish_reason``, the first
+    choice's other keys (``logprobs``, ``content_filter_results``...) as ``choice``, and
+    ``other_choices``. Implied values (``"object": "chat.completion"``, ``"index": 0``) and
+    empty ones (null, [], {}) carry nothing and are left out."""
+    choices = resp["choices"]
+    c0 = choices[0]
     meta = {}
-    for k in ("id", "created", "system_fingerprint", "service_tier"):
-        if k in resp:
-            meta[f"response_{k}"] = resp[k]
+    for k, v in resp.items():
+        if k in _COMPLETION_KEYS or (k == "object" and v == "chat.completion") or _empty_value(v):
+            continue
+        meta[f"response_{k}"] = v
+    if not isinstance(resp.get("model"), str) and resp.get("model") is not None:
+        meta["response_model"] = resp["model"]
     if c0.get("finish_reason") is not None:
         meta["finish_reason"] = c0["finish_reason"]
+    rest = {k: v for k, v in c0.items() if k not in ("message", "finish_reason") and not _empty_value(v)
+            and not (k == "index" and v == 0)}
+    if rest:
+        meta["choice"] = rest
     if len(choices) > 1:
         meta["other_choices"] = choices[1:]
-    model = resp.get("model") if isinstance(resp.get("model"), str) else None
-    return drafts, resp.get("usage"), model, meta
+    return meta
 
 
 def _drafts(items: list, what: str) -> tuple[Draft, ...]:
@@ -145,8 +185,10 @@ def message_draft(m: Any, where: str) -> Draft:
             raise SchemaValidationFailed(f"{where}: tool_calls must be a list")
         for j, c in enumerate(calls):
             parts.append(_tool_call(c, f"{where}.tool_calls[{j}]"))
-    if isinstance(m.get("function_call"), dict):
-        parts.append(_tool_call({"type": "function", "function": m["function_call"]}, f"{where}.function_call"))
+    fc = m.get("function_call")
+    if isinstance(fc, dict):  # legacy: marked, so it is told apart from a tool_calls entry
+        call = _tool_call({"type": "function", "function": fc}, f"{where}.function_call")
+        parts.append(msgspec.structs.replace(call, meta={**(call.meta or {}), "source_type": "function_call"}))
     # An empty text beside a tool call (OpenAI's content "" with tool_calls) carries nothing.
     parts = [p for p in parts if not _blank(p)] or parts
     # convgit stores messages with no content (an llm prompt with no text, a ShareGPT row with
@@ -166,6 +208,12 @@ def message_draft(m: Any, where: str) -> Draft:
     }
     if role == "tool" and "tool_call_id" in m and not any(isinstance(p, ToolResultPart) for p in parts):
         extra["tool_call_id"] = m["tool_call_id"]
+    if "parts" in m and not _empty_value(m.get("content")):  # "parts" wins; the content is kept
+        extra["content"] = m["content"]
+    if fc is not None and not isinstance(fc, dict) and not _empty_value(fc):
+        extra["function_call"] = fc
+    if isinstance(m["role"], str) and m["role"].strip().lower() == "function":  # legacy role: kept
+        extra["source_role"] = "function"
     if extra:
         meta = {**(meta or {}), **extra}
     claimed = m.get("id")

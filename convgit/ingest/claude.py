@@ -138,5 +138,6 @@ def _block(b: dict) -> Any:
                               output=extra.get("content") if set(extra) <= {"content"} else extra,
                               is_error=b.get("is_error") is True)
     if t == "voice_note" and isinstance(b.get("transcript"), str):
-        return TextPart(text=b["transcript"], meta={"source_type": "voice_note"})
+        rest = {k: v for k, v in b.items() if k not in ("type", "transcript")}
+        return TextPart(text=b["transcript"], meta={"source_type": "voice_note", **rest})
     return OpaquePart(data=b, source=SOURCE)

@@ -66,8 +66,20 @@ def sharegpt_payload(doc: Any) -> Payload:
     meta = {k: v for k, v in doc.items() if k not in ("conversations", "system", "id", "images", "videos", "audios")}
     opts = {"tools": doc["tools"]} if doc.get("tools") else None
     meta.pop("tools", None)
+    _unplaced(media, meta)
+    if doc.get("system") is not None and not (isinstance(doc["system"], str) and doc["system"]):
+        meta["system"] = doc["system"]
+    if doc.get("id") is not None and not isinstance(doc["id"], str):
+        meta["id"] = doc["id"]
     return Payload(messages=tuple(msgs), turn=TurnInfo(options=opts, meta=meta or None,
                                                        upstream_thread_id=doc["id"] if isinstance(doc.get("id"), str) else None))
+
+
+def _unplaced(media: dict[str, list], meta: dict) -> None:
+    """Media of the record that no placeholder took (more images than ``<image>``), kept."""
+    left = {f"{k}s": v for k, v in media.items() if v}
+    if left:
+        meta["unplaced_media"] = left
 
 
 def _call(val: str) -> ToolCallPart:
@@ -76,7 +88,12 @@ def _call(val: str) -> ToolCallPart:
     except ValueError:
         d = None
     if isinstance(d, dict) and isinstance(d.get("name"), str):
-        return ToolCallPart(name=d["name"], arguments=d.get("arguments"))
+        # the value's other keys, and the string itself when no usual encoding gives it back
+        meta = {k: v for k, v in d.items() if k not in ("name", "arguments")}
+        if not any(json.dumps(d, ensure_ascii=a, separators=sep) == val
+                   for a in (True, False) for sep in ((", ", ": "), (",", ":"))):
+            meta["value"] = val
+        return ToolCallPart(name=d["name"], arguments=d.get("arguments"), meta=meta or None)
     return ToolCallPart(name="function", arguments=val)
 
 
@@ -106,9 +123,18 @@ def messages_with_media(doc: dict) -> Payload:
     for i, m in enumerate(doc["messages"]):
         d = _drafts([m], f"messages[{i}]")[0]
         if isinstance(m, dict) and isinstance(m.get("content"), str) and _MEDIA.search(m["content"]):
-            d = Draft(role=d.role, parts=tuple(_with_media(m["content"], media, f"messages[{i}]")), meta=d.meta)
+            # the content's text part becomes text and attachment parts at the placeholders;
+            # the message's other parts (reasoning, tool calls) stay where they were
+            placed = _with_media(m["content"], media, f"messages[{i}]")
+            j = next((k for k, p in enumerate(d.parts) if isinstance(p, TextPart) and p.text == m["content"]
+                      and p.meta is None), None)
+            parts = placed if j is None and len(d.parts) <= 1 else \
+                [*d.parts[:j], *placed, *d.parts[j + 1:]] if j is not None else [*d.parts, *placed]
+            d = Draft(role=d.role, parts=tuple(parts), meta=d.meta)
         msgs.append(d)
-    return Payload(messages=tuple(msgs))
+    meta = {k: v for k, v in doc.items() if k not in ("messages", "images", "videos", "audios")}
+    _unplaced(media, meta)
+    return Payload(messages=tuple(msgs), turn=TurnInfo(meta=meta or None))
 
 
 def conversation_list_payload(doc: dict) -> Payload:

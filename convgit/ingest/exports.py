@@ -75,11 +75,19 @@ def _grok_one(c: dict, label: str) -> Conversation:
             raise SchemaValidationFailed(f"{where}: message must be a string")
         parent = r.get("parent_response_id") or None
         t = _time(r.get("create_time"))
-        meta = {k: v for k, v in r.items() if k in ("query", "web_search_results", "generated_image_urls",
-                                                    "image_attachments", "file_attachments", "metadata")}
+        model = r.get("model") if isinstance(r.get("model"), str) else None
+        # every key of the response is kept (the turn's meta) but those mapped
+        meta = {k: v for k, v in r.items() if k not in ("_id", "id", "message", "sender", "parent_response_id")
+                and not (k == "create_time" and t is not None) and not (k == "model" and model is not None)}
+        if key != r.get("_id") and r.get("_id") is not None:
+            meta["_id"] = r["_id"]
+        if r.get("id") is not None and key != r.get("id"):
+            meta["id"] = r["id"]
+        if isinstance(entry, dict) and entry is not r:
+            meta.update({f"entry_{k}": v for k, v in entry.items() if k != "response"})
         nodes.append(Node(key=str(key), parent=str(parent) if parent else None,
                           draft=Draft(role=role, parts=(TextPart(text=msg or ""),)), time_ms=t,
-                          model=r.get("model") if isinstance(r.get("model"), str) else None, meta=meta or None))
+                          model=model, meta=meta or None))
     if not nodes:
         raise SchemaValidationFailed("a Grok conversation with no responses")
     keys = {n.key for n in nodes}
@@ -91,8 +99,11 @@ def _grok_one(c: dict, label: str) -> Conversation:
             raise SchemaValidationFailed(f"response {n.key}: parent_response_id {n.parent} is not in the conversation")
     up = info.get("id") or info.get("conversation_id")
     title = info.get("title")
+    cmeta = {k: v for k, v in info.items() if not (k == "title" and isinstance(v, str))
+             and not (k in ("id", "conversation_id") and v == up)}
+    cmeta.update({k: v for k, v in c.items() if k not in ("conversation", "responses")})
     return Conversation(source="grok", nodes=nodes, upstream_id=str(up) if up else None, current=main, tree=True,
-                        title=title if isinstance(title, str) else None, label=label)
+                        title=title if isinstance(title, str) else None, meta=cmeta or None, label=label)
 
 
 def iter_chatbot_ui(doc: dict, label: str) -> Iterator[Conversation | tuple[str, Exception]]:
@@ -123,8 +134,9 @@ def _chatbot_ui_one(c: dict, label: str) -> Conversation:
         if content is not None and not isinstance(content, str):
             raise SchemaValidationFailed(f"{where}: content must be a string")
         key = f"#{j}"
+        rest = {k: v for k, v in m.items() if k not in ("role", "content")}  # (the turn's, not the message's)
         nodes.append(Node(key=key, parent=parent, draft=Draft(role=role, parts=(TextPart(text=content or ""),)),
-                          model=model_id if role == "assistant" else None, alias=False,
+                          model=model_id if role == "assistant" else None, alias=False, meta=rest or None,
                           options={"temperature": c["temperature"]} if isinstance(c.get("temperature"), (int, float))
                           and role == "assistant" else None))
         parent = key
@@ -132,6 +144,10 @@ def _chatbot_ui_one(c: dict, label: str) -> Conversation:
         raise SchemaValidationFailed("a chatbot-ui conversation with no messages")
     up = c.get("id")
     name = c.get("name")
+    # the conversation's other keys (its model object, folderId, ...) as they are; the prompt
+    # is the system message, the temperature each answer's option
+    meta = {k: v for k, v in c.items() if k not in ("id", "messages") and not (k == "name" and isinstance(v, str))
+            and not (k == "model" and isinstance(v, str)) and not (k == "prompt" and isinstance(v, str) and v.strip())
+            and not (k == "temperature" and isinstance(v, (int, float)))}
     return Conversation(source="chatbot-ui", nodes=nodes, upstream_id=str(up) if up else None, current=parent,
-                        tree=True, title=name if isinstance(name, str) else None,
-                        meta={"folderId": c["folderId"]} if c.get("folderId") else None, label=label)
+                        tree=True, title=name if isinstance(name, str) else None, meta=meta or None, label=label)

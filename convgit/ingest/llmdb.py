@@ -194,9 +194,18 @@ class _Reader:
             got = b2_hash(msg, parent)
             if got != h:
                 raise HashMismatch(f"llm message {h} hashes to {got}: the database was altered", claimed=h, computed=got)
-        turns = {r["tip_message_hash"]: r for r in self.db.execute(
-            "SELECT * FROM turns WHERE thread_id=? OR tip_message_hash IN (%s)" % ",".join("?" * len(chain)),
-            (t["id"], *[c[0] for c in chain]))}
+        # The turn of a message is the earliest call that ended at it (the one that brought
+        # it); later ones on the same tip (a re-sent identical request: llm logs each call
+        # as its own turn) are kept in that turn's meta as ``other_calls``.
+        turns: dict[str, Any] = {}
+        later: dict[str, list] = {}
+        for r in self.db.execute(
+                "SELECT * FROM turns WHERE thread_id=? OR tip_message_hash IN (%s) ORDER BY datetime_utc, id"
+                % ",".join("?" * len(chain)), (t["id"], *[c[0] for c in chain])):
+            if r["tip_message_hash"] in turns:
+                later.setdefault(r["tip_message_hash"], []).append(r)
+            else:
+                turns[r["tip_message_hash"]] = r
         # Each response's time and model: its turn, or (history from before llm 0.32 that a
         # newer llm continued) its legacy ``responses`` row, matched by position and text.
         rows: dict[int, Any] = {i: turns[c[0]] for i, c in enumerate(chain) if c[0] in turns}
@@ -209,7 +218,11 @@ class _Reader:
             if tr is not None:
                 # A call covers what it sent and what came back: every message after the
                 # previous call's response (the prompt, a system prompt, tool results).
-                kw = _turn_fields(tr, span=i - prev_tip)
+                extra = self.turn_extra(tr, legacy="prompt" in tr.keys())
+                others = [_call_record(o, self.turn_extra(o, legacy=False)) for o in later.get(h, ())]
+                if others:
+                    extra["other_calls"] = others
+                kw = _turn_fields(tr, span=i - prev_tip, extra=extra)
                 prev_tip = i
             nodes.append(Node(key=h, parent=parent, draft=draft, **kw))
         meta = {k: t[k] for k in ("name", "forked_from", "datetime_utc") if t[k] is not None}
@@ -283,7 +296,8 @@ class _Reader:
             if results:
                 add(f"{rid}#tools", Draft(role="tool", parts=tuple(
                     ToolResultPart(tool_call_id=x["tool_call_id"], name=x["name"], output=x["output"],
-                                   is_error=x["exception"] is not None) for x in results)), alias=False)
+                                   is_error=x["exception"] is not None, meta=self._result_meta(x)) for x in results)),
+                    alias=False)
                 span = 3
             prompt = "\n".join(self._fragments("prompt_fragments", rid) + [r["prompt"] or ""])
             uparts: list = [TextPart(text=prompt)] if prompt or not self._has_attachments(rid) else []
@@ -297,14 +311,82 @@ class _Reader:
                 aparts.append(TextPart(text=r["response"] or ""))
             if "tool_calls" in self.tables:
                 for c in self.db.execute("SELECT * FROM tool_calls WHERE response_id=? ORDER BY tool_call_id, id", (rid,)):
-                    args = c["arguments"]
+                    raw = args = c["arguments"]
+                    cmeta = None
                     try:
                         args = json.loads(args) if isinstance(args, str) else args
                     except ValueError:
                         pass
-                    aparts.append(ToolCallPart(name=c["name"], id=c["tool_call_id"], arguments=args))
-            add(rid, Draft(role="assistant", parts=tuple(aparts)), **_turn_fields(r, span=span))
-        return Conversation(source=SOURCE, nodes=nodes, upstream_id=cid, label=label)
+                    else:  # decoded: the string itself is kept when llm's encoding does not give it back
+                        if isinstance(raw, str) and json.dumps(args) != raw:
+                            cmeta = {"arguments": raw}
+                    aparts.append(ToolCallPart(name=c["name"], id=c["tool_call_id"], arguments=args, meta=cmeta))
+            add(rid, Draft(role="assistant", parts=tuple(aparts)), **_turn_fields(r, span=span, extra=self.turn_extra(r, legacy=True)))
+        title, meta = None, None
+        if "conversations" in self.tables:
+            c = self._one("SELECT * FROM conversations WHERE id=?", cid)
+            if c is not None:
+                title = c["name"] if isinstance(c["name"], str) else None
+                meta = {k: c[k] for k in c.keys() if k not in ("id", "name") and c[k] is not None} or None
+        return Conversation(source=SOURCE, nodes=nodes, upstream_id=cid, title=title, meta=meta, label=label)
+
+    def turn_extra(self, r, legacy: bool) -> dict:
+        """What llm recorded about a call beside its row (turn meta): the tools it offered
+        (``turn_tools`` / legacy ``tool_responses``, with their definitions), the fragments its
+        prompt and system prompt were made of (hash, source, aliases: their text is in the
+        messages), its JSON schema's content, and a legacy row's ``prompt_json``."""
+        out: dict = {}
+        rid = r["id"]
+        link = ("tool_responses", "response_id") if legacy else ("turn_tools", "turn_id")
+        if {link[0], "tools"} <= self.tables:
+            inst = ", x.instance_id AS instance_id" if link[0] == "turn_tools" else ""
+            tools = []
+            for t in self.db.execute(f"SELECT t.*{inst} FROM {link[0]} x JOIN tools t ON t.id = x.tool_id "
+                                     f"WHERE x.{link[1]}=? ORDER BY t.name, t.id", (rid,)):
+                d = {k: t[k] for k in t.keys() if k != "id" and t[k] is not None}
+                tools.append(d)
+            if tools:
+                out["tools"] = tools
+        frags = []
+        if legacy:
+            sources = [(f"SELECT ? AS kind, x.\"order\" AS ord, x.fragment_id AS fid FROM {t} x WHERE x.response_id=?",
+                        (kind, rid), t) for t, kind in (("system_fragments", "system"), ("prompt_fragments", "prompt"))]
+        else:
+            sources = [("SELECT x.kind AS kind, x.\"order\" AS ord, x.fragment_id AS fid FROM turn_fragments x "
+                        "WHERE x.turn_id=?", (rid,), "turn_fragments")]
+        for sql, args, table in sources:
+            if {table, "fragments"} <= self.tables:
+                for x in self.db.execute(sql + " ORDER BY kind, ord", args).fetchall():
+                    f = self._one("SELECT hash, source, datetime_utc FROM fragments WHERE id=?", x["fid"])
+                    d = {"kind": x["kind"], "order": x["ord"], **(dict(f) if f is not None else {"missing": x["fid"]})}
+                    if "fragment_aliases" in self.tables:
+                        aliases = [a[0] for a in self.db.execute(
+                            "SELECT alias FROM fragment_aliases WHERE fragment_id=? ORDER BY alias", (x["fid"],))]
+                        if aliases:
+                            d["aliases"] = aliases
+                    frags.append({k: v for k, v in d.items() if v is not None})
+        if frags:
+            out["fragments"] = frags
+        sid = r["schema_id"] if "schema_id" in r.keys() else None
+        if sid and "schemas" in self.tables:
+            row = self._one("SELECT content FROM schemas WHERE id=?", sid)
+            if row is not None and row[0] is not None:
+                out["schema"] = row[0]
+        if legacy and "prompt_json" in r.keys() and r["prompt_json"]:
+            out["prompt_json"] = r["prompt_json"]
+        return out
+
+    def _result_meta(self, x: dict) -> dict | None:
+        """A legacy tool result's exception text, tool instance and attachments (what
+        ``is_error`` alone does not say)."""
+        meta = {k: x[k] for k in ("exception", "instance_id") if x.get(k) is not None}
+        if "tool_results_attachments" in self.tables:
+            atts = [dict(a) for a in self.db.execute(
+                "SELECT a.id, a.type, a.path, a.url FROM tool_results_attachments t JOIN attachments a "
+                "ON a.id = t.attachment_id WHERE t.tool_result_id=? ORDER BY t.\"order\"", (x["id"],))]
+            if atts:
+                meta["attachments"] = [{k: v for k, v in a.items() if v is not None} for a in atts]
+        return meta or None
 
     def _fragments(self, table: str, rid: str, strip: bool = False) -> list[str]:
         if table not in self.tables:
@@ -323,7 +405,7 @@ class _Reader:
             "SELECT a.* FROM prompt_attachments p JOIN attachments a ON a.id = p.attachment_id WHERE p.response_id=? ORDER BY p.\"order\"", (rid,))]
 
 
-def _turn_fields(r, span: int) -> dict:
+def _turn_fields(r, span: int, extra: dict | None = None) -> dict:
     usage = {k: r[k] for k in ("input_tokens", "output_tokens") if r[k] is not None}
     if r["token_details"]:
         try:
@@ -341,12 +423,24 @@ def _turn_fields(r, span: int) -> dict:
         meta["response_json"] = r["response_json"]
     if "schema_id" in r.keys() and r["schema_id"]:
         meta["schema_id"] = r["schema_id"]
+    meta.update(extra or {})
     try:
         t = parse_time(r["datetime_utc"].replace(" ", "T") if isinstance(r["datetime_utc"], str) else None, "datetime_utc")
     except SchemaValidationFailed:
         t = None
     return {"time_ms": t, "model": r["model"], "resolved_model": r["resolved_model"], "usage": usage or None,
             "duration_ms": r["duration_ms"], "options": opts, "meta": meta, "span": span}
+
+
+def _call_record(r, extra: dict) -> dict:
+    """Another llm turn on a message's tip, as a record for the message's turn meta (its id,
+    time, models, options, tokens, duration, parent) — a call that added no message."""
+    f = _turn_fields(r, span=1, extra=extra)
+    rec = {"llm_id": r["id"], "datetime_utc": r["datetime_utc"], "model": f["model"], "resolved_model": f["resolved_model"],
+           "usage": f["usage"], "duration_ms": f["duration_ms"], "options": f["options"],
+           "parent_message_hash": r["parent_message_hash"] if "parent_message_hash" in r.keys() else None,
+           **{k: v for k, v in f["meta"].items() if k != "llm_id"}}
+    return {k: v for k, v in rec.items() if v is not None}
 
 
 def _attachment(a: dict) -> Any:
@@ -370,6 +464,16 @@ def part_from_llm(d: dict) -> Any:
     return _part(d)
 
 
+# The keys of each llm part type that ``_part`` maps (the others are kept in ``meta.llm``).
+_LLM_PART_KEYS = {
+    "text": ("type", "text"),
+    "reasoning": ("type", "text", "redacted"),
+    "tool_call": ("type", "name", "tool_call_id", "arguments", "server_executed"),
+    "tool_result": ("type", "name", "output", "tool_call_id", "exception", "attachments", "server_executed"),
+    "attachment": ("type", "attachment"),
+}
+
+
 def _part(d: dict) -> Any:
     t = d.get("type")
     pm = d.get("provider_metadata")
@@ -384,6 +488,9 @@ def _part(d: dict) -> Any:
         except (msgspec.ValidationError, TypeError) as e:
             raise SchemaValidationFailed(f"a part convgit exported does not read back: {e}") from e
     meta = {"provider_metadata": pm} if pm else None
+    rest = {k: v for k, v in d.items() if k not in _LLM_PART_KEYS.get(t, ("type",)) and k != "provider_metadata"}
+    if rest and t in _LLM_PART_KEYS:  # keys of llm's part this reader does not map, kept
+        meta = {**(meta or {}), "llm": rest}
     if t == "text":
         return TextPart(text=d.get("text") or "", meta=meta)
     if t == "reasoning":

@@ -94,10 +94,12 @@ def part_from_dict(d: dict, where: str) -> Part:
             meta = {**(meta or {}), "source_type": t}
         return TextPart(text=text, blob=_blob_ref(d, text, where), meta=meta)
     if t in ("reasoning", "thinking", "redacted_thinking"):
-        text = d.get("text", d.get("thinking", ""))
+        text_key = _value_key(d, ("text", "thinking"))
+        text = d.get(text_key, "")
         if not isinstance(text, str):
             raise SchemaValidationFailed(f"{where}: reasoning text must be a string")
-        meta = _native_meta(d, {"type", "text", "thinking", "blob"} if t != "redacted_thinking" else {"type"}, where)
+        known = {"type", "blob", *_taken(d, text_key, ("text", "thinking"))} if t != "redacted_thinking" else {"type"}
+        meta = _native_meta(d, known, where)
         if t != "reasoning":
             meta = {**(meta or {}), "source_type": t}
         if t == "redacted_thinking":
@@ -107,47 +109,91 @@ def part_from_dict(d: dict, where: str) -> Part:
         name = d.get("name")
         if not isinstance(name, str) or not name:
             raise SchemaValidationFailed(f"{where}: a tool call needs a name")
-        args = d.get("arguments", d.get("input"))
-        cid = _str_or_none(d, "id", where) or _str_or_none(d, "call_id", where)
-        meta = _native_meta(d, {"type", "name", "arguments", "input", "id", "call_id"}, where)
+        args_key = _value_key(d, ("arguments", "input"))
+        args = d.get(args_key)
+        id_key = _first_key(d, ("id", "call_id"), where)
+        cid = d.get(id_key) if id_key else None
+        # the keys not taken (a Responses item's "call_id" beside its "id") stay in meta
+        meta = _native_meta(d, {"type", "name", *_taken(d, args_key, ("arguments", "input")),
+                                *_taken(d, id_key, ("id", "call_id"))}, where)
         if t != "tool_call":
             meta = {**(meta or {}), "source_type": t}
         return ToolCallPart(name=name, id=cid, arguments=args, meta=meta)
     if t in ("tool_result", "function_call_output"):
-        out = d.get("output", d.get("content"))
+        out_key = _value_key(d, ("output", "content"))
+        out = d.get(out_key)
         is_err = d.get("is_error", False)
         if not isinstance(is_err, bool):
             raise SchemaValidationFailed(f"{where}: is_error must be true or false")
-        cid = _str_or_none(d, "tool_call_id", where) or _str_or_none(d, "tool_use_id", where) or _str_or_none(d, "call_id", where)
-        return ToolResultPart(tool_call_id=cid, name=_str_or_none(d, "name", where), output=out, is_error=is_err)
+        id_keys = ("tool_call_id", "tool_use_id", "call_id")
+        id_key = _first_key(d, id_keys, where)
+        cid = d.get(id_key) if id_key else None
+        meta = _native_meta(d, {"type", "is_error", "name", *_taken(d, out_key, ("output", "content")),
+                                *_taken(d, id_key, id_keys)}, where)
+        if t != "tool_result":
+            meta = {**(meta or {}), "source_type": t}
+        return ToolResultPart(tool_call_id=cid, name=_str_or_none(d, "name", where), output=out, is_error=is_err,
+                              meta=meta)
     if t == "attachment":
         return _attachment(d, where)
     if t in ("image_url", "input_image"):
         iu = d.get("image_url")
         url = iu.get("url") if isinstance(iu, dict) else iu
         if not isinstance(url, str):
+            if t == "input_image":  # e.g. by file_id: nothing to map, kept whole
+                return OpaquePart(data=d, source="part")
             raise SchemaValidationFailed(f"{where}: image_url needs a url")
         meta = _extra(d, {"type", "image_url"})
         if isinstance(iu, dict) and len(iu) > 1:
             meta = {**(meta or {}), **{k: v for k, v in iu.items() if k != "url"}}
+        if t != "image_url":
+            meta = {**(meta or {}), "source_type": t}
         return _from_url(url, meta, where)
     if t == "input_audio":
         ia = d.get("input_audio") or {}
         data, fmt = ia.get("data"), ia.get("format")
         if not isinstance(data, str):
             raise SchemaValidationFailed(f"{where}: input_audio needs base64 data")
-        return _pending_attachment(_b64(data, where), f"audio/{fmt}" if isinstance(fmt, str) else None, None, None)
+        meta = {**(_extra(d, {"type", "input_audio"}) or {}), **(_extra(ia, {"data", "format"}) or {})}
+        if fmt is not None and not isinstance(fmt, str):
+            meta["format"] = fmt
+        return _pending_attachment(_b64(data, where), f"audio/{fmt}" if isinstance(fmt, str) else None, None, None,
+                                   meta or None)
     if t == "file":
         f = d.get("file") or {}
-        fd = f.get("file_data")
+        fd = f.get("file_data") if isinstance(f, dict) else None
         if isinstance(fd, str):
+            name = f.get("filename") if isinstance(f.get("filename"), str) else None
+            meta = {**(_extra(d, {"type", "file"}) or {}),
+                    **(_extra(f, {"file_data", "filename"} if name is not None or "filename" not in f else {"file_data"}) or {})}
             if fd.startswith("data:"):
-                return _from_url(fd, None, where, name=f.get("filename"))
-            return _pending_attachment(_b64(fd, where), None, f.get("filename"), None)
+                return _from_url(fd, meta or None, where, name=name)
+            return _pending_attachment(_b64(fd, where), None, name, None, meta or None)
         return OpaquePart(data=d, source="file")
     if t == "opaque":
+        if _extra(d, {"type", "data", "source"}):  # keys an opaque part cannot hold: the whole object
+            return OpaquePart(data=d, source="part")
         return OpaquePart(data=d.get("data"), source=_str_or_none(d, "source", where))
     return OpaquePart(data=d, source="part")
+
+
+def _first_key(d: dict, keys: tuple[str, ...], where: str) -> str | None:
+    """The first of ``keys`` that ``d`` holds as a string (the others are kept in meta);
+    a value that is neither a string nor null is an error."""
+    for k in keys:
+        if _str_or_none(d, k, where) is not None:
+            return k
+    return None
+
+
+def _value_key(d: dict, keys: tuple[str, ...]) -> str:
+    """The first of ``keys`` whose value in ``d`` is not null (else the first one)."""
+    return next((k for k in keys if d.get(k) is not None), keys[0])
+
+
+def _taken(d: dict, key: str | None, keys: tuple[str, ...]) -> set[str]:
+    """Of alternative ``keys``, those mapped: the one used and any that are null."""
+    return {k for k in keys if k == key or d.get(k) is None}
 
 
 def _native_meta(d: dict, known: set[str], where: str) -> dict | None:
@@ -180,9 +226,7 @@ def _attachment(d: dict, where: str) -> AttachmentPart:
     blob = _str_or_none(d, "blob", where)
     if blob is not None and not is_oid(blob):
         raise SchemaValidationFailed(f"{where}: blob must be a 64-hex object id")
-    meta = d.get("meta")
-    if meta is not None and not isinstance(meta, dict):
-        raise SchemaValidationFailed(f"{where}: meta must be an object")
+    meta = _native_meta(d, {"type", "mime_type", "name", "url", "blob", "data_base64", "size"}, where)
     if "data_base64" in d:
         raw = d["data_base64"]
         if not isinstance(raw, str):

@@ -110,6 +110,15 @@ def _sillytavern(lines: list[Any], label: str) -> Conversation:
                                                         "swipe_id", "swipe_info", "extra")}
         if extra:
             meta["extra"] = extra
+        elif m.get("extra") not in (None, {}):
+            meta["extra"] = m["extra"]
+        if m.get("send_date") is not None and _time(m.get("send_date")) is None:
+            meta["send_date"] = m["send_date"]
+        for k in ("swipe_id", "swipe_info"):  # which swipe is the one shown, and each one's times
+            if m.get(k) is not None:
+                meta[k] = m[k]
+        if isinstance(m.get("swipes"), list) and any(not isinstance(x, str) for x in m["swipes"]):
+            meta["swipes"] = m["swipes"]
         key = f"m{i}"
         text = _text(m.get("mes"), where)
         nodes.append(Node(key=key, parent=parent, draft=Draft(role=role, parts=(TextPart(text=text),)),
@@ -147,33 +156,58 @@ def _claude_blocks(content: Any, where: str) -> tuple[list, bool]:
         return [TextPart(text=content)], False
     if not isinstance(content, list):
         raise SchemaValidationFailed(f"{where}: message.content must be a string or a list")
+    from ..objects import OpaquePart
+
     parts: list = []
     results = 0
     for b in content:
         if not isinstance(b, dict):
+            parts.append(OpaquePart(data=b, source="claude-code"))
             continue
         t = b.get("type")
-        if t == "text":
-            parts.append(TextPart(text=_text(b.get("text"), where)))
-        elif t == "thinking":
+        # A block's keys beyond the ones mapped (citations, cache_control...) go to the part's
+        # meta; the usual blocks have none, so their messages keep the ids they had.
+        if t == "text" and isinstance(b.get("text"), str | None):
+            parts.append(TextPart(text=_text(b.get("text"), where), meta=_rest(b, ("type", "text"))))
+        elif t == "thinking" and isinstance(b.get("thinking"), str | None):
             sig = b.get("signature")
-            parts.append(ReasoningPart(text=_text(b.get("thinking"), where), meta={"signature": sig} if sig else None))
+            meta = {**({"signature": sig} if sig else {}), **(_rest(b, ("type", "thinking", "signature")) or {})}
+            if "signature" in b and not sig:
+                meta["signature"] = sig
+            parts.append(ReasoningPart(text=_text(b.get("thinking"), where), meta=meta or None))
         elif t == "redacted_thinking":
-            parts.append(ReasoningPart(text="", meta={"redacted": b.get("data")}))
-        elif t == "tool_use":
-            parts.append(ToolCallPart(name=str(b.get("name") or ""), id=b.get("id"), arguments=b.get("input")))
+            parts.append(ReasoningPart(text="", meta={"redacted": b.get("data"), **(_rest(b, ("type", "data")) or {})}))
+        elif t == "tool_use" and isinstance(b.get("name"), str) and b["name"]:
+            parts.append(ToolCallPart(name=b["name"], id=b.get("id") if isinstance(b.get("id"), str) else None,
+                                      arguments=b.get("input"),
+                                      meta=_rest(b, ("type", "name", "input", *(("id",) if isinstance(b.get("id"), str | None) else ())))))
         elif t == "tool_result":
             out = b.get("content")
+            meta = _rest(b, ("type", "tool_use_id", "content", "is_error")) or {}
             if isinstance(out, list):
                 texts = [x.get("text") for x in out if isinstance(x, dict) and isinstance(x.get("text"), str)]
-                out = "\n".join(texts) if texts and len(texts) == len(out) else out
-            parts.append(ToolResultPart(tool_call_id=b.get("tool_use_id"), output=out, is_error=bool(b.get("is_error"))))
+                if texts and len(texts) == len(out):
+                    # one plain text block is its text; several (where one ends), or blocks
+                    # with other keys, are kept as given beside the joined text
+                    if len(out) > 1 or set(out[0]) - {"type", "text"} or out[0].get("type") != "text":
+                        meta["content"] = out
+                    out = "\n".join(texts)
+            if not isinstance(b.get("is_error"), bool | None):
+                meta["is_error"] = b["is_error"]
+            cid = b.get("tool_use_id")
+            if cid is not None and not isinstance(cid, str):
+                meta["tool_use_id"], cid = cid, None
+            parts.append(ToolResultPart(tool_call_id=cid, output=out, is_error=bool(b.get("is_error")), meta=meta or None))
             results += 1
         else:
-            from ..objects import OpaquePart
-
             parts.append(OpaquePart(data=b, source="claude-code"))
     return parts, bool(parts) and results == len(parts)
+
+
+def _rest(d: dict, known: tuple[str, ...]) -> dict | None:
+    """``d``'s keys not in ``known`` (None when there are none)."""
+    rest = {k: v for k, v in d.items() if k not in known}
+    return rest or None
 
 
 def _claude_code(lines: list[Any], label: str) -> Conversation:
@@ -181,20 +215,24 @@ def _claude_code(lines: list[Any], label: str) -> Conversation:
     summaries: dict[str, str] = {}
     skipped: dict[str, str | None] = {}  # uuid of a line without a message -> its parent
     raw: list[tuple[dict, int]] = []
+    other: list[dict] = []  # lines that are not messages (summaries, snapshots, system notes), kept whole
     for i, ln in enumerate(lines, 1):
         if not isinstance(ln, dict):
             raise SchemaValidationFailed(f"line {i}: must be an object")
         if ln.get("type") == "summary":
             if isinstance(ln.get("summary"), str):
                 summaries[str(ln.get("leafUuid"))] = ln["summary"]
+            other.append(ln)
             continue
         session = session or ln.get("sessionId")
         uid = ln.get("uuid")
         if not isinstance(uid, str):
+            other.append(ln)
             continue
         msg = ln.get("message")
         if not isinstance(msg, dict) or ln.get("type") not in ("user", "assistant"):
             skipped[uid] = ln.get("parentUuid") if isinstance(ln.get("parentUuid"), str) else None
+            other.append(ln)
             continue
         raw.append((ln, i))
 
@@ -216,12 +254,27 @@ def _claude_code(lines: list[Any], label: str) -> Conversation:
         parent = resolve(ln.get("parentUuid") if isinstance(ln.get("parentUuid"), str) else None)
         if parent is not None and parent not in keys:
             parent = None  # its parent is in another file (a continued session): a root here
-        meta = {k: v for k, v in ln.items() if k in ("isSidechain", "cwd", "gitBranch", "version", "requestId",
-                                                     "userType", "isMeta")}
+        # Every key of the line is provenance (the turn's meta), but those mapped: the tree
+        # links, the time, the message, the session (the thread's identity; kept when another).
+        meta = {k: v for k, v in ln.items() if k not in ("uuid", "parentUuid", "message", "timestamp", "sessionId", "type")}
+        if ln.get("sessionId") != session:
+            meta["sessionId"] = ln.get("sessionId")
+        if ln.get("parentUuid") is not None and parent != ln.get("parentUuid"):
+            meta["parentUuid"] = ln["parentUuid"]  # (re-parented past a skipped line, or a root here)
+        if _time(ln.get("timestamp")) is None and ln.get("timestamp") is not None:
+            meta["timestamp"] = ln["timestamp"]
         if isinstance(msg.get("id"), str):
             meta["message_id"] = msg["id"]
         if msg.get("stop_reason"):
             meta["stop_reason"] = msg["stop_reason"]
+        mrest = {k: v for k, v in msg.items() if k not in ("id", "stop_reason", "content", "model", "usage", "role", "type")
+                 and v is not None}
+        if msg.get("type") not in (None, "message") or msg.get("role") not in (None, "user", "assistant"):
+            mrest.update({k: msg[k] for k in ("type", "role")})
+        if not isinstance(msg.get("model"), str | None) or not isinstance(msg.get("usage"), dict | None):
+            mrest.update({k: msg[k] for k in ("model", "usage")})
+        if mrest:
+            meta["message"] = mrest
         usage = msg.get("usage") if isinstance(msg.get("usage"), dict) else None
         nodes.append(Node(key=ln["uuid"], parent=parent, draft=Draft(role=role, parts=tuple(parts)),
                           time_ms=_time(ln.get("timestamp")),
@@ -233,16 +286,29 @@ def _claude_code(lines: list[Any], label: str) -> Conversation:
         raise SchemaValidationFailed("a Claude Code session with no messages")
     title = summaries.get(current or "") or next(iter(summaries.values()), None)
     return Conversation(source="claude-code", nodes=nodes, upstream_id=session if isinstance(session, str) else None,
-                        current=current, tree=True, title=title, label=label)
+                        current=current, tree=True, title=title, label=label,
+                        meta={"other_lines": other} if other else None)
 
 
 # -- Codex CLI ----------------------------------------------------------------------------------
 
 
-def _codex_item(item: dict, where: str) -> Draft | None:
+_CODEX_ROLES = ("user", "assistant", "system", "developer")
+
+
+def _codex_item(item: dict, where: str) -> tuple[Draft, dict] | None:
+    """An item as a message and the item's other keys (its ``id``, ``status``...: the turn's
+    provenance), or None for an item that is not a message (kept with the other lines).
+    Only what the message mapping leaves out is added, so the usual items keep their ids."""
+    from ..objects import OpaquePart
+    from .parts import part_from_dict
+
     t = item.get("type")
     if t == "message":
-        role = item.get("role") if item.get("role") in ("user", "assistant", "system", "developer") else "user"
+        role = item.get("role") if item.get("role") in _CODEX_ROLES else "user"
+        rest = {k: v for k, v in item.items() if k not in ("type", "role", "content")}
+        if role != item.get("role"):
+            rest["role"] = item.get("role")
         parts = []
         content = item.get("content")
         if isinstance(content, str):
@@ -250,28 +316,68 @@ def _codex_item(item: dict, where: str) -> Draft | None:
         elif isinstance(content, list):
             for c in content:
                 if isinstance(c, dict) and isinstance(c.get("text"), str):
-                    parts.append(TextPart(text=c["text"]))
-        return Draft(role=role, parts=tuple(parts) or (TextPart(text=""),))
+                    extra = {k: v for k, v in c.items() if k not in ("type", "text") and v not in (None, [], {})}
+                    parts.append(TextPart(text=c["text"], meta=extra or None))
+                elif isinstance(c, dict):  # an image, a file: mapped as in the chat shape
+                    try:
+                        parts.append(part_from_dict(c, where))
+                    except SchemaValidationFailed:
+                        parts.append(OpaquePart(data=c, source="codex"))
+                else:
+                    parts.append(OpaquePart(data=c, source="codex"))
+        elif content is not None:
+            rest["content"] = content
+        return Draft(role=role, parts=tuple(parts) or (TextPart(text=""),)), rest
     if t == "reasoning":
         summary = item.get("summary") if isinstance(item.get("summary"), list) else []
         text = "\n".join(s.get("text") for s in summary if isinstance(s, dict) and isinstance(s.get("text"), str))
         enc = item.get("encrypted_content")
-        return Draft(role="assistant", parts=(ReasoningPart(text=text, meta={"encrypted_content": enc} if enc else None),))
+        meta = {"encrypted_content": enc} if enc else {}
+        if item.get("content") not in (None, [], ""):  # the raw reasoning text, when the model gives it
+            meta["content"] = item["content"]
+        plain = all(isinstance(x, dict) and set(x) <= {"type", "text"} and x.get("type") == "summary_text"
+                    and isinstance(x.get("text"), str) for x in summary) and (len(summary) <= 1 or not any(
+                        "\n" in x["text"] for x in summary))
+        if not plain or not isinstance(item.get("summary"), list | None):
+            meta["summary"] = item.get("summary")
+        rest = {k: v for k, v in item.items() if k not in ("type", "summary", "encrypted_content", "content")}
+        return Draft(role="assistant", parts=(ReasoningPart(text=text, meta=meta or None),)), rest
     if t in ("function_call", "custom_tool_call", "local_shell_call"):
-        args = item.get("arguments", item.get("input", item.get("action")))
+        key = next((k for k in ("arguments", "input", "action") if k in item), "arguments")
+        raw = args = item.get(key)
+        meta = {}
         if isinstance(args, str):
             try:
                 args = json.loads(args)
             except ValueError:
                 pass
-        return Draft(role="assistant", parts=(ToolCallPart(name=str(item.get("name") or t), id=item.get("call_id"),
-                                                           arguments=args),))
+            else:  # decoded: the string itself is kept when it is not the compact encoding
+                if json.dumps(args, ensure_ascii=False, separators=(",", ":")) != raw:
+                    meta["arguments"] = raw
+        rest = {k: v for k, v in item.items() if k not in ("type", "name", "call_id", key)}
+        if t != "function_call":
+            rest["type"] = t
+        name = item.get("name") if isinstance(item.get("name"), str) and item["name"] else None
+        if name is None and item.get("name") is not None:
+            rest["name"] = item["name"]
+        return Draft(role="assistant", parts=(ToolCallPart(name=name or t, id=item.get("call_id"), arguments=args,
+                                                           meta=meta or None),)), rest
     if t in ("function_call_output", "custom_tool_call_output"):
         out = item.get("output")
+        meta = {}
         if isinstance(out, dict) and isinstance(out.get("content"), str):
+            meta = {"output": {k: v for k, v in out.items() if k != "content"}} if len(out) > 1 else {}
             out = out["content"]
-        return Draft(role="tool", parts=(ToolResultPart(tool_call_id=item.get("call_id"), output=out),))
-    return None  # web search calls, ghost snapshots...: not messages
+        rest = {k: v for k, v in item.items() if k not in ("type", "call_id", "output")}
+        if t != "function_call_output":
+            rest["type"] = t
+        return Draft(role="tool", parts=(ToolResultPart(tool_call_id=item.get("call_id"), output=out,
+                                                        meta=meta or None),)), rest
+    return None  # web search calls, ghost snapshots...: not messages (kept with the other lines)
+
+
+# event_msg payloads that repeat a response_item (the item is the message): not kept twice
+_CODEX_ECHOES = ("user_message", "agent_message", "agent_reasoning", "agent_reasoning_raw_content")
 
 
 def _codex(lines: list[Any], label: str) -> Conversation:
@@ -280,6 +386,7 @@ def _codex(lines: list[Any], label: str) -> Conversation:
     nodes: list[Node] = []
     parent = None
     meta: dict = {}
+    other: list = []  # lines that are not messages (turn contexts, events, other items), kept whole
     for i, ln in enumerate(lines, 1):
         if not isinstance(ln, dict):
             raise SchemaValidationFailed(f"line {i}: must be an object")
@@ -287,27 +394,39 @@ def _codex(lines: list[Any], label: str) -> Conversation:
         if kind == "session_meta" and isinstance(payload, dict):
             session = payload.get("id")
             meta = {k: v for k, v in payload.items() if k in ("cwd", "originator", "cli_version", "git")}
+            rest = {k: v for k, v in ln.items() if k != "payload"}
+            rest["payload"] = {k: v for k, v in payload.items() if k not in meta and k != "id"}
+            other.append(rest)
             continue
         if i == 1 and "instructions" in ln and "id" in ln:  # the older layout's header
             session = ln.get("id")
+            other.append({k: v for k, v in ln.items() if k != "id"})
             continue
         if kind == "turn_context" and isinstance(payload, dict):
             model = payload.get("model") if isinstance(payload.get("model"), str) else model
+            other.append(ln)
             continue
         item = payload if kind == "response_item" and isinstance(payload, dict) else (ln if kind != "event_msg" else None)
-        if not isinstance(item, dict) or ln.get("record_type") == "state":
+        mapped = _codex_item(item, f"line {i}") if isinstance(item, dict) and ln.get("record_type") != "state" else None
+        if mapped is None:
+            if not (kind == "event_msg" and isinstance(payload, dict) and payload.get("type") in _CODEX_ECHOES):
+                other.append(ln)
             continue
-        draft = _codex_item(item, f"line {i}")
-        if draft is None:
-            continue
+        draft, rest = mapped
+        if item is payload:  # the line's own keys besides its item
+            rest = {**rest, **{f"line_{k}": v for k, v in ln.items() if k not in ("type", "payload", "timestamp")}}
+        if _time(ln.get("timestamp")) is None and ln.get("timestamp") is not None:
+            rest["timestamp"] = ln["timestamp"]
         key = f"l{i}"
         nodes.append(Node(key=key, parent=parent, draft=draft, time_ms=_time(ln.get("timestamp")),
-                          model=model if draft.role == "assistant" else None, alias=False))
+                          model=model if draft.role == "assistant" else None, meta=rest or None, alias=False))
         parent = key
     if not nodes:
         raise SchemaValidationFailed("a Codex session with no messages")
     title = next((p.text.strip().splitlines()[0][:80] for n in nodes if n.draft.role == "user"
                   for p in n.draft.parts if isinstance(p, TextPart) and p.text.strip()
                   and not p.text.lstrip().startswith("<")), None)
+    if other:
+        meta["other_lines"] = other
     return Conversation(source="codex", nodes=nodes, upstream_id=session if isinstance(session, str) else None,
                         current=parent, tree=True, title=title, meta=meta or None, label=label)

@@ -56,9 +56,18 @@ def parse_owui(doc: Any, label: str = "") -> Conversation:
         if original is not None:
             prov["content"] = original
         usage = m.get("usage") if isinstance(m.get("usage"), dict) else None
+        model = m.get("model") if isinstance(m.get("model"), str) else None
+        time_ms = _time(m.get("timestamp"))
+        # what could not be mapped is kept as it is (a time in another shape, a model object)
+        for k, mapped in (("timestamp", time_ms), ("model", model), ("usage", usage)):
+            if mapped is None and m.get(k) is not None:
+                prov[k] = m[k]
+        if key != mid:
+            prov["history_key"] = mid  # (the message's key in history.messages, when not its id)
+        elif m.get("id") not in (None, key):
+            prov["id"] = m["id"]
         nodes.append(Node(key=key, parent=p if isinstance(p, str) else None, draft=draft,
-                          time_ms=_time(m.get("timestamp")), model=m.get("model") if isinstance(m.get("model"), str) else None,
-                          usage=usage, meta=prov or None))
+                          time_ms=time_ms, model=model, usage=usage, meta=prov or None))
     current = doc.get("current_message_id") or chat.get("current_message_id") or hist.get("currentId")
     up = doc.get("id") if isinstance(doc.get("id"), str) and doc.get("id") else chat.get("id")
     title = doc.get("title") if isinstance(doc.get("title"), str) else chat.get("title")
@@ -105,9 +114,12 @@ def _owui_draft(m: dict, where: str) -> tuple[Draft, str | None]:
     for f in m.get("files") or ():
         if isinstance(f, dict):
             url = f.get("url") if isinstance(f.get("url"), str) else f"open-webui-file:{f.get('id')}"
-            rest = {k: v for k, v in f.items() if k not in ("url", "name")}
-            parts.append(AttachmentPart(url=url, name=f.get("name") if isinstance(f.get("name"), str) else None,
-                                        meta=rest or None))
+            name = f.get("name") if isinstance(f.get("name"), str) else None
+            # the keys mapped are left out of meta only when they were used
+            rest = {k: v for k, v in f.items() if not (k == "url" and v == url) and not (k == "name" and v == name)}
+            parts.append(AttachmentPart(url=url, name=name, meta=rest or None))
+        else:
+            parts.append(OpaquePart(data=f, source="open-webui-file"))
     return Draft(role=role, parts=tuple(parts)), original
 
 
@@ -140,12 +152,22 @@ def _output_item(it: Any) -> Any:
     if not isinstance(it, dict):
         return OpaquePart(data=it, source="open-webui")
     t = it.get("type")
-    texts = [c.get("text") for c in it.get("content") or () if isinstance(c, dict) and isinstance(c.get("text"), str)]
+    content = it.get("content")
+    texts = [c.get("text") for c in content or () if isinstance(c, dict) and isinstance(c.get("text"), str)] \
+        if isinstance(content, list) else []
+    # The content list is its text, unless it says more: several items (where one ends), an
+    # item with other keys (annotations, logprobs) or that is not text. Then it is kept too.
+    plain = content in (None, []) or isinstance(content, list) and len(content) <= 1 and len(texts) == len(content) \
+        and all(not {k: v for k, v in c.items() if k not in ("type", "text") and v not in (None, [], {})} for c in content)
     if t == "reasoning":
-        rest = {k: v for k, v in it.items() if k != "content"}
+        rest = {k: v for k, v in it.items() if k != "content" or not plain}
         return ReasoningPart(text="\n".join(texts), meta={"source_type": "output", **rest})
-    if t == "message" and len(texts) == len(it.get("content") or ()) == 1:
+    if t == "message" and len(texts) == len(content or ()) == 1:
         rest = {k: v for k, v in it.items() if k not in ("content", "type", "role")}
+        if it.get("role") not in (None, "assistant"):
+            rest["role"] = it["role"]
+        if not plain:
+            rest["content"] = content
         return TextPart(text=texts[0], meta={"source_type": "output", **rest})
     if t == "function_call" and isinstance(it.get("name"), str):
         rest = {k: v for k, v in it.items() if k not in ("type", "name", "call_id", "arguments")}
@@ -182,8 +204,16 @@ def parse_librechat(doc: Any, label: str = "") -> Conversation:
         draft = _lc_draft(m, where)
         prov = {k: v for k, v in m.items() if k not in ("messageId", "parentMessageId", "children", "text", "content",
                                                         "isCreatedByUser", "createdAt", "model", "files")}
-        nodes.append(Node(key=m["messageId"], parent=parent, draft=draft, time_ms=_time(m.get("createdAt")),
-                          model=m.get("model") if isinstance(m.get("model"), str) else None, meta=prov or None))
+        time_ms, model = _time(m.get("createdAt")), m.get("model") if isinstance(m.get("model"), str) else None
+        for k, mapped in (("createdAt", time_ms), ("model", model)):
+            if mapped is None and m.get(k) is not None:
+                prov[k] = m[k]
+        if isinstance(m.get("content"), list) and m["content"] and m.get("text") not in (None, ""):
+            prov["text"] = m["text"]  # (the parts come from content; the text beside it is kept)
+        if m.get("isCreatedByUser") is not None and m.get("role") is not None:
+            prov["isCreatedByUser"] = m["isCreatedByUser"]
+        nodes.append(Node(key=m["messageId"], parent=parent, draft=draft, time_ms=time_ms, model=model,
+                          meta=prov or None))
         for c in reversed(m.get("children") or ()):
             stack.append((c, m["messageId"]))
     meta = {k: v for k, v in doc.items() if k not in ("messages", "messagesTree", "conversationId", "title")}
@@ -209,9 +239,11 @@ def _lc_draft(m: dict, where: str) -> Draft:
     for f in m.get("files") or ():
         if isinstance(f, dict):
             url = f.get("filepath") or f.get("url") or f"librechat-file:{f.get('file_id')}"
-            rest = {k: v for k, v in f.items() if k not in ("filename",)}
-            parts.append(AttachmentPart(url=str(url), name=f.get("filename") if isinstance(f.get("filename"), str) else None,
-                                        meta=rest or None))
+            name = f.get("filename") if isinstance(f.get("filename"), str) else None
+            rest = {k: v for k, v in f.items() if not (k == "filename" and v == name)}
+            parts.append(AttachmentPart(url=str(url), name=name, meta=rest or None))
+        else:
+            parts.append(OpaquePart(data=f, source="librechat-file"))
     return Draft(role=role, parts=tuple(parts))
 
 
@@ -219,16 +251,26 @@ def _lc_part(c: Any) -> Any:
     if not isinstance(c, dict):
         return OpaquePart(data=c, source="librechat")
     t = c.get("type")
+    # a part's keys beyond the mapped ones (LibreChat's tool_call_ids...) go to its meta; the
+    # usual parts have none, so their messages keep their ids
     if t == "text" and isinstance(c.get("text"), str):
-        return TextPart(text=c["text"])
+        return TextPart(text=c["text"], meta=_lc_rest(c, ("type", "text")))
     if t == "think" and isinstance(c.get("think"), str):
-        return ReasoningPart(text=c["think"], meta={"source_type": "think"})
+        return ReasoningPart(text=c["think"], meta={"source_type": "think", **(_lc_rest(c, ("type", "think")) or {})})
     tc = c.get("tool_call")
     if t == "tool_call" and isinstance(tc, dict) and isinstance(tc.get("name"), str):
         rest = {k: v for k, v in tc.items() if k not in ("name", "id", "args")}
+        outer = _lc_rest(c, ("type", "tool_call"))
+        if outer:
+            rest["part"] = outer
         call = ToolCallPart(name=tc["name"], id=tc.get("id"), arguments=tc.get("args"), meta=rest or None)
         return call
     return OpaquePart(data=c, source="librechat")
+
+
+def _lc_rest(c: dict, known: tuple[str, ...]) -> dict | None:
+    rest = {k: v for k, v in c.items() if k not in known and v not in (None, [], {})}
+    return rest or None
 
 
 # -- Open WebUI's database (webui.db) ---------------------------------------------------------
