@@ -123,7 +123,6 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
     t0 = time.perf_counter()
     now = time.time() if now is None else now
     grace = parse_prune(prune, repo.config.grace_seconds)
-    objects = repo.objects
     stats = GcStats()
     if auto:
         from .gc_auto import gc_due
