@@ -18,7 +18,7 @@ import types
 
 __version__ = "0.1.0"
 
-from .errors import ConvgitError  # noqa: E402
+from .errors import ConvgitError  # noqa: E402, F401 (in _API: the one name loaded eagerly)
 
 _API = (
     # types

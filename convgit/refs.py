@@ -25,7 +25,6 @@ writer whose moves left more than ``AUTO_PACK_LOOSE`` loose refs (convgit/transa
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 import time

@@ -192,7 +192,7 @@ class VectorStore:
         m = self.matrix()
         if m is None or not (force or self._ann_wanted(m.shape[0])):
             return None
-        np = _numpy()
+        _numpy()  # (the IVF build needs numpy: its clear error before the lock is taken)
         with fsio.flock(self.lock, shared=False, timeout=600):
             self._follow_swap()
             m = self.matrix()
