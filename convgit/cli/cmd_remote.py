@@ -10,10 +10,9 @@ from .. import api
 from ..ids import short
 from . import output, progress
 from .app import _Group, app, get_repo
-from .params import complete_thread
+from .params import QUIET_OPT, complete_thread
 
 JSON_OPT = typer.Option(False, "--json", help="Output JSON.")
-QUIET_OPT = typer.Option(False, "-q", "--quiet", help="Print nothing but warnings and errors.")
 PROFILE_OPT = typer.Option(None, "--profile", metavar="NAME",
                            help="The AWS profile (~/.aws/config, ~/.aws/credentials) an s3:// remote reads its keys, "
                            "region and endpoint from (default: AWS_PROFILE, else default); its name is kept, never a key.")
