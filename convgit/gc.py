@@ -166,6 +166,13 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
             json.dumps({k: v for k, v in stats.to_json().items() if k != "pruned_ids"} | {"finished_at": int(now * 1000)}) + "\n",
             fsync=repo.config.fsync,
         )
+        # A gc that went well (by hand, from cron or in the background) ends the pause a
+        # failed background gc's log put on automatic gcs (gc_auto.AUTO_LOG).
+        from .gc_auto import AUTO_LOG
+
+        log = repo.path / AUTO_LOG
+        if log.is_file() and log.stat().st_size:
+            fsio.truncate(log, 0)
     return stats
 
 

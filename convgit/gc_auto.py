@@ -102,6 +102,25 @@ def _failed_recently(log_path, now: float) -> bool:
     return st.st_size > 0 and now - st.st_mtime < FAILED_BACKOFF_SECONDS
 
 
+def auto_state(repo, *, now: float | None = None) -> dict:
+    """What ``status`` says of automatic gc: ``enabled`` (``[gc] auto``), and ``failed``:
+    None, or when the last background gc failed (epoch ms), its log's path and first line,
+    and until when that stops further automatic gcs (epoch ms)."""
+    now = time.time() if now is None else now
+    path = repo.path / AUTO_LOG
+    failed = None
+    if _failed_recently(path, now):
+        st = os.stat(path)
+        try:
+            with open(path, "rb") as f:
+                first = f.read(4096).decode("utf-8", "replace").strip().splitlines()
+        except OSError:
+            first = []
+        failed = {"at": int(st.st_mtime * 1000), "log": str(path), "first_line": first[0][:300] if first else "",
+                  "paused_until": int((st.st_mtime + FAILED_BACKOFF_SECONDS) * 1000)}
+    return {"enabled": bool(repo.config.gc_auto), "failed": failed}
+
+
 def start_background_gc(repo, *, check: bool = True) -> int | None:
     """Start ``gc --auto -q`` on ``repo`` in the background when ``[gc] auto`` is on and (with
     ``check``) ``gc_due`` says it would act, unless a gc already runs (``gc.lock`` busy) or

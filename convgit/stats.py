@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .gc_auto import auto_state
 from .results import _Document
 
 
@@ -96,6 +97,7 @@ class StatusReport(_Document):
     index: dict
     last_gc_record: dict | None
     seconds: float
+    gc_auto: dict | None = None  # gc_auto.auto_state: automatic gc enabled, and whether it stopped after a failure
 
     @property
     def dedup_ratio(self) -> float | None:
@@ -120,6 +122,7 @@ class StatusReport(_Document):
             "index": dict(self.index),
             "last_gc": gc.get("finished_at") if gc else None,
             "last_gc_record": gc,
+            "gc_auto": self.gc_auto,
             "seconds": self.seconds,
         }
 
@@ -198,5 +201,6 @@ def _status(repo) -> StatusReport:
             "built_at": counts["built_at"],
         },
         last_gc_record=last_gc(store),
+        gc_auto=auto_state(repo),
         seconds=round(time.perf_counter() - t0, 3),
     )

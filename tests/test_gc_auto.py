@@ -298,3 +298,33 @@ def test_serve_keeps_its_store_packed(tmp_path):
     with convgit.open_repo(store) as repo:
         assert len(convgit.show_refs(repo)) == 5
         assert convgit.fsck(repo).to_json()["status"] == "ok"
+
+
+def test_status_says_automatic_gc_is_paused_and_a_gc_that_goes_well_ends_the_pause(tmp_path, proj):
+    """The pause a failed background gc sets is not silent: ``status`` (JSON and text) names
+    it, with the log's first line; once the cause is gone, a gc run by hand clears the log,
+    status says on again, and the next write may start gc --auto again."""
+    store = proj / ".convgit"
+    for i in range(3):
+        _commit(tmp_path, proj, i)
+    (store / "refs" / "threads" / "broken").write_text("0" * 64 + "\n")
+    try:
+        _commit(tmp_path, proj, 3, **ON)
+    finally:
+        wait_for_gc(store)
+    env = cli_env(tmp_path, **ON)
+    st = json.loads(run_process(["status", "--json"], cwd=proj, env=env).out)
+    failed = st["gc_auto"]["failed"]
+    assert st["gc_auto"]["enabled"] is True and failed is not None
+    assert "gc_refused" in failed["first_line"] and failed["log"].endswith(AUTO_LOG)
+    assert failed["paused_until"] - failed["at"] == 86_400_000
+    text = run_process(["status"], cwd=proj, env=env).out
+    assert "Auto gc" in text and "paused until" in text and "gc_refused" in text
+    (store / "refs" / "threads" / "broken").unlink()
+    r = run_process(["gc", "-q"], cwd=proj, env=env)
+    assert r.rc == 0, r
+    assert (store / AUTO_LOG).read_text() == ""
+    st = json.loads(run_process(["status", "--json"], cwd=proj, env=env).out)
+    assert st["gc_auto"] == {"enabled": True, "failed": None}
+    off = json.loads(run_process(["status", "--json"], cwd=proj, env=cli_env(tmp_path, CONVGIT_GC_AUTO="0")).out)
+    assert off["gc_auto"]["enabled"] is False

@@ -134,7 +134,7 @@ def test_status_is_a_typed_report_that_reads_as_its_json_document(tmp_path):
     assert (st.threads, st.messages, st.message_refs, st.dedup_ratio) == (3, 8, 10, 1.25)
     doc = st.to_json()
     assert list(doc) == ["store", "format_version", "head", "threads", "turns", "messages", "message_refs",
-                         "dedup_ratio", "text_bytes", "objects", "bytes", "index", "last_gc", "last_gc_record",
+                         "dedup_ratio", "text_bytes", "objects", "bytes", "index", "last_gc", "last_gc_record", "gc_auto",
                          "seconds"]
     assert dict(st) == doc and st == doc and st["index"] == doc["index"] == st.index
     assert json.loads(json.dumps(doc)) == doc  # plain JSON values only

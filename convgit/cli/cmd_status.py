@@ -34,6 +34,7 @@ def status_cmd(json_: bool = typer.Option(False, "--json", help="Output JSON."))
                    "rebuilt now" if ix["rebuilt_now"] else f"caught up now ({ix['stale_threads']} thread(s) had moved)")
          + f", schema {ix['schema_version']}" + (f", {_size(b['index'])} in {ix['path']}" if remote else "")),
         ("Last gc", _time(st["last_gc"]) if st["last_gc"] is not None else "never (no gc.log)"),
+        ("Auto gc", _auto_gc(st["gc_auto"])),
     ]
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
@@ -44,3 +45,14 @@ def _time(value) -> str:
     """A time from status (UTC epoch ms, or ISO text) as ``2026-12-01 13:28:48 UTC``."""
     iso = api.iso(value) if isinstance(value, (int, float)) else str(value)
     return iso[:19].replace("T", " ") + " UTC" if iso and len(iso) >= 19 else str(value)
+
+
+def _auto_gc(state: dict | None) -> str:
+    """``[gc] auto`` as status shows it: on, off, or stopped by a failed background gc."""
+    if not state or not state.get("enabled"):
+        return "off ([gc] auto = false or CONVGIT_GC_AUTO=0)"
+    failed = state.get("failed")
+    if not failed:
+        return "on (writes start gc --auto in the background when it would act)"
+    return (f"paused until {_time(failed['paused_until'])}: the last background gc failed at {_time(failed['at'])}"
+            f" ({failed['log']}: {failed['first_line'] or 'see the log'}); `convgit gc` to run it by hand")
