@@ -445,14 +445,8 @@ def _refs_moment(repo) -> tuple:
     packed-refs (gc, auto-packing and batch moves rewrite it), by inode, size and mtime, and
     the tips themselves (a move whose journal line was written just before the comparison
     began renames its ref during it)."""
-    out: list = [tuple(sorted(repo.refs.read_all(broken={}).items()))]
-    for path in (repo.refs.journal_path, repo.refs.packed_path):
-        try:
-            st = os.stat(path)
-            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
-        except FileNotFoundError:
-            out.append(None)
-    return tuple(out)
+    return (tuple(sorted(repo.refs.read_all(broken={}).items())),
+            *fsio.stat_fingerprint(repo.refs.journal_path, repo.refs.packed_path))
 
 
 __all__ = ["FsckReport", "Problem", "fsck", "Blob", "ObjectMissing", "THREADS"]

@@ -305,6 +305,19 @@ def rename(src: Path, dst: Path) -> None:
         raise _storage_error("rename", dst, e) from e
 
 
+def stat_fingerprint(*paths: Path) -> list[int]:
+    """(size, mtime_ns, inode) of each path, zeros for a missing one: what changes when an
+    append-only journal grows or a file is replaced (the refs journal and packed-refs)."""
+    out: list[int] = []
+    for f in paths:
+        try:
+            st = os.stat(f)
+            out += [st.st_size, st.st_mtime_ns, st.st_ino]
+        except FileNotFoundError:
+            out += [0, 0, 0]
+    return out
+
+
 def unlink(path: Path) -> None:
     """Remove ``path``; a missing file is not an error."""
     try:

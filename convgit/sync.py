@@ -354,14 +354,7 @@ def _tracking_fp(root: Path, remote: str) -> list[int]:
     """What changes whenever a tracking ref of ``remote`` moves: its journal (appended before
     every move) and packed file, as (size, mtime_ns, inode) each."""
     t = TrackingRefs(root, remote)
-    out: list[int] = []
-    for f in (t.journal_path, t.packed_path):
-        try:
-            st = os.stat(f)
-            out += [st.st_size, st.st_mtime_ns, st.st_ino]
-        except FileNotFoundError:
-            out += [0, 0, 0]
-    return out
+    return fsio.stat_fingerprint(t.journal_path, t.packed_path)
 
 
 class _RemoteSource:
@@ -612,14 +605,7 @@ def sync_pull(r: _Remote, report: SyncReport) -> None:
 def _refs_fp(refs) -> list[int]:
     """What changes whenever a thread moves: the refs journal (appended before every move)
     and ``packed-refs``, as (size, mtime_ns, inode) each."""
-    out: list[int] = []
-    for f in (refs.journal_path, refs.packed_path):
-        try:
-            st = os.stat(f)
-            out += [st.st_size, st.st_mtime_ns, st.st_ino]
-        except FileNotFoundError:
-            out += [0, 0, 0]
-    return out
+    return fsio.stat_fingerprint(refs.journal_path, refs.packed_path)
 
 
 def _record_pulled(r: _Remote, view: dict[str, str]) -> None:

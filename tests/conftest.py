@@ -86,6 +86,20 @@ def weed(tmp_path_factory):
     w.stop()
 
 
+@pytest.fixture(params=["dir", "s3"])
+def remote_url(request, tmp_path, monkeypatch):
+    """A fresh, empty remote, once as a directory and once as a prefix of a bucket on the
+    session's SeaweedFS (tests of remotes: test_remote.py, test_index_sync.py)."""
+    if request.param == "dir":
+        return str(tmp_path / "remote")
+    w = request.getfixturevalue("weed")
+    for k, v in w.env().items():
+        monkeypatch.setenv(k, v)
+    import uuid
+
+    return f"s3://convgit-test/{uuid.uuid4().hex}"
+
+
 @pytest.fixture(scope="session")
 def pg_server():
     """A real PostgreSQL server for this test session (one per xdist worker), on 127.0.0.1;

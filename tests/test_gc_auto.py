@@ -176,9 +176,9 @@ def test_a_running_gc_is_not_doubled(tmp_path, proj):
     assert len(_gc_runs(store)) == 1 and _loose(store) == 0
 
 
-def test_a_failed_background_gc_stops_the_next_ones_for_a_day(tmp_path, proj):
-    """gc refuses a store with a dangling ref (exit 33, said in gc-auto.log): the writes
-    after it do not start it again while that log is fresh."""
+def _fail_a_background_gc(tmp_path: Path, proj: Path) -> Path:
+    """Three commits, a dangling ref, then a commit whose background gc fails on it (gc
+    refuses a damaged store, exit 33, said in gc-auto.log). Returns the store."""
     store = proj / ".convgit"
     for i in range(3):
         _commit(tmp_path, proj, i)
@@ -187,6 +187,13 @@ def test_a_failed_background_gc_stops_the_next_ones_for_a_day(tmp_path, proj):
         _commit(tmp_path, proj, 3, **ON)
     finally:
         wait_for_gc(store)
+    return store
+
+
+def test_a_failed_background_gc_stops_the_next_ones_for_a_day(tmp_path, proj):
+    """gc refuses a store with a dangling ref (exit 33, said in gc-auto.log): the writes
+    after it do not start it again while that log is fresh."""
+    store = _fail_a_background_gc(tmp_path, proj)
     log = (store / AUTO_LOG).read_text()
     assert "gc_refused" in log and not _gc_runs(store)
     first = (store / AUTO_LOG).stat().st_mtime_ns
@@ -304,14 +311,7 @@ def test_status_says_automatic_gc_is_paused_and_a_gc_that_goes_well_ends_the_pau
     """The pause a failed background gc sets is not silent: ``status`` (JSON and text) names
     it, with the log's first line; once the cause is gone, a gc run by hand clears the log,
     status says on again, and the next write may start gc --auto again."""
-    store = proj / ".convgit"
-    for i in range(3):
-        _commit(tmp_path, proj, i)
-    (store / "refs" / "threads" / "broken").write_text("0" * 64 + "\n")
-    try:
-        _commit(tmp_path, proj, 3, **ON)
-    finally:
-        wait_for_gc(store)
+    store = _fail_a_background_gc(tmp_path, proj)
     env = cli_env(tmp_path, **ON)
     st = json.loads(run_process(["status", "--json"], cwd=proj, env=env).out)
     failed = st["gc_auto"]["failed"]

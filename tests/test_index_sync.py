@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 from pathlib import Path
 
 import pytest
@@ -30,15 +29,18 @@ def _conv(i: int, extra: int = 0) -> dict:
     return {"messages": msgs}
 
 
-@pytest.fixture(params=["dir", "s3"])
-def remote_url(request, tmp_path, monkeypatch):
-    """A fresh remote: a directory, or a prefix of a bucket on the session's SeaweedFS."""
-    if request.param == "dir":
-        return str(tmp_path / "remote")
-    w = request.getfixturevalue("weed")
-    for k, v in w.env().items():
-        monkeypatch.setenv(k, v)
-    return f"s3://convgit-test/{uuid.uuid4().hex}"
+def _pushed_one_and_index_only(tmp_path: Path, cli) -> tuple[Path, Path]:
+    """A store that pushed one thread to a directory remote, and a new store ``ix`` that has
+    that remote as ``origin`` (not synced yet). Returns (the remote's path, ix)."""
+    url = tmp_path / "remote"
+    a = convgit.init(tmp_path / "a")
+    convgit.commit(a, _conv(1), thread="t1")
+    convgit.add_remote(a, "origin", str(url))
+    convgit.push(a)
+    ix = tmp_path / "ix"
+    ok(cli("init", cwd=ix))
+    ok(cli("remote", "add", "origin", str(url), cwd=ix))
+    return url, ix
 
 
 def _stored_objects(store: Path) -> list[Path]:
@@ -123,14 +125,7 @@ def test_index_sync_into_postgres_answers_as_a_sqlite_clone(tmp_path, pg_dsn, cl
 
 
 def test_a_corrupt_pack_refuses_the_sync_and_moves_nothing(tmp_path, cli):
-    url = tmp_path / "remote"
-    a = convgit.init(tmp_path / "a")
-    convgit.commit(a, _conv(1), thread="t1")
-    convgit.add_remote(a, "origin", str(url))
-    convgit.push(a)
-    ix = tmp_path / "ix"
-    ok(cli("init", cwd=ix))
-    ok(cli("remote", "add", "origin", str(url), cwd=ix))
+    url, ix = _pushed_one_and_index_only(tmp_path, cli)
     (pack,) = (url / "packs").glob("*.pack")
     data = bytearray(pack.read_bytes())
     data[40] ^= 0xFF  # inside the first chunk's stored bytes
@@ -144,14 +139,7 @@ def test_a_corrupt_pack_refuses_the_sync_and_moves_nothing(tmp_path, cli):
 
 
 def test_index_sync_refuses_a_second_remote_and_an_unknown_one(tmp_path, cli):
-    url = tmp_path / "remote"
-    a = convgit.init(tmp_path / "a")
-    convgit.commit(a, _conv(1), thread="t1")
-    convgit.add_remote(a, "origin", str(url))
-    convgit.push(a)
-    ix = tmp_path / "ix"
-    ok(cli("init", cwd=ix))
-    ok(cli("remote", "add", "origin", str(url), cwd=ix))
+    url, ix = _pushed_one_and_index_only(tmp_path, cli)
     ok(cli("remote", "add", "other", str(tmp_path / "r2"), cwd=ix))
     assert_error(cli("index", "sync", "--from", "nope", "--json", cwd=ix), "not_found", json_=True)
     _sync(cli, ix)
@@ -162,14 +150,7 @@ def test_index_sync_refuses_a_second_remote_and_an_unknown_one(tmp_path, cli):
 
 
 def test_an_index_only_store_takes_no_new_objects(tmp_path, cli):
-    url = tmp_path / "remote"
-    a = convgit.init(tmp_path / "a")
-    convgit.commit(a, _conv(1), thread="t1")
-    convgit.add_remote(a, "origin", str(url))
-    convgit.push(a)
-    ix = tmp_path / "ix"
-    ok(cli("init", cwd=ix))
-    ok(cli("remote", "add", "origin", str(url), cwd=ix))
+    url, ix = _pushed_one_and_index_only(tmp_path, cli)
     _sync(cli, ix)
     before = ok(cli("threads", "--json", cwd=ix)).json()
     new = json.dumps({"messages": [{"role": "user", "content": "a new conversation"}]})

@@ -22,17 +22,6 @@ from cli_helpers import assert_error, cli, env, ok, run  # noqa: F401 (fixtures)
 H = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
 
 
-@pytest.fixture(params=["dir", "s3"])
-def remote_url(request, tmp_path, monkeypatch):
-    """A fresh, empty remote: a directory, or a prefix of a bucket on the session's SeaweedFS."""
-    if request.param == "dir":
-        return str(tmp_path / "remote")
-    w = request.getfixturevalue("weed")
-    for k, v in w.env().items():
-        monkeypatch.setenv(k, v)
-    return f"s3://convgit-test/{uuid.uuid4().hex}"
-
-
 def _messages(repo) -> set[str]:
     """Every message id reachable from any thread of ``repo``."""
     out = set()

@@ -88,8 +88,7 @@ class _Group(TyperGroup):
                 _after_write(ctx)
                 raise
             if ctx.parent is None and _repo is not None:
-                for w in _repo.warnings:
-                    output.info(f"convgit: warning: {w}")
+                output.warnings(_repo.warnings)
             _after_write(ctx)
             return rv
         except ConvgitError as e:

@@ -121,8 +121,7 @@ def _continue_args(thread: Optional[str], args: list[str]) -> tuple[Optional[str
 
 def _report(repo, result, label, json_: bool) -> None:
     """Warnings to stderr (HEAD followed the thread in the library); a line for people."""
-    for w in result.warnings:
-        output.info(f"convgit: warning: {w}")
+    output.warnings(result.warnings)
     if not json_:
         _say(result, label)
 

@@ -81,8 +81,7 @@ def total_bytes(files, fmt: str = "auto") -> int:
 def finish_import(report, *, json_: bool, quiet: bool, verbose: bool, source: str | None = None) -> None:
     """Warnings, the report (JSON or lines), and the exit code of an import (also of a merge
     of an llm logs.db, ``source``)."""
-    for w in report.warnings:  # the import stands (HEAD was moved, or not, by the library)
-        output.info(f"convgit: warning: {w}")
+    output.warnings(report.warnings)  # the import stands (HEAD was moved, or not, by the library)
     fails = report.failures
     if fails and len(fails) == len(report.conversations):
         f = fails[0]

@@ -40,12 +40,7 @@ def index_sync_cmd(
     with progress.Transfer("syncing the index", on=progress.enabled(json_=json_, quiet=quiet),
                            after="moving threads, indexing") as tick:
         rep = api.index_sync(get_repo(), remote, progress=tick)
-    for w in rep.warnings:
-        output.info(f"convgit: warning: {w}")
-    if json_:
-        output.emit_json(rep.to_json())
-        return
-    if quiet:
+    if not output.report(rep, json_=json_, quiet=quiet):
         return
     output.line(f"index synced from {rep.remote} ({rep.url}): {rep.moved} thread(s) moved, "
                 f"read {_size(rep.bytes_read)} of {_size(rep.pack_bytes)} in {rep.packs} pack(s) by range "

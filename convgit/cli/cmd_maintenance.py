@@ -60,8 +60,7 @@ def gc_cmd(
         return
     with progress.Counter("gc: marking and packing objects", on=progress.enabled(json_=json_, quiet=quiet or auto)) as tick:
         s = api.gc(repo, prune=prune, dry_run=dry_run, auto=auto, progress=tick)
-    for w in s.warnings:
-        output.info(f"convgit: warning: {w}")
+    output.warnings(s.warnings)
     if json_:
         output.emit_json(s.to_json())
         return
@@ -165,12 +164,7 @@ def merge_cmd(
     before = api.show_refs(repo)
     with progress.Counter("merging objects", on=on) as tick:
         rep = api.merge(repo, source, dry_run=dry_run, objects_progress=tick)
-    for w in rep.warnings:
-        output.info(f"convgit: warning: {w}")
-    if json_:
-        output.emit_json(rep.to_json())
-        return
-    if quiet:
+    if not output.report(rep, json_=json_, quiet=quiet):
         return
     # (a diverged thread merged before is already there under its -merged- name)
     changed = [r for r in rep.refs if r["action"] not in ("same", "kept") and before.get(r["as"]) != r["incoming"]]

@@ -85,12 +85,7 @@ def remote_rename(old: str = typer.Argument(..., metavar="OLD"), new: str = type
 
 
 def _render(rep, *, json_: bool, quiet: bool, verb: str) -> None:
-    for w in rep.warnings:
-        output.info(f"convgit: warning: {w}")
-    if json_:
-        output.emit_json(rep.to_json())
-        return
-    if quiet:
+    if not output.report(rep, json_=json_, quiet=quiet):
         return
     changed = [t for t in rep.threads if t["action"] not in ("same", "kept", "up-to-date", "behind")]
     if not changed and not rep.bytes:

@@ -68,8 +68,7 @@ def threads_rename(
     """Rename thread OLD to NEW (its reflog moves with it)."""
     output.set_json(json_)
     doc = api.rename_thread(get_repo(), old, new)
-    for w in doc.get("warnings", ()):
-        output.info(f"convgit: warning: {w}")
+    output.warnings(doc.get("warnings", ()))
     output.emit_json(doc) if json_ else output.line(f"Renamed {old} to {new}")
 
 
@@ -83,8 +82,7 @@ def threads_delete(
     thread switches HEAD to the most recently updated thread left."""
     output.set_json(json_)
     doc = api.delete_thread(get_repo(), name)
-    for w in doc.get("warnings", ()):
-        output.info(f"convgit: warning: {w}")
+    output.warnings(doc.get("warnings", ()))
     if json_:
         output.emit_json(doc)
         return

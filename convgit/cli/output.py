@@ -219,6 +219,23 @@ def info(msg: str) -> None:
     sys.stderr.write(msg + "\n")
 
 
+def warnings(items) -> None:
+    """Each warning of a result on stderr, as ``convgit: warning: …``."""
+    for w in items:
+        info(f"convgit: warning: {w}")
+
+
+def report(result, *, json_: bool, quiet: bool) -> bool:
+    """The common head of a command that reports a result: its warnings, then its JSON
+    document with ``--json``. True when the caller is to print its text (neither --json nor
+    -q)."""
+    warnings(result.warnings)
+    if json_:
+        emit_json(result.to_json())
+        return False
+    return not quiet
+
+
 def report_error(e: ConvgitError) -> None:
     if state["json"]:
         emit_json(e.to_json())
