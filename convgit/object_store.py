@@ -297,6 +297,27 @@ class ObjectStore:
             )
         return found[0] if found else None
 
+    def fragment(self, prefix: str) -> bytes | None:
+        """The bytes of a text a pack stores once for its spliced chunks (docs/format.md §9),
+        named by its fragment id (the id it would have as a blob: ``hash-object FILE``) or a
+        unique prefix of it; None when no pack has it (AmbiguousRevision if several)."""
+        prefix = prefix.lower()
+        found: dict[str, Pack] = {}
+        for p in self.packs(reload=True):
+            if len(prefix) == 64:
+                if p.fragments and p.fragment_location(prefix) is not None:
+                    found.setdefault(prefix, p)
+            else:
+                for fid in p.fragment_ids():
+                    if fid.startswith(prefix):
+                        found.setdefault(fid, p)
+        if len(found) > 1:
+            raise AmbiguousRevision(f"short id {prefix} is ambiguous: {', '.join(f[:12] for f in sorted(found)[:5])}",
+                                    candidates=sorted(found)[:20])
+        for fid, p in found.items():
+            return p.fragment(fid)
+        return None
+
     # -- writing ----------------------------------------------------------------------------
 
     def write_raw(self, oid: str, data: bytes) -> bool:

@@ -148,9 +148,14 @@ def fragment_text(repo: Repository, name: str) -> str:
             except ConvgitError:
                 oid = None
         obj = repo.objects.read(oid) if oid else None
-        if not isinstance(obj, Blob):
+        data = obj.data if isinstance(obj, Blob) else None
+        if data is None and oid is None and 4 <= len(v) <= 64:
+            # a text stored once by reference in a pack (a fragment: format.md §9)
+            fragment = getattr(repo.objects, "fragment", None)
+            data = fragment(v) if fragment is not None and all(c in "0123456789abcdef" for c in v) else None
+        if data is None:
             raise NotFound(f"--fragment {name}: not a [fragments] alias, a file, or the id of a stored text", fragment=name)
-        text = obj.data.decode("utf-8", "surrogatepass")
+        text = data.decode("utf-8", "surrogatepass")
     if not text:
         raise InvalidInput(f"--fragment {name}: the text is empty")
     return text

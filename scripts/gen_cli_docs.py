@@ -263,10 +263,14 @@ text: FRAGMENT is a file (its text), an alias from config.toml's `[fragments]` t
 what `convgit hash-object FILE` prints; a unique prefix of 4+ hex digits works). A message
 passes when one of its parts (text, reasoning, a tool call's arguments, a tool's output)
 contains the text; several `-f` must all match. A long document reused by many prompts (a
-system prompt, a pasted file over 32 KiB) is already stored once: as one blob, which every
-message holding it references by id, so `-f` of that file finds each of them. Texts under
-the blob threshold are stored inside each message (the threshold is part of the hashing
-contract, format.md §3.3). With `--turns`, `-f` keeps the calls that sent or brought back
+system prompt, a pasted file) is stored once. Over 32 KiB it is one blob, which every
+message holding it references by id. Under that (the threshold is part of the hashing
+contract, format.md §3.3) it is inside each message object, and a pack stores a text of
+1 KiB or more once: every later copy in the pack is a reference to the first, also when
+the document sits amid other words (it is cut into pieces at lines; format.md §9, spliced
+chunks). Each message still reads back byte for byte, and its id does not change. FRAGMENT
+may be such a text's id (`hash-object` of the file) when a pack stores it whole by
+reference, or a prefix of it; `-f FILE` finds it in every case. With `--turns`, `-f` keeps the calls that sent or brought back
 the text: in the answer, or in the messages the call covers since the previous answer (its
 prompt, a system prompt, a pasted document), a re-sent call that added nothing included.
 `-f` is not for `--graph`.

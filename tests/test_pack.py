@@ -37,7 +37,7 @@ def test_every_object_reads_back_whatever_the_sizes(tmp_path_factory, blobs, com
     if not blobs:
         return
     p, ids = _pack(tmp_path_factory.mktemp("p"), blobs, compress=compress)
-    assert p.version == 2 and p.count == len(set(ids))
+    assert p.version == 3 and p.count == len(set(ids))
     for oid, b in zip(ids, blobs):
         assert p.read(oid) == b and p.size(oid) == len(b)
     assert p.verify() == []
@@ -149,7 +149,7 @@ def test_gc_rewrites_a_version_1_pack(tmp_path):
     with convgit.Repository.open(tmp_path / ".convgit") as repo:
         assert {p.version for p in repo.objects.packs()} == {1}
         api.gc(repo, prune="never")
-        assert {p.version for p in repo.objects.packs(reload=True)} == {2}
+        assert {p.version for p in repo.objects.packs(reload=True)} == {3}
         assert not list(repo.objects.iter_loose())
     after = run_process(["log", "--all", "--json"], cwd=tmp_path, env=env)
     assert before.rc == 0 and after.rc == 0 and after.json() == before.json()

@@ -82,11 +82,11 @@ class RangedPack(Pack):
         i = bisect_right(starts, off)
         return starts[i] if i < len(starts) else None
 
-    def _chunk(self, oid: str, off: int, need: int) -> bytes:
+    def _chunk(self, oid: str, off: int, need: int, depth: int = 0) -> bytes:
         key = (self.name, off)
         chunk = self._shared.get(key)
         if chunk is None:
-            chunk = super()._chunk(oid, off, need)
+            chunk = super()._chunk(oid, off, need, depth)
             self._shared.put(key, chunk)
         return chunk
 
