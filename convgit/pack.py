@@ -139,6 +139,20 @@ def _pieces(data: bytes, start: int, n: int) -> Iterator[tuple[int, int]]:
     yield s, end - s
 
 
+def _search(key_at: Callable[[int], bytes], lo: int, hi: int, raw: bytes) -> int:
+    """The index in [lo, hi) whose sorted key ``key_at(i)`` is ``raw``, or -1."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        v = key_at(mid)
+        if v < raw:
+            lo = mid + 1
+        elif v > raw:
+            hi = mid
+        else:
+            return mid
+    return -1
+
+
 class Pack:
     """One pack and its index, memory-mapped for reading."""
 
@@ -194,18 +208,7 @@ class Pack:
 
     def _find(self, raw: bytes) -> int:
         b = raw[0]
-        lo = self._fan[b - 1] if b else 0
-        hi = self._fan[b]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            v = self._id(mid)
-            if v < raw:
-                lo = mid + 1
-            elif v > raw:
-                hi = mid
-            else:
-                return mid
-        return -1
+        return _search(self._id, self._fan[b - 1] if b else 0, self._fan[b], raw)
 
     def contains(self, oid: str) -> bool:
         """True when the pack holds ``oid``."""
@@ -261,17 +264,7 @@ class Pack:
         return i
 
     def _search_fragment(self, raw: bytes) -> int:
-        lo, hi = 0, self.fragments
-        while lo < hi:
-            mid = (lo + hi) // 2
-            v = self._fid(mid)
-            if v < raw:
-                lo = mid + 1
-            elif v > raw:
-                hi = mid
-            else:
-                return mid
-        return -1
+        return _search(self._fid, 0, self.fragments, raw)
 
     def _fragment_place(self, i: int) -> tuple[int, int, int]:
         return _FLOC.unpack_from(self._idx, self._floc_at + _FLOC.size * i)
@@ -462,18 +455,15 @@ class Pack:
         (count,) = struct.unpack_from(">I", pack, count_at)
         if count != self.count:
             problems.append(f"{self.pack_path.name}: {count} objects but the index lists {self.count}")
-        prev = b""
-        for i in range(self.count):
-            raw = self._id(i)
-            if raw <= prev:
-                problems.append(f"{self.idx_path.name}: ids not sorted at {i}")
-            prev = raw
-        prev = b""
+        for what, key_at, n in (("ids", self._id, self.count), ("fragment ids", self._fid, self.fragments)):
+            prev = b""
+            for i in range(n):
+                raw = key_at(i)
+                if raw <= prev:
+                    problems.append(f"{self.idx_path.name}: {what} not sorted at {i}")
+                prev = raw
         for i in range(self.fragments):
             raw = self._fid(i)
-            if raw <= prev:
-                problems.append(f"{self.idx_path.name}: fragment ids not sorted at {i}")
-            prev = raw
             f_off, _inner, f_len = self._fragment_place(i)
             if f_len < PIECE_MIN or f_off + _ENTRY.size > len(pack) - 36:
                 problems.append(f"{self.idx_path.name}: fragment {raw.hex()} is out of place")
