@@ -640,6 +640,17 @@ def test_bulk_commit_many_survives_power_loss(stores, monkeypatch):
     assert real == [], f"{len(real)} of {stats['states']} states fail: {real[:2]}"
 
 
+def test_a_bulk_creation_survives_power_loss_all_or_nothing(stores, monkeypatch):
+    """A bulk commit of five new threads creates them straight in packed-refs and packed-logs
+    (docs/format.md §6.3 "Bulk creation": both written, one syncfs, packed-logs renamed in and
+    its directory fsynced, then packed-refs): every crash state has all five threads, each
+    with its reflog line, or none (a whole number of operations, strictly), fsck clean; the
+    second batch (depth 2) lands beside the first the same way."""
+    stats, failures = sweep(stores, monkeypatch, depth=2, ops=("commit_many",))
+    assert stats["states"] > 20
+    assert failures == [], f"{len(failures)} of {stats['states']} states fail: {failures[:2]}"
+
+
 def test_a_wide_merge_survives_power_loss(stores, monkeypatch):
     """A merge moving six threads (its refs go through RefStore.update_many in a batch):
     every crash state leaves the merge undone or done (or rolled forward by the journal)."""
