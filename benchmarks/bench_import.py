@@ -184,9 +184,9 @@ def child(store: str, export: str, src: str | None = None) -> None:
         while len(marks) < 10 and done[0] >= total * (len(marks) + 1) / 10:
             marks.append(time.perf_counter())
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), os.times()
     r1 = api.import_paths(repo, [export], progress=progress)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), os.times()
     while len(marks) < 10:
         marks.append(t1)
     tenths = [round(b - a, 2) for a, b in zip([t0] + marks[:-1], marks)]
@@ -196,7 +196,8 @@ def child(store: str, export: str, src: str | None = None) -> None:
     print(json.dumps({
         "conversations": len(r1.conversations), "counts": r1.counts(), "messages": msgs,
         "new_messages": sum(c.new_messages for c in r1.conversations), "threads": len(repo.refs.read_all()),
-        "first_s": round(t1 - t0, 2), "reimport_s": round(t2 - t1, 2), "reimport_new_objects": r2.new_objects,
+        "first_s": round(t1 - t0, 2), "reimport_s": round(t2 - t1, 2),
+        "first_cpu_s": round(c1.user + c1.system - c0.user - c0.system, 2),  # (robust to a busy machine) "reimport_new_objects": r2.new_objects,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "tenths_s": tenths,
         "conversations_per_s_by_tenth": [round(len(r1.conversations) / 10 / t) if t else None for t in tenths],
@@ -257,6 +258,9 @@ def main() -> int:
             res = json.loads(p.stdout.strip().splitlines()[-1])
             res["store_mb"] = round(sum(f.stat().st_size for f in store.rglob("*") if f.is_file()) / 1e6, 1)
             runs[who].append(res)
+            print(json.dumps({"round": r, "src": label[who], "first_s": res["first_s"], "cpu_s": res["first_cpu_s"],
+                              "tenths_s": res["tenths_s"],
+                              "git_s": git_s}), file=sys.stderr, flush=True)  # (as it goes: a long run cut short keeps these)
             shutil.rmtree(store.parent, ignore_errors=True)
     out = {}
     for src in srcs:
@@ -268,6 +272,8 @@ def main() -> int:
         res.update({"src": label[src], "export_mb": round(size / 1e6, 1), "generated_conversations": n,
                     "generated_nodes": nodes, "generate_s": round(gen_s, 1), "fsync": not a.no_fsync, "runs": len(rs),
                     "first_s_runs": [x["first_s"] for x in rs], "first_s_median": med,
+                    "first_cpu_s_runs": [x["first_cpu_s"] for x in rs],
+                    "first_cpu_s_median": statistics.median(x["first_cpu_s"] for x in rs),
                     "last_tenth_vs_first_runs": [x["last_tenth_vs_first"] for x in rs],
                     "last_tenth_vs_first_median": statistics.median(tenth_ratios),
                     "messages_per_s": round(res["messages"] / med),

@@ -140,8 +140,9 @@ class RefPacking:
         """Take ``names`` out of ``packed-refs`` (a delete or a rename; the caller holds their
         ref locks), rewriting it by rename under ``packed-refs.lock``. Nothing is written
         when none of them is packed (lines are added only by a packing, under the exclusive
-        store lock, and by a batch move holding the lock of each thread it adds, so no writer
-        races that check for these names)."""
+        store lock, by a batch move holding the lock of each thread it adds, and by a bulk
+        creation for threads that do not exist: none races that check for these names, which
+        exist and are locked)."""
         names = set(names)
         if not self.packed().mentions(names):
             return

@@ -14,7 +14,8 @@ their lines are set in one new ``packed-refs`` and their loose files, if any, un
 it (docs/format.md §6.3); a delete takes the thread out of ``packed-refs`` first (under
 ``packed-refs.lock``), then unlinks the loose file (docs/format.md §4.1, §6.4). Names are
 added to ``packed-refs`` only by packing and by such a batch, for threads that exist and
-whose locks it holds.
+whose locks it holds, and by a bulk creation (convgit.ref_create), for threads that do not
+exist, under the creation lock that every creation holds (docs/format.md §6.3).
 
 ``packed-logs`` (convgit.packedlogs, docs/format.md §4.2) holds the reflogs packed with them:
 a thread's reflog is its packed text followed by its loose reflog file (appends always go to
