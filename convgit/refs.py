@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,7 +102,7 @@ class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation):
         # ... and the version that reads packed-logs: lets update_many create threads straight
         # in the packed files (convgit.ref_create). None: it never does (remote-tracking refs).
         self.declare_packed_logs: Callable[[], None] | None = None
-        self.journal_bytes = 0  # bytes this RefStore appended to the journal (a transaction's own lines)
+        self._journal_bytes: dict[int, int] = {}  # thread -> bytes it appended to the journal (journal_bytes)
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -709,7 +710,14 @@ class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation):
         if names:
             text = "".join(f"{n}\n" for n in names)
             fsio.append_line(self.journal_path, text, fsync=False)
-            self.journal_bytes += len(text.encode("utf-8"))
+            me = threading.get_ident()  # (per thread: another thread's lines are another writer's)
+            self._journal_bytes[me] = self._journal_bytes.get(me, 0) + len(text.encode("utf-8"))
+
+    @property
+    def journal_bytes(self) -> int:
+        """Bytes this thread appended to the journal through this RefStore (a transaction's own
+        lines are the difference between two looks)."""
+        return self._journal_bytes.get(threading.get_ident(), 0)
 
     def rotate_journal(self) -> None:
         """Start an empty journal (gc, under the exclusive store lock: no writer runs). Its
