@@ -14,8 +14,10 @@ The peer: ``git fast-import`` of the same text in the same run (each message's t
 each message a commit on its parent's, a branch per leaf: the export's tree as a commit
 DAG; the stream is written with the export, so git is not charged for parsing JSON), into a
 fresh bare repository, with fsync on as convgit (core.fsync=committed) or off. ``--repeat N``
-interleaves N imports of each (convgit first, then git first, ...) and reports medians and
-the ratio ``vs_git_fast_import`` (convgit / git wall time).
+interleaves N imports of each (each round in another order) and reports medians and the
+ratio ``vs_git_fast_import`` (convgit / git wall time). ``--src DIR`` (repeatable) imports
+with another convgit source tree too, in the same rounds: a before/after in one run.
+``--keep DIR --reuse`` reuses an export generated there by an earlier run.
 """
 
 from __future__ import annotations
@@ -165,9 +167,10 @@ def git_fast_import(work: Path, stream: Path, fsync: bool) -> float:
     return s
 
 
-def child(store: str, export: str) -> None:
-    """Runs in the child: import twice, print one JSON line of figures."""
-    sys.path.insert(0, str(ROOT))
+def child(store: str, export: str, src: str | None = None) -> None:
+    """Runs in the child: import twice, print one JSON line of figures. ``src``: the convgit
+    source tree to import (another checkout, for a before/after in one run)."""
+    sys.path.insert(0, src or str(ROOT))
     import convgit
     from convgit import api
 
@@ -181,9 +184,9 @@ def child(store: str, export: str) -> None:
         while len(marks) < 10 and done[0] >= total * (len(marks) + 1) / 10:
             marks.append(time.perf_counter())
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), os.times()
     r1 = api.import_paths(repo, [export], progress=progress)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), os.times()
     while len(marks) < 10:
         marks.append(t1)
     tenths = [round(b - a, 2) for a, b in zip([t0] + marks[:-1], marks)]
@@ -193,7 +196,8 @@ def child(store: str, export: str) -> None:
     print(json.dumps({
         "conversations": len(r1.conversations), "counts": r1.counts(), "messages": msgs,
         "new_messages": sum(c.new_messages for c in r1.conversations), "threads": len(repo.refs.read_all()),
-        "first_s": round(t1 - t0, 2), "reimport_s": round(t2 - t1, 2), "reimport_new_objects": r2.new_objects,
+        "first_s": round(t1 - t0, 2), "reimport_s": round(t2 - t1, 2),
+        "first_cpu_s": round(c1.user + c1.system - c0.user - c0.system, 2),  # (robust to a busy machine) "reimport_new_objects": r2.new_objects,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "tenths_s": tenths,
         "conversations_per_s_by_tenth": [round(len(r1.conversations) / 10 / t) if t else None for t in tenths],
@@ -209,7 +213,11 @@ def main() -> int:
     ap.add_argument("--no-fsync", action="store_true", help="CONVGIT_FSYNC=0 (throw-away store)")
     ap.add_argument("--repeat", type=int, default=1, help="import this many times, interleaved with git fast-import")
     ap.add_argument("--no-git", action="store_true", help="skip the git fast-import peer")
-    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--src", type=Path, action="append", default=None,
+                    help="a convgit source tree to run (repeatable: each imports in turn, interleaved; "
+                         "e.g. `git archive main | tar -x -C DIR` for a before/after in one run); default this one")
+    ap.add_argument("--reuse", action="store_true", help="with --keep: reuse the export generated there before")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         child(*a.child)
@@ -219,46 +227,64 @@ def main() -> int:
     export = work / "conversations.json"
     stream = None if a.no_git else work / "fast-import.stream"
     t = time.perf_counter()
-    n, nodes = generate(export, a.mb, count=a.conversations, stream=stream)
+    meta = work / "generated.json"
+    if a.reuse and meta.exists() and export.exists() and (stream is None or stream.exists()):
+        n, nodes = json.loads(meta.read_text())
+    else:
+        n, nodes = generate(export, a.mb, count=a.conversations, stream=stream)
+        meta.write_text(json.dumps([n, nodes]))
     gen_s = time.perf_counter() - t
     size = export.stat().st_size
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")}
     if a.no_fsync:
         env["CONVGIT_FSYNC"] = "0"
-    runs: list[dict] = []
+    srcs = [str(x.resolve()) for x in a.src] if a.src else [None]
+    label = {src: (src or "this tree") for src in srcs}
+    runs: dict = {src: [] for src in srcs}
     git_s: list[float] = []
-    for r in range(a.repeat):  # interleaved: convgit then git, then git then convgit, ...
-        order = ("convgit", "git") if r % 2 == 0 else ("git", "convgit")
+    import shutil
+
+    for r in range(a.repeat):  # interleaved, each round in another order: convgit(s), git, ...
+        order = [*srcs, "git"]
+        order = order[r % len(order):] + order[:r % len(order)]
         for who in order:
             if who == "git":
                 if stream is not None:
                     git_s.append(round(git_fast_import(work, stream, not a.no_fsync), 2))
                 continue
             store = work / f"store-{r}" / ".convgit"
-            p = subprocess.run([sys.executable, __file__, "--child", str(store), str(export)], env=env,
-                               capture_output=True, text=True, check=True)
+            p = subprocess.run([sys.executable, __file__, "--child", str(store), str(export), *([who] if who else [])],
+                               env=env, capture_output=True, text=True, check=True)
             res = json.loads(p.stdout.strip().splitlines()[-1])
             res["store_mb"] = round(sum(f.stat().st_size for f in store.rglob("*") if f.is_file()) / 1e6, 1)
-            runs.append(res)
-            if a.keep is None:
-                import shutil
-
-                shutil.rmtree(store.parent, ignore_errors=True)
-    firsts = sorted(x["first_s"] for x in runs)
-    res = runs[len(runs) // 2] if len(runs) % 2 else min(runs, key=lambda x: abs(x["first_s"] - statistics.median(firsts)))
-    med = statistics.median(firsts)
-    res.update({"export_mb": round(size / 1e6, 1), "generated_conversations": n, "generated_nodes": nodes,
-                "generate_s": round(gen_s, 1), "fsync": not a.no_fsync, "runs": len(runs),
-                "first_s_runs": [x["first_s"] for x in runs], "first_s_median": med,
-                "messages_per_s": round(res["messages"] / med),
-                "mb_per_s": round(size / 1e6 / med, 1)})
-    if git_s:
-        res.update({"git_fast_import_s_runs": git_s, "git_fast_import_s_median": statistics.median(git_s),
-                    "vs_git_fast_import": round(med / statistics.median(git_s), 2)})
+            runs[who].append(res)
+            print(json.dumps({"round": r, "src": label[who], "first_s": res["first_s"], "cpu_s": res["first_cpu_s"],
+                              "tenths_s": res["tenths_s"],
+                              "git_s": git_s}), file=sys.stderr, flush=True)  # (as it goes: a long run cut short keeps these)
+            shutil.rmtree(store.parent, ignore_errors=True)
+    out = {}
+    for src in srcs:
+        rs = runs[src]
+        firsts = sorted(x["first_s"] for x in rs)
+        med = statistics.median(firsts)
+        res = min(rs, key=lambda x: abs(x["first_s"] - med))
+        tenth_ratios = sorted(x["last_tenth_vs_first"] or 0 for x in rs)
+        res.update({"src": label[src], "export_mb": round(size / 1e6, 1), "generated_conversations": n,
+                    "generated_nodes": nodes, "generate_s": round(gen_s, 1), "fsync": not a.no_fsync, "runs": len(rs),
+                    "first_s_runs": [x["first_s"] for x in rs], "first_s_median": med,
+                    "first_cpu_s_runs": [x["first_cpu_s"] for x in rs],
+                    "first_cpu_s_median": statistics.median(x["first_cpu_s"] for x in rs),
+                    "last_tenth_vs_first_runs": [x["last_tenth_vs_first"] for x in rs],
+                    "last_tenth_vs_first_median": statistics.median(tenth_ratios),
+                    "messages_per_s": round(res["messages"] / med),
+                    "mb_per_s": round(size / 1e6 / med, 1)})
+        if git_s:
+            res.update({"git_fast_import_s_runs": git_s, "git_fast_import_s_median": statistics.median(git_s),
+                        "vs_git_fast_import": round(med / statistics.median(git_s), 2)})
+        out[label[src]] = res
+    res = out if len(srcs) > 1 else out[label[srcs[0]]]
     print(json.dumps(res, indent=2))
     if a.keep is None:
-        import shutil
-
         shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -150,6 +150,7 @@ class _Plan:
     moves: list[_Move]
     new_ids: list[str]
     subturns: list[tuple[str, bytes]] = field(default_factory=list)
+    turns: dict[str, Turn] = field(default_factory=dict)  # every turn encoded, by id (the index needs no decode)
 
 
 class _State:
@@ -384,6 +385,7 @@ def _provenance(st: _State, plan: _Plan, now: int) -> None:
                     options=n.options, usage=n.usage, started_at=t if t is not None else now,
                     duration_ms=n.duration_ms, source=conv.source, meta=meta or None)
         subturns.append(_encode(turn))
+        plan.turns[subturns[-1][0]] = turn
     plan.subturns = subturns
     moving = [m for m in plan.moves if m.move]
     if (aliases or subturns) and not moving and plan.moves:
@@ -412,6 +414,7 @@ def _provenance(st: _State, plan: _Plan, now: int) -> None:
                     duration_ms=info.duration_ms, error=info.error, source=conv.source,
                     upstream_thread_id=conv.upstream_id, forked_from=m.forked_from, forked_at=m.forked_at, meta=meta)
         m.turn = _encode(turn)
+        plan.turns[m.turn[0]] = turn
     for k, oid in aliases.items():
         st.aliases.add((conv.source, k, oid))
 
@@ -675,6 +678,7 @@ def _write_objects(tx, plans: list[_Plan]) -> int:
         missing.update(p.new_ids)
         objs.extend(p.subturns)
         objs.extend(m.turn for m in p.moves if m.turn)
+        decoded.update(p.turns)
     if not objs:
         return 0
     if len(objs) > object_store.PACK_THRESHOLD:

@@ -5,7 +5,9 @@ locks, the journal and the reading of refs and reflogs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from pathlib import Path
 
 from . import fsio
@@ -138,8 +140,9 @@ class RefPacking:
         """Take ``names`` out of ``packed-refs`` (a delete or a rename; the caller holds their
         ref locks), rewriting it by rename under ``packed-refs.lock``. Nothing is written
         when none of them is packed (lines are added only by a packing, under the exclusive
-        store lock, and by a batch move holding the lock of each thread it adds, so no writer
-        races that check for these names)."""
+        store lock, by a batch move holding the lock of each thread it adds, and by a bulk
+        creation for threads that do not exist: none races that check for these names, which
+        exist and are locked)."""
         names = set(names)
         if not self.packed().mentions(names):
             return
@@ -150,6 +153,30 @@ class RefPacking:
             fsio.replace_file(self.packed_path, packed.with_changes(dict.fromkeys(names)), fsync=self.fsync)
 
     def _packed_locked(self):
-        return fsio.flock(self.root / (PACKED_REFS + ".lock"), shared=False, timeout=self.lock_timeout, remove=True)
+        """``packed-refs.lock``, exclusively. Re-entrant within one thread: a creation holds
+        it across its check and its commit point (``_creating``), and what it calls on the
+        way (archiving a stale packed reflog, a rename's unpacking) takes it again."""
+        if getattr(self, "_packed_owner", None) == threading.get_ident():
+            return contextlib.nullcontext()
+        return self._packed_lock_held()
+
+    @contextlib.contextmanager
+    def _packed_lock_held(self):
+        with fsio.flock(self.root / (PACKED_REFS + ".lock"), shared=False, timeout=self.lock_timeout, remove=True):
+            self._packed_owner = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._packed_owner = None
+
+    def _creating(self):
+        """Held by every creation of a thread, from its last check that the thread is absent
+        to its commit point (docs/format.md §6.3 "Bulk creation"): ``packed-refs.lock``, in a
+        store whose threads may be created straight in ``packed-refs`` (a Repository's; not
+        remote-tracking refs), else nothing. The lock order is unchanged: a ref's lock, then
+        this one."""
+        if getattr(self, "declare_packed", None) is None:
+            return contextlib.nullcontext()
+        return self._packed_locked()
 
     # -- reflog -----------------------------------------------------------------------------

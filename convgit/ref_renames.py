@@ -90,7 +90,7 @@ class RefRenames:
         fsio.makedirs(dst.parent, fsync=self.fsync)
         fsio.makedirs(src.parent)  # a packed nested thread's directory may be gone: its lock goes there
         first, second = sorted([src, dst])
-        with self._locked(first), self._locked(second):
+        with self._locked(first), self._locked(second), self._creating():  # (the new name is a creation)
             tip = self._read_ref(src, old_name)
             if tip is None:
                 raise NotFound(f"thread {old_name!r} does not exist", thread=old_name)

@@ -14,7 +14,8 @@ their lines are set in one new ``packed-refs`` and their loose files, if any, un
 it (docs/format.md §6.3); a delete takes the thread out of ``packed-refs`` first (under
 ``packed-refs.lock``), then unlinks the loose file (docs/format.md §4.1, §6.4). Names are
 added to ``packed-refs`` only by packing and by such a batch, for threads that exist and
-whose locks it holds.
+whose locks it holds, and by a bulk creation (convgit.ref_create), for threads that do not
+exist, under the creation lock that every creation holds (docs/format.md §6.3).
 
 ``packed-logs`` (convgit.packedlogs, docs/format.md §4.2) holds the reflogs packed with them:
 a thread's reflog is its packed text followed by its loose reflog file (appends always go to
@@ -27,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,7 @@ from .errors import (InvalidRefName, NotFound, ObjectCorrupt, ObjectMissing, Ref
                      UnsafeSymlink)
 from .ids import check_thread_name, is_oid, short
 from .packedlogs import PACKED_LOGS, PackedLogsReader
+from .ref_create import BULK_CREATE_MIN, RefCreation
 from .ref_packing import RefPacking
 from .reflog_files import ReflogFiles
 from .ref_renames import RENAME_INTENT, RefRenames  # noqa: F401 (RENAME_INTENT re-exported)
@@ -77,7 +80,7 @@ class RefMove:
     steps: tuple[tuple[str, str | None, str], ...] = ()
 
 
-class RefStore(ReflogFiles, RefPacking, RefRenames):
+class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation):
     """The refs of one store: a file per thread under ``refs/threads/``, HEAD, and a reflog
     per thread. Every move is a compare-and-swap under the thread's lock (docs/format.md §6.2)."""
 
@@ -96,6 +99,10 @@ class RefStore(ReflogFiles, RefPacking, RefRenames):
         # Declares the store's format version that reads packed-refs (Repository sets it):
         # lets a batch move (update_many) make the first packed-refs. None: only gc's does.
         self.declare_packed: Callable[[], None] | None = None
+        # ... and the version that reads packed-logs: lets update_many create threads straight
+        # in the packed files (convgit.ref_create). None: it never does (remote-tracking refs).
+        self.declare_packed_logs: Callable[[], None] | None = None
+        self._journal_bytes: dict[int, int] = {}  # thread -> bytes it appended to the journal (journal_bytes)
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -280,10 +287,14 @@ class RefStore(ReflogFiles, RefPacking, RefRenames):
                 self._delete_locked(path, name, None, (message or "delete") + " (unreadable ref)", time_ms)
                 old = None
             else:
-                self._check_expected(name, old, expected)
-                if new is None and old is None:
-                    raise NotFound(f"thread {name!r} does not exist", thread=name)
-                old = self._move_locked(path, name, old, new, turn, message, time_ms)
+                creating = old is None and new is not None
+                with self._creating() if creating else contextlib.nullcontext():
+                    if creating:  # made straight in packed-refs meanwhile (a bulk creation)?
+                        old = self.packed().get(name)
+                    self._check_expected(name, old, expected)
+                    if new is None and old is None:
+                        raise NotFound(f"thread {name!r} does not exist", thread=name)
+                    old = self._move_locked(path, name, old, new, turn, message, time_ms)
                 if new is not None:
                     return old
         # After the lock file is gone: directories left empty go, so ``a/b`` leaves room for ``a``.
@@ -339,7 +350,7 @@ class RefStore(ReflogFiles, RefPacking, RefRenames):
         self._archive_log(name)
 
     def update_many(self, moves: list["RefMove"], *, exists: Callable[[str], bool] | None = None,
-                    results: list | None = None) -> list:
+                    results: list | None = None, written: dict | None = None) -> list:
         """Several compare-and-swaps made durable together (bulk ingest, merge): one result per
         move, the old tip or the error it met (RefStale, RefExists, NotFound, ObjectMissing),
         in the order given. A storage error is raised, with the batch it hit undone (its
@@ -361,15 +372,33 @@ class RefStore(ReflogFiles, RefPacking, RefRenames):
         for all. A thread that also has a loose ref file (which wins) has it unlinked after
         that rename is durable (a directory fsync): its move is the unlink. Then they are
         packed, and their next batch moves are packed ones (docs/format.md §6.3). A new
-        thread always gets a loose ref (the file system keeps ``a`` and ``a/b`` apart)."""
+        thread in a batch gets a loose ref (the file system keeps ``a`` and ``a/b`` apart).
+
+        Creations (``expected`` None) of at least BULK_CREATE_MIN threads go first, straight
+        into ``packed-refs`` and ``packed-logs`` under the creation lock (convgit.ref_create,
+        docs/format.md §6.3 "Bulk creation"); ``written`` is then filled with name -> (tip,
+        its whole reflog) of each, for the index."""
         if results is None:
             results = [NOT_APPLIED] * len(moves)
-        self._update_all(moves, results, exists)
+        idx = list(range(len(moves)))
+        if self.declare_packed_logs is not None:
+            count: dict[str, int] = {}
+            for m in moves:
+                count[m.name] = count.get(m.name, 0) + 1
+            new = [i for i in idx if moves[i].expected is None and count[moves[i].name] == 1]
+            if len(new) >= BULK_CREATE_MIN:
+                rest = set(self._create_packed(moves, new, results, exists, written))
+                taken = set(new) - rest
+                idx = [i for i in idx if i not in taken]
+        self._update_all(moves, results, exists, idx)
         return results
 
-    def _update_all(self, moves, results: list, exists) -> None:
-        if not self.fsync or len(moves) < 4:
-            for i, m in enumerate(moves):
+    def _update_all(self, moves, results: list, exists, idx: list[int]) -> None:
+        if not idx:
+            return
+        if not self.fsync or len(idx) < 4:
+            for i in idx:
+                m = moves[i]
                 try:
                     expected, olds = m.expected, []
                     for tip, turn, msg in (*m.steps, (m.new, m.turn, m.message)):  # each step its own move
@@ -383,7 +412,7 @@ class RefStore(ReflogFiles, RefPacking, RefRenames):
                 for turn, msg in m.extra:
                     self.update(m.name, m.new, expected=m.new, message=msg, turn=turn, time_ms=m.time_ms)
             return
-        order = sorted(range(len(moves)), key=lambda i: moves[i].name)  # stable: a thread's moves keep their order
+        order = sorted(idx, key=lambda i: moves[i].name)  # stable: a thread's moves keep their order
         batch: list[int] = []
         names: set[str] = set()
         for i in order:
@@ -401,11 +430,9 @@ class RefStore(ReflogFiles, RefPacking, RefRenames):
         in_packed: list[int] = []  # moves of existing threads: through packed-refs if enough
         loose_of: dict[int, Path] = {}  # ... of those, the ones with a loose ref file (it goes)
         repacked: list = []  # the packed-refs rewrite: [tmp, old bytes (None: none), renamed?, unlinked, to unlink]
-        # One journal append for the batch (before any of its reflog lines and moves; a name
-        # whose check fails below is read again by the index, harmlessly).
-        self.journal([moves[i].name for i in batch])
         with contextlib.ExitStack() as locks:
             try:
+                ready: list[tuple[int, Path, str | None, str | None]] = []  # (i, ref, loose tip, old tip)
                 for i in batch:
                     m = moves[i]
                     try:
@@ -419,10 +446,31 @@ class RefStore(ReflogFiles, RefPacking, RefRenames):
                         locks.enter_context(self._locked(path))
                         loose = self._read_path(path, m.name)
                         old = loose if loose is not None else self.packed().get(m.name)  # (= _read_ref)
-                        self._check_expected(m.name, old, m.expected)
+                        if old is not None:
+                            self._check_expected(m.name, old, m.expected)
                     except (RefStale, RefExists, NotFound, ObjectMissing) as e:
                         results[i] = e
                         continue
+                    ready.append((i, path, loose, old))
+                if any(old is None for *_, old in ready):
+                    # Creations: checked again under the creation lock (after the ref locks),
+                    # held to the commit point: a bulk creation may have made one meanwhile.
+                    locks.enter_context(self._creating())
+                checked = []
+                for i, path, loose, old in ready:
+                    try:
+                        if old is None:
+                            old = self.packed().get(moves[i].name)
+                            self._check_expected(moves[i].name, old, moves[i].expected)
+                    except (RefStale, RefExists, NotFound) as e:
+                        results[i] = e
+                        continue
+                    checked.append((i, path, loose, old))
+                # One journal append for the batch, under its locks (docs/format.md §4 Journal),
+                # before any of its reflog lines and moves.
+                self.journal([moves[i].name for i, *_ in checked])
+                for i, path, loose, old in checked:
+                    m = moves[i]
                     results[i] = old
                     lines = []
                     prev = old
@@ -660,7 +708,16 @@ class RefStore(ReflogFiles, RefPacking, RefRenames):
         every ref once (Index.refresh_if_changed)."""
         names = list(names)
         if names:
-            fsio.append_line(self.journal_path, "".join(f"{n}\n" for n in names), fsync=False)
+            text = "".join(f"{n}\n" for n in names)
+            fsio.append_line(self.journal_path, text, fsync=False)
+            me = threading.get_ident()  # (per thread: another thread's lines are another writer's)
+            self._journal_bytes[me] = self._journal_bytes.get(me, 0) + len(text.encode("utf-8"))
+
+    @property
+    def journal_bytes(self) -> int:
+        """Bytes this thread appended to the journal through this RefStore (a transaction's own
+        lines are the difference between two looks)."""
+        return self._journal_bytes.get(threading.get_ident(), 0)
 
     def rotate_journal(self) -> None:
         """Start an empty journal (gc, under the exclusive store lock: no writer runs). Its
@@ -679,7 +736,7 @@ class RefStore(ReflogFiles, RefPacking, RefRenames):
             raise ObjectMissing(f"cannot point thread {name!r} at missing object {tip}", oid=tip)
         self._check_df_conflict(path, name)
         fsio.makedirs(path.parent)
-        with self._locked(path):
+        with self._locked(path), self._creating():
             if self._read_ref(path, name) is not None:
                 raise RefExists(f"thread {name!r} already exists", thread=name)
             self._archive_stale_log(name)

@@ -34,6 +34,7 @@ class Repository:
             self.objects = _ranged_objects(self.objects, path, config.objects_from)
         self.refs = RefStore(path, fsync=config.fsync, lock_timeout=config.lock_timeout)
         self.refs.declare_packed = lambda: require_format(path, PACKED_REFS_FORMAT, fsync=config.fsync)
+        self.refs.declare_packed_logs = lambda: require_format(path, PACKED_FORMAT, fsync=config.fsync)
         self._index = None
         # Said once the operation is done (the CLI prints them to stderr): a ref move that
         # stands although the index could not follow it (a full disk), and the like.

@@ -79,6 +79,8 @@ class Transaction:
         self._head_after_delete = False
         self._stack: ExitStack | None = None
         self._journal_at = 0  # the refs journal's size when the transaction began
+        self._journal_own = 0  # ... and how much of it is this transaction's (RefStore.journal_bytes)
+        self._written: dict[str, tuple[str, bytes]] = {}  # threads created: name -> (tip, reflog), for the index
 
     @property
     def warnings(self) -> list[str]:
@@ -97,6 +99,7 @@ class Transaction:
         stack.enter_context(repo.exclusive_lock() if self.exclusive else repo.write_lock())
         self._stack = stack
         self._journal_at = _size(repo.refs.journal_path)
+        self._journal_own = repo.refs.journal_bytes
         try:
             if self.exclusive and self.recover:
                 repo.recover_interrupted()  # a merge or a rename cut short: finish it first
@@ -175,6 +178,7 @@ class Transaction:
         RefStore.update). Durable on return. Returns the old tip. ``check_exists``: ``new``
         must name a stored object."""
         exists = self.repo.objects.contains if check_exists else None
+        self._written.pop(name, None)
         try:
             return self.repo.refs.update(name, new, expected=expected, message=message, turn=turn, exists=exists,
                                          time_ms=time_ms)
@@ -184,13 +188,17 @@ class Transaction:
     def move_many(self, moves: list[RefMove], *, results: list | None = None) -> list:
         """Several compare-and-swaps made durable together (RefStore.update_many): one result
         per move, the old tip or the error it met, in order. A storage error is raised."""
+        for m in moves:
+            self._written.pop(m.name, None)
         try:
-            return self.repo.refs.update_many(moves, exists=self.repo.objects.contains, results=results)
+            return self.repo.refs.update_many(moves, exists=self.repo.objects.contains, results=results,
+                                              written=self._written if self.index_mode == "moves" else None)
         finally:
             self.moved.update(m.name for m in moves)
 
     def restore(self, name: str, tip: str, archive, *, message: str, time_ms: int | None = None) -> None:
         """Bring back a deleted thread at ``tip`` with its archived reflog (RefStore.restore)."""
+        self._written.pop(name, None)
         try:
             self.repo.refs.restore(name, tip, archive, message=message, time_ms=time_ms,
                                    exists=self.repo.objects.contains)
@@ -200,6 +208,8 @@ class Transaction:
     def rename(self, old: str, new: str) -> str:
         """Rename thread ``old`` to ``new`` (RefStore.rename); HEAD follows it when it named
         ``old``. Returns the tip."""
+        self._written.pop(old, None)
+        self._written.pop(new, None)
         try:
             tip = self.repo.refs.rename(old, new)
         finally:
@@ -316,7 +326,11 @@ class Transaction:
         repo = self.repo
         try:
             if self.index_mode == "moves" and (self.moved or self._objects):
-                repo.index.record_moves(self.moved, self._cache(), fast_forward=self.fast_forward)
+                # What it created is handed over as written (no read back), to be trusted while
+                # the journal ends where this transaction's own lines did.
+                own = self.repo.refs.journal_bytes - self._journal_own
+                repo.index.record_moves(self.moved, self._cache(), fast_forward=self.fast_forward,
+                                        written=self._written, journal_end=self._journal_at + own)
             elif self.index_mode == "refresh":
                 repo.index.refresh()
             elif self.index_mode == "rebuild":

@@ -17,13 +17,20 @@ import convgit
 from convgit import api
 from convgit import index as index_mod
 from convgit.index import writer as index_writer
+from convgit import refs as refs_mod
 from convgit.refs import RefStore
 from store_helpers import NOW, conv, fast_repo
 
 
 def _store(tmp_path, n: int, name: str = "s"):
+    """``n`` threads with loose ref files (whose reads these tests count), not created
+    straight in packed-refs as a bulk commit would."""
     repo = fast_repo(tmp_path / name)
-    convgit.commit_many(repo, [{"messages": conv(f"q{i}", f"a{i}"), "model": "m"} for i in range(n)], now_ms=NOW)
+    saved, refs_mod.BULK_CREATE_MIN = refs_mod.BULK_CREATE_MIN, 10**6
+    try:
+        convgit.commit_many(repo, [{"messages": conv(f"q{i}", f"a{i}"), "model": "m"} for i in range(n)], now_ms=NOW)
+    finally:
+        refs_mod.BULK_CREATE_MIN = saved
     repo.index.refresh()
     return repo
 

@@ -99,6 +99,7 @@ def test_a_new_thread_never_inherits_a_stale_packed_reflog(repo):
 def test_a_writer_past_the_threshold_packs_and_the_index_catches_up_without_a_rescan(repo, monkeypatch):
     monkeypatch.setattr(refs_mod, "AUTO_PACK_LOOSE", 8)
     monkeypatch.setattr(transaction, "AUTO_PACK_STEP", 16)
+    monkeypatch.setattr(refs_mod, "BULK_CREATE_MIN", 10**6)  # (created loose, as one by one)
     commit(repo, {"messages": conv("first")}, thread="first")
     repo.index.refresh_if_changed()  # (the journal's first line: read every ref once)
     items = [{"messages": conv(f"t{i}"), "source": "s", "upstream_thread_id": f"u{i}"} for i in range(12)]
@@ -164,6 +165,7 @@ import convgit
 from convgit import refs, transaction
 refs.AUTO_PACK_LOOSE = 4
 transaction.AUTO_PACK_STEP = 32
+refs.BULK_CREATE_MIN = 10**6  # (created loose, then packed by the writer)
 repo = convgit.Repository.open({str(path)!r})
 convgit.commit_many(repo, [{{"messages": [{{"role": "user", "content": f"q{{i}}"}}], "source": "s", "upstream_thread_id": f"t{{i}}"}} for i in range(9)])
 """

@@ -78,9 +78,13 @@ def _turns(store: Path) -> list[Turn]:
     from convgit.refformat import parse_reflog_line
 
     named = set()
+    repo = convgit.open_repo(store)
+    try:  # (a reflog may be packed: the committer creates threads straight in packed-logs)
+        logs = {name: repo.refs.log_bytes(name).decode("utf-8") for name in _threads(store)}
+    finally:
+        repo.close()
     for name, tip in _threads(store).items():
-        log = store / ".convgit" / "logs" / "refs" / "threads" / name
-        entries = [e for e in map(parse_reflog_line, log.read_text("utf-8").splitlines(keepends=True)) if e]
+        entries = [e for e in map(parse_reflog_line, logs[name].splitlines(keepends=True)) if e]
         for i, e in enumerate(entries):
             # a line whose move never happened (a writer killed before its ref rename) is not a record
             if e.turn and (entries[i + 1].old if i + 1 < len(entries) else tip) == e.new:

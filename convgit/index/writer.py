@@ -359,12 +359,21 @@ class IndexWriter(RunningTotals):
         return out
 
     def _catch_up_journal(self, state: dict, dirs, *, extra: set[str] = frozenset(), cache: dict | None = None,
-                          commit: bool = False) -> None:
+                          commit: bool = False, written: dict | None = None, journal_end: int | None = None) -> None:
         names, end = self._journal_since(state["size"])
         commit = commit and names <= set(extra)  # another writer's move may have left messages behind
         names |= set(extra)
-        self._catch_up(lambda: self._read_refs(names), only=names, cache=cache, commit=commit,
-                       state=self._new_state(end, dirs, state.get("ino")))
+
+        def refs() -> dict[str, str]:  # under index.lock: what it created, taken as it is while
+            # the journal ends where its lines did (nothing else moved since: docs/format.md §8)
+            ok = written and _journal_stat(self.repo.refs.journal_path) == (state.get("ino"), journal_end)
+            self._written = {n: v for n, v in written.items() if n in names} if ok else {}
+            return {**self._read_refs(names - set(self._written)), **{n: v[0] for n, v in self._written.items()}}
+
+        try:
+            self._catch_up(refs, only=names, cache=cache, commit=commit, state=self._new_state(end, dirs, state.get("ino")))
+        finally:
+            self._written = {}
 
     @healing
     def refresh(self) -> None:
@@ -409,12 +418,13 @@ class IndexWriter(RunningTotals):
             os.close(fd)
 
     def record_moves(self, names: Iterable[str], cache: dict[str, object] | None = None, *,
-                     fast_forward: bool = False) -> None:
+                     fast_forward: bool = False, written: dict | None = None, journal_end: int | None = None) -> None:
         """After a repository transaction (convgit/transaction.py): index the threads it
         moved (``names``), and whatever else the journal says moved meanwhile (another
         writer), reading no other ref. ``cache``: the objects it wrote, decoded (oid →
         object), used instead of reading them back. ``fast_forward``: its moves only created
-        threads or moved them forward, so no message can have become unreachable."""
+        threads or moved them forward, so no message can have become unreachable. ``written``:
+        name → (tip, reflog) of threads it created, not read back if the journal ends at ``journal_end``."""
         names = set(names)
         cache = dict(cache or {})
         state = self._load_state()
@@ -424,7 +434,8 @@ class IndexWriter(RunningTotals):
             return
         # The directories as they are after this transaction's own moves: they explain the change.
         dirs = self._ref_dirs_signature([d for d, _ in state.get("dirs", [])])
-        self._catch_up_journal(state, dirs, extra=names, cache=cache, commit=fast_forward)
+        self._catch_up_journal(state, dirs, extra=names, cache=cache, commit=fast_forward, written=written,
+                               journal_end=journal_end)
 
     def _catch_up(self, refs, *, only: set[str] | None = None, archived: bool = False,
                   cache: dict | None = None, commit: bool = False, state: dict | None = None) -> None:
@@ -522,6 +533,8 @@ class IndexWriter(RunningTotals):
                 raise
 
     def _log_size(self, name: str) -> int:
+        if name in getattr(self, "_written", ()):  # just created by this transaction: its whole reflog
+            return len(self._written[name][1])
         return self.repo.refs.log_size(name)  # packed part and loose file (docs/format.md §4.2)
 
     def _index_chain(self, reader: "Reader", tip: str) -> None:
@@ -583,14 +596,13 @@ class IndexWriter(RunningTotals):
 
     def _index_thread(self, reader: "Reader", name: str, tip: str, log_offset: int) -> None:
         db = self.db
-        path = self.repo.refs.log_path(name)
         size = self._log_size(name)
         if size < log_offset:  # rewritten (expired) reflog: read it all again
             log_offset = 0
         first_time = None
         if log_offset == 0:
             db.execute("DELETE FROM threads WHERE name=?", (name,))
-        entries, consumed = self._index_log(reader, name, path, log_offset)
+        entries, consumed = self._index_log(reader, name, None, log_offset)  # (a live reflog: read by name)
         self._note_renames(entries)
         size = log_offset + consumed
         row = self._thread_row(name)
@@ -649,7 +661,9 @@ class IndexWriter(RunningTotals):
         indexed; the rest wait for the next catch-up (their messages are not indexed yet, so
         their turns could not be placed on them).
         """
-        if thread is not None:
+        if thread is not None and thread in getattr(self, "_written", ()):
+            raw = self._written[thread][1][offset:]  # just created by this transaction (record_moves)
+        elif thread is not None:
             raw = self.repo.refs.log_bytes(thread)[offset:]  # a live reflog: packed part, then loose
         else:
             try:

@@ -278,6 +278,9 @@ CASES = (
     # ... continuing four loose threads: packed-refs made, then their loose files unlinked
     + [("import_loose", p, v) for p, v in [("ref_after_tmp_fsync", "none"), ("ref_mid_unpack_loose", "none"),
                                             ("ref_after_rename", "all")]]
+    # an import creating six threads straight in packed-refs and packed-logs (§6.3 Bulk creation)
+    + [("import_new", p, v) for p, v in [("bulk_after_tmp_fsync", "none"), ("bulk_after_logs_rename", "none"),
+                                          ("bulk_after_rename", "all")]]
 )
 # Points owned by other operations' tests (the importer's; push's: tests/test_remote.py kills a
 # push there and resumes it).
@@ -323,13 +326,19 @@ def crash_base(tmp_path_factory):
     (d / "loose.jsonl").write_text("".join(json.dumps({"messages": [user(f"v{j} 0"), user(f"v{j} 1")]}) + "\n"
                                            for j in range(4)))
     base = {"store": repo.path, "source": src.path, "env": env, "dir": d, "after": {}}
-    for op in ("commit", "commit_new", "fork", "gc", "merge", "rename", "import_packed", "import_loose"):
+    (d / "new.jsonl").write_text("".join(json.dumps({"messages": [user(f"n{j} 0"), user(f"n{j} 1")], "source": "s",
+                                                     "upstream_thread_id": f"n{j}"}) + "\n" for j in range(6)))
+    for op in ("commit", "commit_new", "fork", "gc", "merge", "rename", "import_packed", "import_loose", "import_new"):
         store = _copy(base, d / f"ref-{op}")
         r = _run(base, op, store)
         assert r.returncode == 0, r
         with Repository.open(store) as s:
             base["after"][op] = s.refs.read_all()
-            if op.startswith("import_"):  # (the packed path: moved without a loose ref, or out of it)
+            if op == "import_new":  # (created without a loose ref or reflog)
+                made = [n for n in base["after"][op] if n.startswith("s/")]
+                assert len(made) == 6 and not set(made) & set(s.refs._loose_names())
+                assert not [n for n, _ in s.refs.iter_log_files() if n in made]
+            elif op.startswith("import_"):  # (the packed path: moved without a loose ref, or out of it)
                 assert not [n for n in s.refs._loose_names() if n[0] == ("w" if op == "import_packed" else "v")]
     with Repository.open(repo.path) as s:
         base["before"] = s.refs.read_all()
@@ -355,6 +364,7 @@ def _run(base, op: str, store: Path, crash: str | None = None):
         "rename": ["threads", "rename", "a", "renamed/a", "--json"],
         "import_packed": ["import", str(base["dir"] / "packed.jsonl"), "--json"],
         "import_loose": ["import", str(base["dir"] / "loose.jsonl"), "--json"],
+        "import_new": ["import", str(base["dir"] / "new.jsonl"), "--json"],
     }[op]
     return run_cli(args, store=store, env=env, input=json.dumps(payload[op]) if op in payload else None)
 

@@ -539,11 +539,17 @@ def _op_fork(repo, i):
 
 
 def _op_commit_many(repo, i):
-    """Five conversations appended to or creating threads: one batch of ref moves. (The same
-    objects in every case, so every case makes the same fsyncs.)"""
+    """Four conversations appended to or creating threads: one batch of ref moves (three
+    creations: fewer than a bulk creation takes). (The same objects in every case, so every
+    case makes the same fsyncs.)"""
     convos = [{"messages": history(repo, "a") + [user("eio bulk")]}]
-    convos += [{"messages": [user(f"eio bulk {j}")]} for j in range(4)]
+    convos += [{"messages": [user(f"eio bulk {j}")]} for j in range(3)]
     return convgit.commit_many(repo, convos, now_ms=NOW + 1000)
+
+
+def _op_bulk_new(repo, i):
+    """Five conversations creating threads: one bulk creation (docs/format.md §6.3)."""
+    return convgit.commit_many(repo, [{"messages": [user(f"eio new {j}")]} for j in range(5)], now_ms=NOW + 1000)
 
 
 def _op_merge(stores):
@@ -578,17 +584,17 @@ def _eio_case(stores, tmp_path, monkeypatch, op, n):
 def _on_head(name: str, store, proxy, n: int, k: int) -> bool:
     """The failed fsync is HEAD's (its temp file, or the store directory after its rename:
     always a commit's last fsyncs), which comes after the commit point."""
-    if name not in ("commit", "new_thread", "call", "call_new", "commit_many"):
+    if name not in ("commit", "new_thread", "call", "call_new", "commit_many", "bulk_new"):
         return False
     what = proxy.failed_on or ""
     return os.path.basename(what).startswith("tmp_HEAD") or (n == k and what == str(store))
 
 
-@pytest.mark.parametrize("name", ["commit", "new_thread", "call", "call_new", "commit_many", "fork", "merge",
-                                  "merge_wide", "gc"])
+@pytest.mark.parametrize("name", ["commit", "new_thread", "call", "call_new", "commit_many", "bulk_new", "fork",
+                                  "merge", "merge_wide", "gc"])
 def test_eio_from_the_nth_fsync_fails_the_operation_and_changes_nothing(stores, tmp_path, monkeypatch, name, capsys):
     op = {"commit": _op_commit, "new_thread": _op_new_thread, "call": _op_call, "call_new": _op_call_new,
-          "commit_many": _op_commit_many, "fork": _op_fork,
+          "commit_many": _op_commit_many, "bulk_new": _op_bulk_new, "fork": _op_fork,
           "merge": _op_merge(stores), "merge_wide": lambda repo, i: merge(repo, stores["wide"]), "gc": _op_gc}[name]
     # k: how many fsyncs the operation makes (counted on a clean run)
     counter = FailingFsync(0)
@@ -638,6 +644,17 @@ def test_bulk_commit_many_survives_power_loss(stores, monkeypatch):
     whole = "refs after recovery are not those of a whole number of operations"
     real = [f for f in failures if f.count('", "') + 1 > f.count(whole) or whole not in f]
     assert real == [], f"{len(real)} of {stats['states']} states fail: {real[:2]}"
+
+
+def test_a_bulk_creation_survives_power_loss_all_or_nothing(stores, monkeypatch):
+    """A bulk commit of five new threads creates them straight in packed-refs and packed-logs
+    (docs/format.md §6.3 "Bulk creation": both written, one syncfs, packed-logs renamed in and
+    its directory fsynced, then packed-refs): every crash state has all five threads, each
+    with its reflog line, or none (a whole number of operations, strictly), fsck clean; the
+    second batch (depth 2) lands beside the first the same way."""
+    stats, failures = sweep(stores, monkeypatch, depth=2, ops=("commit_many",))
+    assert stats["states"] > 20
+    assert failures == [], f"{len(failures)} of {stats['states']} states fail: {failures[:2]}"
 
 
 def test_a_wide_merge_survives_power_loss(stores, monkeypatch):
