@@ -117,11 +117,12 @@ class Proxy:
     returns once the record is durable (group-committed by the spool writer)."""
 
     def __init__(self, settings: ProxySettings, spool: Callable[..., Any], *, config=None,
-                 offer: Callable[..., None] | None = None) -> None:
+                 offer: Callable[..., None] | None = None, cache=None) -> None:
         self.settings = settings
         self.spool = spool  # spool(record, expect_build=False) -> awaitable, submitted at once
         self.offer = offer or (lambda call_id, built: None)  # the build of an expected call, or None
         self.config = config  # the store's Config (how build hashes a chain), None: defaults
+        self.cache = cache  # the prefixes parsed and hashed (prefix.PrefixCache, shared with the committer)
         self.client: httpx.AsyncClient | None = None
         self._history: OrderedDict[str, tuple] = OrderedDict()  # Responses: response id → chain
 
@@ -137,7 +138,7 @@ class Proxy:
                 prev = json.loads(rec.request).get("previous_response_id")
                 if isinstance(prev, str) and prev and prev not in self._history:
                     return None
-            b = rec_mod.build(rec, history_for=self._history.get, config=self.config)
+            b = rec_mod.build(rec, history_for=self._history.get, config=self.config, cache=self.cache)
         except Exception:  # noqa: BLE001  (the committer builds it again and says why)
             return None
         if rec.api == sse.OPENAI_RESPONSES and b.response_id:
