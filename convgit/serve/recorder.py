@@ -50,6 +50,7 @@ _MAX_BATCH = 512
 _EMBED_BACKOFF = (5.0, 300.0)  # seconds a failing provider is left alone: first, at most (doubling)
 _WARN_EVERY = 60.0  # the same kind of embedding warning at most this often in the server's log
 GC_CHECK_SECONDS = 30.0  # the committer looks at most this often whether gc --auto would act
+LOOSE_CHECK_SECONDS = 5.0  # ... and, when idle, at most this often whether loose objects should be packed
 
 
 class Recorder:
@@ -355,6 +356,7 @@ class Committer:
         self._warned: dict[str, float] = {}  # kind of embedding warning -> when last said
         self.idle = threading.Event()
         self.drained_leftovers = threading.Event()
+        self.compactions = 0  # pack merges done (compact.py)
         self._thread = threading.Thread(target=self._run, name="convgit-commit", daemon=True)
 
     def expect(self, call_id: str) -> None:
@@ -419,6 +421,10 @@ class Committer:
                 if not stop:  # (stopping: the chunks stay pending, the exit is not kept waiting)
                     self._embed(recorder)
                 self._auto_gc(repo, recorder)  # (after the embedding: the batch's own work first)
+                with self._cond:
+                    idle = not self._queue and not self._stop
+                if idle:
+                    self._compact(repo)
         finally:
             self.drained_leftovers.set()
             self.idle.set()
@@ -483,6 +489,29 @@ class Committer:
                 api.gc(repo, auto=True)
         except (ConvgitError, OSError) as e:
             self.warn(f"gc --auto failed ({getattr(e, 'message', e)}); the next check tries again")
+
+    _loose_looked = float("-inf")  # (monotonic) when _compact last listed the loose objects
+
+    def _compact(self, repo) -> None:
+        """Bound the pack count while serving (convgit/serve/compact.py: small packs merged
+        geometrically) when no call waits; the loose objects (listing them costs a directory
+        read per fan-out) are looked at too at most every LOOSE_CHECK_SECONDS. A failure is a
+        warning; the next look tries again."""
+        from .compact import compact, merge_due
+
+        now = time.monotonic()
+        loose = now - self._loose_looked >= LOOSE_CHECK_SECONDS
+        if not loose and not merge_due(repo.objects):
+            return
+        if loose:
+            self._loose_looked = now
+        try:
+            done = compact(repo, loose=loose)
+        except (ConvgitError, OSError) as e:
+            self.warn(f"merging small packs failed ({getattr(e, 'message', e)}); gc will do it")
+            return
+        if done is not None:
+            self.compactions += 1
 
     def _drain_leftovers(self, recorder: Recorder) -> None:
         d = self.repo_path / spool_mod.SPOOL_DIR
