@@ -36,7 +36,7 @@ import msgspec
 from ..ingest import Chain, Draft, build_chain
 
 _REACH = 16  # prefix lengths tried below the message count: a call adds a few messages, a tool loop more
-DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024  # keys + encoded messages counted (the objects behind them: about 3x in memory at worst)
 
 _enc = msgspec.msgpack.Encoder()
 
