@@ -11,7 +11,8 @@ async client: time to the first response byte (TTFB) and to the last, streaming 
 completions) and not, 1 and 32 concurrent clients. "added" is proxy minus direct, per
 percentile. Then the sustained rate: 32 clients, stateless conversations starting at 8
 messages and growing by 2 per call, until every call is committed to the store (the proxy's
-``--json`` line per recorded call). Last, ``convgit.capture``'s cost per call: the openai SDK
+``--json`` line per recorded call); each round first makes the same calls to the upstream
+directly (nothing logged: the machine's ceiling for this client and upstream). Last, ``convgit.capture``'s cost per call: the openai SDK
 bare and wrapped, alternating, on the fake upstream (median µs per call).
 
 More parts (``--parts``): ``committer``, the committer alone on the sustained run's calls
@@ -24,7 +25,8 @@ first calls committed, then ``gc``), with batch moves of packed threads in ``pac
 alternation. ``growth``, the committer in batches of 32 on a longer run: milliseconds per batch in the
 first and the last eighth of the batches, and how much of it is the hole check
 (``graph.first_missing``: every batch writes a pack, so a long conversation's messages are
-spread over many). ``--sizes`` runs the sustained, committer and drain parts on stores already holding that many
+spread over many); with a code that has it, each batch is followed by the idle committer's
+pack merge (convgit/serve/compact.py), its time counted in the batch's. ``--sizes`` runs the sustained, committer and drain parts on stores already holding that many
 conversations; ``--before DIR`` runs the convgit source tree DIR (e.g. ``git archive main |
 tar -x -C DIR``) in alternation with this one, round by round (``--rounds``; medians).
 
@@ -263,11 +265,17 @@ def timed(*a, **k):
     finally:
         spent[0] += time.perf_counter() - t
 decide.first_missing = timed
+try:  # what the committer does between batches when no call waits (this code has it?)
+    from convgit.serve.compact import compact, merge_due
+except ImportError:
+    compact = None
 rows = []
 for i in range(0, len(records), batch):
     spent[0] = 0.0
     t = time.perf_counter()
     rec.commit_batch(records[i:i + batch])
+    if compact is not None and merge_due(repo.objects):
+        compact(repo, loose=False)
     rows.append(((time.perf_counter() - t) * 1000, spent[0] * 1000))
 k = max(1, len(rows) // 8)
 f = lambda part, j: round(statistics.median(r[j] for r in part), 1)
@@ -384,6 +392,12 @@ def main() -> None:
             for size in (int(x) for x in args.sizes.split(",")):
                 prefill(tmp / f"base-{size}", size)
                 for rnd in range(args.rounds):
+                    # the ceiling: the same calls made to the upstream directly, nothing logged
+                    direct = asyncio.run(sustained(up.url, 32, args.sustained))
+                    n = (args.sustained // 32) * 32
+                    rates.setdefault((size, "direct (nothing logged)"), []).append(n / direct)
+                    print(json.dumps({"code": "direct", "sustained_calls": n, "answered_s": round(direct, 2),
+                                      "calls_per_s": round(n / direct, 1)}), flush=True)
                     for name, code in (codes if rnd % 2 == 0 else codes[::-1]):
                         shutil.copytree(tmp / f"base-{size}", tmp / "s")
                         sp = ServeProcess(tmp / "s", up.url, env=serve_env(code))

@@ -143,7 +143,7 @@ class View:
         end, holes = self.stored_run(ids)
         return holes[0] if holes else end
 
-    def stored_run(self, ids: list[str]) -> tuple[int, tuple[int, ...]]:
+    def stored_run(self, ids: list[str], known: int = 0) -> tuple[int, tuple[int, ...]]:
         """``(end, holes)``: where the chain leaves the store (``ids[end - 1]`` stored,
         ``ids[end]`` not), found by binary search as in graph.longest_stored_prefix (stored
         messages are closed under "parent of", so log2(n) probes), and the indexes before it
@@ -155,8 +155,27 @@ class View:
         A search that probes a hole stops there; if the chain's last message is stored, so
         was all of it (the holes apart): ``end`` is the whole chain. (A search that stopped
         at a hole with new messages after it is caught by the decision, which knows the
-        thread's tip.)"""
+        thread's tip.)
+
+        ``known``: the caller stored ``ids[:known]`` itself (``Chain.known_stored``, the serve
+        committer's hint): if ``ids[known - 1]`` is still stored (one probe: a gc that pruned
+        it sends the chain down the full path), they are taken as stored, without their hole
+        check, and only the ids after them are searched and checked."""
         n = len(ids)
+        if 0 < known <= n and self.contains(ids[known - 1]):
+            lo, hi = known, n
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self.contains(ids[mid]):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo < n - 1 and self.contains(ids[-1]):
+                lo = n
+            first = known + first_missing(self, ids[known:lo])
+            if first >= lo:
+                return lo, ()
+            return lo, (first, *(i for i in range(first + 1, lo) if not self.contains(ids[i])))
         lo, hi = 0, n
         while lo < hi:
             mid = (lo + hi) // 2
@@ -201,7 +220,7 @@ def decide(view: View, payload: Payload, chain: Chain, thread: str | None, on_co
     only written again."""
     ids = chain.ids
     tip = chain.tip
-    k, holes = view.stored_run(ids)
+    k, holes = view.stored_run(ids, chain.known_stored)
     trusted = thread
     src, up = payload.turn.source, payload.turn.upstream_thread_id
     if trusted is None and src and up:

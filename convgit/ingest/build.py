@@ -21,6 +21,10 @@ class Chain:
     data: list[bytes] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
     blobs: list[list[tuple[str, bytes]]] = field(default_factory=list)  # per message
+    # Leading messages the caller knows are stored (a committer that stored them itself): a
+    # hint the thread decision checks with one probe of the last of them, then skips their
+    # hole check (decide.View.stored_run). 0: nothing known, every id is probed.
+    known_stored: int = 0
 
     @property
     def tip(self) -> str | None:

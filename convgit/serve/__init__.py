@@ -111,7 +111,8 @@ class Server:
         self._encode = encode_record
         settings = ProxySettings(openai_upstream=opts.openai_upstream, anthropic_upstream=opts.anthropic_upstream,
                                  thread=opts.thread, store_raw=opts.store_raw, token=opts.token, timeout=opts.timeout)
-        self.proxy = Proxy(settings, self._spool, config=_config(repo_path), offer=self.committer.offer)
+        self.proxy = Proxy(settings, self._spool, config=_config(repo_path), offer=self.committer.offer,
+                           cache=self.committer.prefix)
         self.url: str | None = None
 
     def _spool(self, record, expect_build: bool = False) -> "asyncio.Future":

@@ -34,6 +34,7 @@ from .record import CallRecord
 LOGGED = {"/v1/chat/completions": sse.OPENAI_CHAT, "/v1/responses": sse.OPENAI_RESPONSES, "/v1/messages": sse.ANTHROPIC}
 
 _HISTORY = 4096  # Responses chains remembered by response id (as the committer does)
+UPSTREAM_POOLS = 4  # upstream connection pools, taken in turn (Proxy._pool)
 
 _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
         "transfer-encoding", "upgrade", "host", "content-length"}
@@ -117,12 +118,15 @@ class Proxy:
     returns once the record is durable (group-committed by the spool writer)."""
 
     def __init__(self, settings: ProxySettings, spool: Callable[..., Any], *, config=None,
-                 offer: Callable[..., None] | None = None) -> None:
+                 offer: Callable[..., None] | None = None, cache=None) -> None:
         self.settings = settings
         self.spool = spool  # spool(record, expect_build=False) -> awaitable, submitted at once
         self.offer = offer or (lambda call_id, built: None)  # the build of an expected call, or None
         self.config = config  # the store's Config (how build hashes a chain), None: defaults
-        self.client: httpx.AsyncClient | None = None
+        self.cache = cache  # the prefixes parsed and hashed (prefix.PrefixCache, shared with the committer)
+        self.client: httpx.AsyncClient | None = None  # (the first pool)
+        self.clients: list[httpx.AsyncClient] = []  # the upstream connection pools (start)
+        self._next = 0
         self._history: OrderedDict[str, tuple] = OrderedDict()  # Responses: response id → chain
 
     def prebuild(self, rec: CallRecord) -> "rec_mod.Built | None":
@@ -137,7 +141,7 @@ class Proxy:
                 prev = json.loads(rec.request).get("previous_response_id")
                 if isinstance(prev, str) and prev and prev not in self._history:
                     return None
-            b = rec_mod.build(rec, history_for=self._history.get, config=self.config)
+            b = rec_mod.build(rec, history_for=self._history.get, config=self.config, cache=self.cache)
         except Exception:  # noqa: BLE001  (the committer builds it again and says why)
             return None
         if rec.api == sse.OPENAI_RESPONSES and b.response_id:
@@ -147,16 +151,27 @@ class Proxy:
         return b
 
     async def start(self) -> None:
-        """Open the upstream connection pool."""
+        """Open the upstream connection pools."""
         t = self.settings.timeout
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(t, connect=min(t, 30.0)),
-                                        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
-                                        follow_redirects=False, trust_env=False)
+        per = max(1, 1000 // UPSTREAM_POOLS)
+        self.clients = [httpx.AsyncClient(timeout=httpx.Timeout(t, connect=min(t, 30.0)),
+                                          limits=httpx.Limits(max_connections=per, max_keepalive_connections=max(1, per // 5)),
+                                          follow_redirects=False, trust_env=False) for _ in range(UPSTREAM_POOLS)]
+        self.client = self.clients[0]
+
+    def _pool(self) -> httpx.AsyncClient:
+        """The next upstream pool, round robin. httpcore looks at every connection of a pool
+        (a readability poll for each idle one, and a count of the idle ones for each) whenever
+        a request starts or ends: with 32 clients on one pool that is the proxy's largest
+        cost after the relaying itself; spread over pools, each has a fraction of them."""
+        self._next = (self._next + 1) % len(self.clients)
+        return self.clients[self._next]
 
     async def stop(self) -> None:
         """Close the upstream connection pool."""
-        if self.client is not None:
-            await self.client.aclose()
+        for c in self.clients:
+            await c.aclose()
+        self.clients = []
 
     async def __call__(self, scope, receive, send) -> None:
         """Answer one ASGI request: refused (token), logged (the three APIs) or passed through."""
@@ -189,9 +204,10 @@ class Proxy:
     async def _pass_through(self, request: Request, send) -> None:
         body = await request.body()
         url = upstream_url(self._upstream_for(request), request.url.path, request.url.query)
-        req = self.client.build_request(request.method, url, headers=forward_headers(request.headers), content=body)
+        client = self._pool()
+        req = client.build_request(request.method, url, headers=forward_headers(request.headers), content=body)
         try:
-            resp = await self.client.send(req, stream=True)
+            resp = await client.send(req, stream=True)
         except httpx.HTTPError as e:
             await _send_simple(send, 502, error_body(None, 502, f"upstream unreachable: {e}", rec_mod.UPSTREAM_UNREACHABLE))
             return
@@ -232,9 +248,10 @@ class Proxy:
 
         url = upstream_url(s.anthropic_upstream if api == sse.ANTHROPIC else s.openai_upstream,
                            request.url.path, request.url.query)
-        req = self.client.build_request("POST", url, headers=forward_headers(request.headers), content=body)
+        client = self._pool()
+        req = client.build_request("POST", url, headers=forward_headers(request.headers), content=body)
         try:
-            resp = await self.client.send(req, stream=True)
+            resp = await client.send(req, stream=True)
         except httpx.HTTPError as e:
             code = rec_mod.UPSTREAM_TIMEOUT if isinstance(e, httpx.TimeoutException) else rec_mod.UPSTREAM_UNREACHABLE
             await self.spool(record(error=code))

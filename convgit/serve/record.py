@@ -21,6 +21,7 @@ from ..ingest import Chain, Draft, Payload, TurnInfo, build_chain
 from ..ingest.apis import anthropic_payload, responses_payload
 from ..ingest.chat import parse_chat
 from . import sse
+from .prefix import PrefixCache, message_key
 
 SOURCES = {sse.OPENAI_CHAT: "serve:openai-chat", sse.OPENAI_RESPONSES: "serve:openai-responses",
            sse.ANTHROPIC: "serve:anthropic"}
@@ -105,11 +106,14 @@ class Built(msgspec.Struct):
 HistoryLookup = Callable[[str], "tuple[Draft, ...] | None"]
 
 
-def build(rec: CallRecord, *, history_for: HistoryLookup, config=None, raw: dict[str, str] | None = None) -> Built:
+def build(rec: CallRecord, *, history_for: HistoryLookup, config=None, raw: dict[str, str] | None = None,
+          cache: PrefixCache | None = None) -> Built:
     """A record → the payload to commit (raises SchemaValidationFailed for a request that is
     no conversation). ``history_for(response_id)``: the messages of the stored chain that a
     Responses call's ``previous_response_id`` continues, or None when unknown. ``raw``: the
-    ids of the blobs holding the raw bodies, named in the turn's meta."""
+    ids of the blobs holding the raw bodies, named in the turn's meta. ``cache``: the
+    conversations' prefixes already parsed and hashed (convgit/serve/prefix.py): the same
+    result, only the messages after the cached prefix parsed and hashed."""
     try:
         req = json.loads(rec.request)
     except ValueError as e:
@@ -158,7 +162,8 @@ def build(rec: CallRecord, *, history_for: HistoryLookup, config=None, raw: dict
         meta.update(raw)
 
     try:
-        payload, response_id = _parse(rec.api, req, resp, meta, history_for)
+        ctx: dict = {}  # what the prefix cache found (a chat request's messages)
+        payload, response_id = _parse(rec.api, req, resp, meta, history_for, cache, ctx)
     except SchemaValidationFailed as e:
         if resp is None:
             raise
@@ -166,7 +171,8 @@ def build(rec: CallRecord, *, history_for: HistoryLookup, config=None, raw: dict
         # shape): the call is recorded with its request alone; the raw body keeps the rest.
         meta["response_unparsed"] = str(e)[:200]
         error = error or UPSTREAM_MALFORMED
-        payload, response_id = _parse(rec.api, req, None, meta, history_for)
+        ctx = {}
+        payload, response_id = _parse(rec.api, req, None, meta, history_for, cache, ctx)
     if not isinstance(response_id, str):
         response_id = None
     if response_id:
@@ -185,7 +191,13 @@ def build(rec: CallRecord, *, history_for: HistoryLookup, config=None, raw: dict
         meta={**(t.meta or {}), **meta},
     )
     payload = msgspec.structs.replace(payload, turn=info, has_response=bool(payload.response))
-    chain = build_chain(payload.all_messages, None, config)
+    if cache is not None:
+        chat = ctx.get("chat")
+        chain = cache.build_chain(payload.all_messages, config, known=chat, ends=(len(payload.messages),))
+        if chat is not None:
+            _remember_chat(cache, ctx, payload, chain)
+    else:
+        chain = build_chain(payload.all_messages, None, config)
     if not chain.ids:
         raise SchemaValidationFailed("the call has no messages")
     aliases = {f"call:{rec.id}": chain.tip}
@@ -209,10 +221,14 @@ def with_raw(b: Built, raw: dict[str, str] | None) -> Built:
     return msgspec.structs.replace(b, payload=msgspec.structs.replace(b.payload, turn=msgspec.structs.replace(t, meta=meta)))
 
 
-def _parse(api: str, req: dict, resp: Any, meta: dict, history_for: HistoryLookup) -> tuple[Payload, Any]:
+def _parse(api: str, req: dict, resp: Any, meta: dict, history_for: HistoryLookup,
+           cache: PrefixCache | None = None, ctx: dict | None = None) -> tuple[Payload, Any]:
     """The payload of one API's request and response document (``resp`` None: request only)."""
     if api == sse.OPENAI_CHAT:
-        payload = parse_chat({**req, "response": resp} if _has(resp, "choices") else _request_only(req))
+        doc = {**req, "response": resp} if _has(resp, "choices") else _request_only(req)
+        payload = _parse_chat_cached(doc, cache, ctx) if cache is not None else None
+        if payload is None:
+            payload = parse_chat(doc)
         return payload, resp.get("id") if isinstance(resp, dict) else None
     if api == sse.ANTHROPIC:
         payload = anthropic_payload({**_request_only(req), "response": resp} if _has(resp, "content") else _request_only(req))
@@ -249,6 +265,44 @@ def _parse(api: str, req: dict, resp: Any, meta: dict, history_for: HistoryLooku
             msgs = msgs[1:]
         payload = msgspec.structs.replace(payload, messages=history + msgs)
     return payload, resp.get("id") if isinstance(resp, dict) else None
+
+
+def _parse_chat_cached(doc: dict, cache: PrefixCache, ctx: dict) -> Payload | None:
+    """``parse_chat(doc)`` with the request messages of the longest cached prefix taken as
+    parsed (``ctx["chat"]``: what was found, for the chain), or None: no ``messages`` list,
+    or an error (the full parse raises it, naming the right message)."""
+    msgs = doc.get("messages")
+    if not isinstance(msgs, list):
+        return None
+    found = cache.chat_prefix(msgs)
+    n = found.n
+    try:
+        payload = parse_chat({**doc, "messages": msgs[n:]}) if n else parse_chat(doc)
+    except SchemaValidationFailed:
+        if not n:
+            raise
+        return None
+    if n:
+        payload = msgspec.structs.replace(payload, messages=found.drafts + payload.messages)
+    ctx["chat"] = found
+    answer = doc.get("response")
+    if _has(answer, "choices") and isinstance(answer["choices"][0], dict):
+        ctx["answer"] = answer["choices"][0].get("message")
+    return payload
+
+
+def _remember_chat(cache: PrefixCache, ctx: dict, payload: Payload, chain: Chain) -> None:
+    """Teach the cache this call's request messages and answer, as the next call of the
+    conversation re-sends them (found again at the request's end and at the answer's: a
+    client re-sends the answer in its own shape, maybe not byte for byte)."""
+    found = ctx["chat"]
+    keys = found.keys
+    drafts = payload.messages
+    if isinstance(ctx.get("answer"), dict) and len(payload.response) == 1:
+        keys = [*keys, message_key(ctx["answer"])]
+        drafts = payload.all_messages
+    if len(drafts) == len(chain.ids):
+        cache.add_chat(keys, drafts, chain, (len(found.keys), len(keys)))
 
 
 def _has(resp: Any, key: str) -> bool:

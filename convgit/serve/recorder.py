@@ -32,20 +32,25 @@ from typing import Callable
 from .. import api, codec, fsio, graph
 from ..commit import commit_many, commit_payload
 from ..errors import AmbiguousThread, ConvgitError, Locked, RefExists, RefStale, StorageFailed
+from ..gc import GC_LOG
 from ..ingest import Draft
 from ..objects import Blob
 from ..refformat import parse_reflog_line
 from . import record as rec_mod
 from . import spool as spool_mod
+from .prefix import PrefixCache
 from .record import CallRecord
 
 # A store that cannot be written now (full, read-only, locked, racing writers): retried later.
 RETRY = (StorageFailed, Locked, RefStale, OSError)
 _HISTORY_CACHE = 4096
+_STORED_TIPS = 65536  # tips remembered as stored (the hole check's hint)
+_HINT_REACH = 16
 _MAX_BATCH = 512
 _EMBED_BACKOFF = (5.0, 300.0)  # seconds a failing provider is left alone: first, at most (doubling)
 _WARN_EVERY = 60.0  # the same kind of embedding warning at most this often in the server's log
 GC_CHECK_SECONDS = 30.0  # the committer looks at most this often whether gc --auto would act
+LOOSE_CHECK_SECONDS = 5.0  # ... and, when idle, at most this often whether loose objects should be packed
 
 
 class Recorder:
@@ -53,9 +58,10 @@ class Recorder:
     runs it). ``on_call(summary)`` is told about each call once it is recorded or refused."""
 
     def __init__(self, repo, *, on_call: Callable[[dict], None] | None = None,
-                 prebuilt: "Prebuilt | None" = None) -> None:
+                 prebuilt: "Prebuilt | None" = None, cache: PrefixCache | None = None) -> None:
         self.repo = repo
         self.prebuilt = prebuilt if prebuilt is not None else Prebuilt()  # calls built by the proxy
+        self.cache = cache if cache is not None else PrefixCache()  # prefixes parsed and hashed (prefix.py)
         self.on_call = on_call or (lambda doc: None)
         self._history: OrderedDict[str, tuple[Draft, ...]] = OrderedDict()
         self.recorded = 0
@@ -64,6 +70,12 @@ class Recorder:
         self.unembedded = False  # a batch wrote messages the on_commit embedding has not seen
         self._embed_after = 0.0  # monotonic time before which a failing provider is not asked again
         self._embed_backoff = 0.0
+        # Tips of chains this recorder committed (so their whole history is stored): a later
+        # call re-sending one skips the hole check below it (Chain.known_stored, checked by
+        # one probe in the transaction). Forgotten whenever a gc may have pruned (its
+        # journal rotation, or this committer's own gc --auto).
+        self._stored: OrderedDict[str, None] = OrderedDict()
+        self._store_gen: tuple | None = None
 
     # -- Responses chains ---------------------------------------------------------------------
 
@@ -125,7 +137,7 @@ class Recorder:
             try:
                 b = self.prebuilt.take(r.id)
                 b = rec_mod.with_raw(b, raw) if b is not None else \
-                    rec_mod.build(r, history_for=self.history_for, config=self.repo.config, raw=raw)
+                    rec_mod.build(r, history_for=self.history_for, config=self.repo.config, raw=raw, cache=self.cache)
             except ConvgitError as e:
                 built.append((r, None, f"{e.code}: {e.message}"))
                 continue
@@ -139,7 +151,9 @@ class Recorder:
             built.append((r, b, None))
         summaries: list[dict] = []
         ok = [(r, b) for r, b, problem in built if b is not None]
+        self._hint([b for _, b in ok])
         results = self._commit_all([b for _, b in ok], blobs) if ok else []
+        self._learn([b for _, b in ok], results)
         if any(getattr(res, "new_messages", 0) for res in results):
             self.unembedded = True
         res_of = {id(b): res for (_, b), res in zip(ok, results)}
@@ -150,6 +164,40 @@ class Recorder:
             else:
                 summaries.append(self._done(r, b, res_of[id(b)]))
         return summaries
+
+    # -- what this recorder stored (the hole check's hint) ------------------------------------
+
+    def forget_stored(self) -> None:
+        """Drop every stored-tip hint (a gc ran: the next calls take the full hole check)."""
+        self._stored.clear()
+
+    def _hint(self, built: list[rec_mod.Built]) -> None:
+        """Set each chain's ``known_stored``: its longest prefix ending at a tip this recorder
+        committed (looked for among the last _HINT_REACH lengths: a call adds a few messages)."""
+        gen = _store_generation(self.repo)
+        if gen != self._store_gen:  # gc rotated the journal (or first batch): it may have pruned
+            self._stored.clear()
+            self._store_gen = gen
+        if not self._stored:
+            return
+        for b in built:
+            c = b.chain
+            if c is None:
+                continue
+            ids = c.ids
+            for k in range(len(ids), max(0, len(ids) - _HINT_REACH), -1):
+                if ids[k - 1] in self._stored:
+                    c.known_stored = k
+                    break
+
+    def _learn(self, built: list[rec_mod.Built], results: list) -> None:
+        """Remember the tips of the chains just committed (every message of each is stored)."""
+        for b, res in zip(built, results):
+            if b.chain is not None and b.chain.ids and not isinstance(res, Exception):
+                self._stored[b.chain.ids[-1]] = None
+                self._stored.move_to_end(b.chain.ids[-1])
+        while len(self._stored) > _STORED_TIPS:
+            self._stored.popitem(last=False)
 
     def _body(self, r: CallRecord) -> bytes:
         try:
@@ -303,10 +351,12 @@ class Committer:
         self._cond = threading.Condition()
         self._queue: list[tuple[object, CallRecord]] = []
         self.prebuilt = Prebuilt()  # calls built by the proxy (X-Convgit-Tip)
+        self.prefix = PrefixCache()  # prefixes parsed and hashed, by the proxy's builds and the committer's
         self._stop = False
         self._warned: dict[str, float] = {}  # kind of embedding warning -> when last said
         self.idle = threading.Event()
         self.drained_leftovers = threading.Event()
+        self.compactions = 0  # pack merges done (compact.py)
         self._thread = threading.Thread(target=self._run, name="convgit-commit", daemon=True)
 
     def expect(self, call_id: str) -> None:
@@ -343,7 +393,7 @@ class Committer:
             self.warn(f"the store cannot be opened ({e}); calls are spooled, not committed")
             self.drained_leftovers.set()
             return
-        recorder = Recorder(repo, on_call=self.on_call, prebuilt=self.prebuilt)
+        recorder = Recorder(repo, on_call=self.on_call, prebuilt=self.prebuilt, cache=self.prefix)
         try:
             self._drain_leftovers(recorder)
             self.drained_leftovers.set()
@@ -370,7 +420,11 @@ class Committer:
                         self.writer.committed(seg, ids)
                 if not stop:  # (stopping: the chunks stay pending, the exit is not kept waiting)
                     self._embed(recorder)
-                self._auto_gc(repo)  # (after the embedding: the batch's own work first)
+                self._auto_gc(repo, recorder)  # (after the embedding: the batch's own work first)
+                with self._cond:
+                    idle = not self._queue and not self._stop
+                if idle:
+                    self._compact(repo)
         finally:
             self.drained_leftovers.set()
             self.idle.set()
@@ -420,7 +474,7 @@ class Committer:
 
     _gc_checked = float("-inf")  # (monotonic) when _auto_gc last looked
 
-    def _auto_gc(self, repo) -> None:
+    def _auto_gc(self, repo, recorder: Recorder | None = None) -> None:
         """gc --auto in this thread, between batches (no lock is held), when ``[gc] auto`` is
         on and it would act: looked at after a batch at most every GC_CHECK_SECONDS, so a
         long-running proxy keeps its store packed. A failed gc is a warning, never lost calls."""
@@ -430,9 +484,34 @@ class Committer:
         self._gc_checked = now
         try:
             if api.gc_due(repo):
+                if recorder is not None:
+                    recorder.forget_stored()  # (it may prune)
                 api.gc(repo, auto=True)
         except (ConvgitError, OSError) as e:
             self.warn(f"gc --auto failed ({getattr(e, 'message', e)}); the next check tries again")
+
+    _loose_looked = float("-inf")  # (monotonic) when _compact last listed the loose objects
+
+    def _compact(self, repo) -> None:
+        """Bound the pack count while serving (convgit/serve/compact.py: small packs merged
+        geometrically) when no call waits; the loose objects (listing them costs a directory
+        read per fan-out) are looked at too at most every LOOSE_CHECK_SECONDS. A failure is a
+        warning; the next look tries again."""
+        from .compact import compact, merge_due
+
+        now = time.monotonic()
+        loose = now - self._loose_looked >= LOOSE_CHECK_SECONDS
+        if not loose and not merge_due(repo.objects):
+            return
+        if loose:
+            self._loose_looked = now
+        try:
+            done = compact(repo, loose=loose)
+        except (ConvgitError, OSError) as e:
+            self.warn(f"merging small packs failed ({getattr(e, 'message', e)}); gc will do it")
+            return
+        if done is not None:
+            self.compactions += 1
 
     def _drain_leftovers(self, recorder: Recorder) -> None:
         d = self.repo_path / spool_mod.SPOOL_DIR
@@ -449,6 +528,19 @@ class Committer:
             fsio.unlink_quiet(seg)
             fsio.unlink_quiet(spool_mod.done_path(seg))
             self._embed(recorder)
+
+
+def _store_generation(repo) -> tuple:
+    """What changes when a gc ran: the ref journal's file (gc starts a new one, under the
+    exclusive store lock) and gc's log (appended once it is done)."""
+    out = []
+    for p in (repo.refs.journal_path, repo.path / GC_LOG):
+        try:
+            st = p.stat()
+            out.append((st.st_ino, st.st_size if p.name == GC_LOG else 0, st.st_mtime_ns if p.name == GC_LOG else 0))
+        except OSError:
+            out.append(None)
+    return tuple(out)
 
 
 def real_turns(repo, name: str) -> list[str]:
