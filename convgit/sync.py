@@ -40,8 +40,9 @@ from .objects import Message
 from .pack import Pack
 from .refs import RefMove
 from .remotes import check_remote_name, open_remote, parse_url
+from .remotes.bulkrefs import BULK_MIN, bulk_candidates, create_packed
 from .remotes.refsdoc import DOC_KEY, RefsDoc, pack_key, parse
-from .remotes.tracking import REMOTES, TrackingRefs
+from .remotes.tracking import TrackingRefs, remote_names
 
 PUSH_PACK_BYTES = 32 << 20  # objects (uncompressed) per uploaded pack: a resumed push re-sends at most one
 MAX_CAS_RETRIES = 50
@@ -188,6 +189,7 @@ class _Remote:
         self._st: dict | None = None
         self._st_dirty = False
         self.doc_digest: str | None = None  # BLAKE3 of the refs document last read
+        self._hit: Pack | None = None  # the pack that answered has() last
 
     def read_doc(self) -> RefsDoc:
         got = self.store.get(DOC_KEY)
@@ -244,7 +246,14 @@ class _Remote:
         return self.manifests[name]
 
     def has(self, oid: str) -> bool:
-        return any(p.contains(oid) for p in self.packs.values())
+        hit = self._hit
+        if hit is not None and self.packs.get(hit.name) is hit and hit.contains(oid):
+            return True
+        for p in self.packs.values():
+            if p is not hit and p.contains(oid):
+                self._hit = p  # (tried first next time: a walk meets pack after pack)
+                return True
+        return False
 
     # What this store remembers of the remote's packs between operations, in
     # .convgit/remotes/NAME/state.json: their sizes (a pack never changes, so one HEAD each,
@@ -365,10 +374,21 @@ class _RemoteSource:
 
     def __init__(self, remote: _Remote, report: SyncReport, progress=None, total: int = 0) -> None:
         self.r, self.report, self.progress, self.total = remote, report, progress, total
+        self._last: tuple[str, str] | None = None  # (id, name of the pack that holds it)
 
     def _pack_of(self, oid: str) -> Pack | None:
+        # size() then read_raw() of the same id, and a walk that reads pack after pack: the
+        # last answer is tried first (one probe per object, not one per object and pack).
+        last = self._last
+        if last is not None and last[0] == oid:
+            return self.r.packs.get(last[1])
+        hit = self.r.packs.get(last[1]) if last is not None else None
+        if hit is not None and hit.contains(oid):
+            self._last = (oid, hit.name)
+            return hit
         for p in self.r.packs.values():
-            if p.contains(oid):
+            if p is not hit and p.contains(oid):
+                self._last = (oid, p.name)
                 return p
         return None
 
@@ -490,7 +510,7 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool
                                  extra=extra))
     gone = [n for n in local if n not in doc.threads]
     entries += [{"thread": n, "action": "deleted", "old": local[n], "new": None} for n in gone]
-    for r in tx.move_tracking(remote.name, moves, gone):
+    for r in tx.move_tracking(remote.name, moves, gone, declare_packed=lambda: declare_packed_logs(repo)):
         if isinstance(r, Exception):
             raise r
     report.threads = entries
@@ -566,7 +586,13 @@ def sync_fetch(r: _Remote, report: SyncReport, progress=None, *, take: bool = Tr
     doc = r.read_doc()
     if _up_to_date(r, doc, report):
         return doc
-    with repo.transaction() as tx:
+    # Thousands of new tracking refs (a clone, a first fetch): the exclusive store lock, under
+    # which they are written packed at once (remotes/bulkrefs.py) instead of a file each.
+    known = r.tracking_view()
+    if known is None and len(doc.threads) >= BULK_MIN:
+        known = TrackingRefs(repo.path, r.name).read_all(broken={})
+    many = known is not None and sum(1 for n in doc.threads if n not in known) >= BULK_MIN
+    with repo.transaction(exclusive=many) as tx:
         doc = _fetch(tx, r, report, progress, take=take, doc=doc)
     report.warnings.extend(tx.warnings)
     r.record_tracking()
@@ -639,6 +665,8 @@ def _pull_refs(tx, remote: str, report: SyncReport) -> None:
              for n in incoming}
     seen = {t for ts in turns.values() for t in ts}
     mr = MergeReport(remote)
+    if not before and len(incoming) >= BULK_MIN and tx.exclusive:
+        incoming = _create_threads(tx, incoming, turns, mr)
     if incoming:
         apply_refs(tx, None, incoming, turns, seen, mr, False)
     # (a diverged thread pulled before is already there under its -merged- name: nothing moved)
@@ -647,6 +675,38 @@ def _pull_refs(tx, remote: str, report: SyncReport) -> None:
                           else e["action"]} for e in mr.refs}
     report.threads = [rows.get(n) or {"thread": n, "old": t, "new": t, "as": n, "action": "same"}
                       for n, t in sorted(everything.items())]
+
+
+def declare_packed_logs(repo) -> None:
+    """Declare the store's format version that reads packed reflogs (before a bulk creation
+    writes one: docs/format.md §2.1, §13.6)."""
+    from .repository import PACKED_FORMAT, require_format
+
+    require_format(repo.path, PACKED_FORMAT, fsync=repo.config.fsync)
+
+
+def _create_threads(tx, incoming: dict[str, str], turns: dict[str, list[str]], mr: MergeReport) -> dict[str, str]:
+    """A pull into a store with no thread yet (a clone): the threads created as merge would
+    create them (reflog message ``merge: created``, the first turn on the creation line, one
+    line per other turn), but written packed at once, in one rename (remotes/bulkrefs.py):
+    all of them or none, so no merge journal is needed. Returns the threads left to merge's
+    usual path (a name that cannot be created so)."""
+    repo = tx.repo
+    moves = [RefMove(n, t, expected=None, message="merge: created", turn=turns[n][0] if turns[n] else None,
+                     extra=tuple((x, "merge: recorded turn") for x in turns[n][1:])) for n, t in sorted(incoming.items())]
+    picked = bulk_candidates(repo.refs, moves, {}, repo.objects.contains)
+    if len(picked) < BULK_MIN:
+        return incoming
+    declare_packed_logs(repo)
+    made = [moves[i] for i in picked]
+    try:
+        create_packed(repo.refs, made)
+    finally:
+        tx.moved.update(m.name for m in made)
+    for m in made:
+        mr.refs.append({"thread": m.name, "action": "created", "local": None, "incoming": m.new, "as": m.name})
+    done = {m.name for m in made}
+    return {n: t for n, t in incoming.items() if n not in done}
 
 
 def pull(repo, remote: str | None = None, *, progress=None) -> SyncReport:
@@ -736,9 +796,7 @@ def fsck_remote(repo, remote: str | None = None) -> dict:
 def tracking_refs(repo) -> list[dict]:
     """Every remote-tracking ref: ``{"remote", "thread", "name", "tip"}`` (threads --remotes)."""
     out = []
-    root = repo.path / REMOTES
-    names = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-    for remote in names:
+    for remote in remote_names(repo.path):
         for thread, tip in TrackingRefs(repo.path, remote).read_all(broken={}).items():
             out.append({"remote": remote, "thread": thread, "name": f"{remote}/{thread}", "tip": tip})
     return out

@@ -230,12 +230,20 @@ class Transaction:
         cfg = self.repo.config
         return TrackingRefs(self.repo.path, remote, fsync=cfg.fsync, lock_timeout=cfg.lock_timeout)
 
-    def move_tracking(self, remote: str, moves: list[RefMove], deletes: Iterable[str] = ()) -> list:
+    def move_tracking(self, remote: str, moves: list[RefMove], deletes: Iterable[str] = (), *,
+                      declare_packed=None) -> list:
         """Move remote-tracking refs (fetch, push): ``moves`` as RefStore.update_many (each
         durable, reflogged, its tip a stored object), then ``deletes`` (threads the remote no
-        longer has). They are not threads: the index does not follow them."""
+        longer has). They are not threads: the index does not follow them. In an exclusive
+        transaction, with ``declare_packed`` (declares the format version that reads packed
+        reflogs), many creations are written packed at once (remotes/bulkrefs.py)."""
         refs = self.tracking(remote)
-        out = refs.update_many(moves, exists=self.repo.objects.contains) if moves else []
+        if self.exclusive and moves and declare_packed is not None:  # thousands of new ones: packed at once
+            from .remotes.bulkrefs import update_many_bulk
+
+            out = update_many_bulk(refs, moves, exists=self.repo.objects.contains, declare=declare_packed)
+        else:
+            out = refs.update_many(moves, exists=self.repo.objects.contains) if moves else []
         for name in deletes:
             refs.update(name, None, message="fetch: gone from the remote")
         return out
