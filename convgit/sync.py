@@ -246,14 +246,19 @@ class _Remote:
         return self.manifests[name]
 
     def has(self, oid: str) -> bool:
+        return self.pack_with(oid) is not None
+
+    def pack_with(self, oid: str) -> Pack | None:
+        """The pack holding ``oid``; the last one that answered is tried first (a walk meets
+        pack after pack: one probe per object, not one per object and pack)."""
         hit = self._hit
         if hit is not None and self.packs.get(hit.name) is hit and hit.contains(oid):
-            return True
+            return hit
         for p in self.packs.values():
             if p is not hit and p.contains(oid):
-                self._hit = p  # (tried first next time: a walk meets pack after pack)
-                return True
-        return False
+                self._hit = p
+                return p
+        return None
 
     # What this store remembers of the remote's packs between operations, in
     # .convgit/remotes/NAME/state.json: their sizes (a pack never changes, so one HEAD each,
@@ -374,23 +379,13 @@ class _RemoteSource:
 
     def __init__(self, remote: _Remote, report: SyncReport, progress=None, total: int = 0) -> None:
         self.r, self.report, self.progress, self.total = remote, report, progress, total
-        self._last: tuple[str, str] | None = None  # (id, name of the pack that holds it)
+        self._last: tuple[str, Pack | None] | None = None  # (id, the pack that holds it)
 
     def _pack_of(self, oid: str) -> Pack | None:
-        # size() then read_raw() of the same id, and a walk that reads pack after pack: the
-        # last answer is tried first (one probe per object, not one per object and pack).
-        last = self._last
-        if last is not None and last[0] == oid:
-            return self.r.packs.get(last[1])
-        hit = self.r.packs.get(last[1]) if last is not None else None
-        if hit is not None and hit.contains(oid):
-            self._last = (oid, hit.name)
-            return hit
-        for p in self.r.packs.values():
-            if p is not hit and p.contains(oid):
-                self._last = (oid, p.name)
-                return p
-        return None
+        last = self._last  # (size() then read_raw() of the same id; a pack downloaded since is another object)
+        if last is None or last[0] != oid or (last[1] is not None and self.r.packs.get(last[1].name) is not last[1]):
+            last = self._last = (oid, self.r.pack_with(oid))
+        return last[1]
 
     def size(self, oid: str) -> int | None:
         p = self._pack_of(oid)
@@ -586,8 +581,7 @@ def sync_fetch(r: _Remote, report: SyncReport, progress=None, *, take: bool = Tr
     doc = r.read_doc()
     if _up_to_date(r, doc, report):
         return doc
-    # Thousands of new tracking refs (a clone, a first fetch): the exclusive store lock, under
-    # which they are written packed at once (remotes/bulkrefs.py) instead of a file each.
+    # Thousands of new tracking refs (a clone, a first fetch): written packed at once under the exclusive lock.
     known = r.tracking_view()
     if known is None and len(doc.threads) >= BULK_MIN:
         known = TrackingRefs(repo.path, r.name).read_all(broken={})
@@ -686,11 +680,9 @@ def declare_packed_logs(repo) -> None:
 
 
 def _create_threads(tx, incoming: dict[str, str], turns: dict[str, list[str]], mr: MergeReport) -> dict[str, str]:
-    """A pull into a store with no thread yet (a clone): the threads created as merge would
-    create them (reflog message ``merge: created``, the first turn on the creation line, one
-    line per other turn), but written packed at once, in one rename (remotes/bulkrefs.py):
-    all of them or none, so no merge journal is needed. Returns the threads left to merge's
-    usual path (a name that cannot be created so)."""
+    """A pull into a store with no thread yet (a clone): the threads created with merge's
+    reflog lines, but packed at once, in one rename (remotes/bulkrefs.py): all or none, so no
+    merge journal. Returns the threads left to merge's usual path."""
     repo = tx.repo
     moves = [RefMove(n, t, expected=None, message="merge: created", turn=turns[n][0] if turns[n] else None,
                      extra=tuple((x, "merge: recorded turn") for x in turns[n][1:])) for n, t in sorted(incoming.items())]
@@ -760,7 +752,7 @@ def clone(url: str, path: str | Path | None = None, *, endpoint: str | None = No
     return repo, report
 
 
-# -- push -------------------------------------------------------------------------------------
+# -- fsck --remote, threads --remotes (push is convgit/sync_push.py) ----------------------------
 
 
 def fsck_remote(repo, remote: str | None = None) -> dict:
