@@ -483,8 +483,13 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool
     if not take:
         seen = _read_ahead(repo, remote, doc, local, turns, tracking, progress, total)
     else:
+        # Only what moved is walked (a tip at its tracking ref was taken and checked before; of
+        # its turns only one not stored here is new): a few threads of 100,000, not every tip.
+        contains = repo.objects.contains
+        moved = {n: t for n, t in doc.threads.items() if local.get(n) != t or not contains(t)}
+        wanted = {n: ts if n in moved else [t for t in ts if not contains(t)] for n, ts in turns.items()}
         try:
-            seen = take_objects(tx, _RemoteSource(remote, report, progress, total), doc.threads, turns, mr, False)
+            seen = take_objects(tx, _RemoteSource(remote, report, progress, total), moved, wanted, mr, False)
         except RemoteCorrupt:
             raise
         except SourceCorrupt as e:
@@ -672,8 +677,7 @@ def _pull_refs(tx, remote: str, report: SyncReport) -> None:
 
 
 def declare_packed_logs(repo) -> None:
-    """Declare the store's format version that reads packed reflogs (before a bulk creation
-    writes one: docs/format.md §2.1, §13.6)."""
+    """Declare the format version that reads packed reflogs (before a bulk creation, format.md §13.6)."""
     from .repository import PACKED_FORMAT, require_format
 
     require_format(repo.path, PACKED_FORMAT, fsync=repo.config.fsync)
@@ -691,10 +695,8 @@ def _create_threads(tx, incoming: dict[str, str], turns: dict[str, list[str]], m
         return incoming
     declare_packed_logs(repo)
     made = [moves[i] for i in picked]
-    try:
-        create_packed(repo.refs, made)
-    finally:
-        tx.moved.update(m.name for m in made)
+    create_packed(repo.refs, made)  # (the journal names them first: an index catches up even if this fails)
+    tx.moved.update(m.name for m in made)
     for m in made:
         mr.refs.append({"thread": m.name, "action": "created", "local": None, "incoming": m.new, "as": m.name})
     done = {m.name for m in made}
