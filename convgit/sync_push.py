@@ -20,7 +20,7 @@ from .objects import Message
 from .pack import PackWriter
 from .refs import RefMove
 from .remotes import CasLost
-from .remotes.bulkrefs import BULK_MIN
+from .remotes.bulkrefs import BULK_MIN, read_logs
 from .remotes.refsdoc import DOC_KEY, RefsDoc, pack_key
 from .remotes.tracking import TrackingRefs
 from .sync import CACHE, MAX_CAS_RETRIES, PUSH_PACK_BYTES, SyncReport, _open, _Remote, declare_packed_logs
@@ -60,9 +60,10 @@ def _outgoing(repo, remote: _Remote, tips: dict[str, str], local_of: dict[str, s
     seen: set[str] = set()
     turn_of: dict[str, str] = {}
     roots: list[str] = []
+    logs = read_logs(repo.refs, {local_of[n] for n in tips})  # (all at once: 100,000 threads)
     for name in sorted(tips):
         roots.append(tips[name])
-        for e in repo.refs.read_log(local_of[name]):
+        for e in logs[local_of[name]]:
             if e.turn and e.turn not in turn_of and repo.objects.contains(e.turn):
                 turn_of[e.turn] = name
                 roots.append(e.turn)

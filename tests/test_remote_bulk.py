@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import convgit
-from convgit.remotes.bulkrefs import BULK_MIN
+from convgit.remotes.bulkrefs import BULK_MIN, read_logs
 from convgit.remotes.tracking import TrackingRefs
 
 N = BULK_MIN + 44  # threads: enough for the bulk path
@@ -102,6 +102,9 @@ def test_push_and_clone_write_many_new_refs_packed(tmp_path):
     assert {t["action"] for t in rep.threads} >= {"fast-forward", "created", "same"}
     assert TrackingRefs(b.path, "origin").read_all() == tips
     assert [e.message for e in b.refs.read_log("solo/a003")][:2] == ["merge: created", "merge: fast-forward"]
+    # reflogs read all at once (push, pull) are each thread's reflog: packed, loose, or both
+    assert read_logs(b.refs, list(tips)) == {n: b.refs.read_log(n) for n in tips}
+    assert read_logs(b.refs, ["solo/a003", "nope"]) == {"solo/a003": b.refs.read_log("solo/a003"), "nope": []}
     assert convgit.fetch(b).moved == 0 and convgit.pull(b).moved == 0
     # a remote renamed keeps its packed tracking refs
     convgit.rename_remote(b, "origin", "nas")
@@ -134,8 +137,9 @@ def test_a_crash_before_the_bulk_commit_point_leaves_no_ref(tmp_path):
     assert [(e.old, e.new) for e in t.read_log("solo/a005")] == [(None, tips["solo/a005"])]
     assert (c.path / "logs" / "remotes-deleted" / "origin").is_dir()
     fsck = json.loads(_cli("fsck", "--json", cwd=tmp_path / "c").stdout)
-    # (what the killed fetches left: the objects they took, unreachable until gc, and the
-    # temp files of the packed files they were writing, which gc removes)
+    # (c has no thread: fsck counts only threads as roots, so every object shows as
+    # "unreachable" (gc keeps them: tracking refs are its roots); and the temp files of the
+    # packed files the killed fetches were writing, which gc removes)
     assert fsck["errors"] == 0 and {p["kind"] for p in fsck["problems"]} <= {"unreachable", "temp"}, fsck["problems"]
     a.close()
     c.close()
