@@ -40,7 +40,7 @@ from .objects import Message
 from .pack import Pack
 from .refs import RefMove
 from .remotes import check_remote_name, open_remote, parse_url
-from .remotes.bulkrefs import BULK_MIN, bulk_candidates, create_packed, read_logs
+from .remotes.bulkrefs import BULK_MIN, bulk_candidates, read_logs
 from .remotes.refsdoc import DOC_KEY, RefsDoc, pack_key, parse
 from .remotes.tracking import TrackingRefs, remote_names
 
@@ -695,8 +695,7 @@ def _create_threads(tx, incoming: dict[str, str], turns: dict[str, list[str]], m
         return incoming
     declare_packed_logs(repo)
     made = [moves[i] for i in picked]
-    create_packed(repo.refs, made)  # (the journal names them first: an index catches up even if this fails)
-    tx.moved.update(m.name for m in made)
+    tx.create_packed(made)
     for m in made:
         mr.refs.append({"thread": m.name, "action": "created", "local": None, "incoming": m.new, "as": m.name})
     done = {m.name for m in made}

@@ -238,15 +238,30 @@ class Transaction:
         transaction, with ``declare_packed`` (declares the format version that reads packed
         reflogs), many creations are written packed at once (remotes/bulkrefs.py)."""
         refs = self.tracking(remote)
+        exists = self.repo.objects.contains
+        done: set[int] = set()
         if self.exclusive and moves and declare_packed is not None:  # thousands of new ones: packed at once
-            from .remotes.bulkrefs import update_many_bulk
+            from .remotes.bulkrefs import create_many
 
-            out = update_many_bulk(refs, moves, exists=self.repo.objects.contains, declare=declare_packed)
-        else:
-            out = refs.update_many(moves, exists=self.repo.objects.contains) if moves else []
+            done = create_many(refs, moves, exists=exists, declare=declare_packed)
+        rest = [i for i in range(len(moves)) if i not in done]
+        out: list = [None] * len(moves)  # (None: created)
+        if rest:
+            for i, r in zip(rest, refs.update_many([moves[i] for i in rest], exists=exists)):
+                out[i] = r
         for name in deletes:
             refs.update(name, None, message="fetch: gone from the remote")
         return out
+
+    def create_packed(self, moves: list[RefMove]) -> None:
+        """Create threads at once, straight into ``packed-refs`` / ``packed-logs`` (a clone's
+        pull, under the exclusive store lock; each a candidate of remotes/bulkrefs.py)."""
+        from .remotes.bulkrefs import create_packed
+
+        try:
+            create_packed(self.repo.refs, moves)
+        finally:
+            self.moved.update(m.name for m in moves)
 
     def drop_tracking(self, remote: str, rename_to: str | None = None) -> None:
         """Remove every tracking ref (and reflog) of ``remote``, or move them to ``rename_to``

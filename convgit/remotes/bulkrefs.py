@@ -17,7 +17,6 @@ import time
 from typing import Callable
 
 from .. import fsio
-from ..config import crash_point
 from ..errors import ObjectCorrupt
 from ..ids import is_oid
 from ..packedlogs import PackedLog, absorbed_skip, rewrite_packed_logs
@@ -99,34 +98,27 @@ def create_packed(refs: RefStore, moves: list[RefMove], *, time_ms: int | None =
         fsio.makedirs(refs.packed_logs_path.parent, fsync=refs.fsync)
         fsio.replace_file(refs.packed_logs_path, rewrite_packed_logs(refs.packed_logs(), changes), fsync=refs.fsync,
                           point="bulk_logs_after_tmp_fsync")
-        crash_point("bulk_logs_after_rename")
         fsio.makedirs(refs.packed_path.parent, fsync=refs.fsync)
         fsio.replace_file(refs.packed_path, packed.with_changes({m.name: m.new for m in moves}), fsync=refs.fsync,
                           point="bulk_refs_after_tmp_fsync")
-    crash_point("bulk_refs_after_rename")
 
 
-def update_many_bulk(refs: RefStore, moves: list[RefMove], *, exists: Callable[[str], bool] | None = None,
-                     declare: Callable[[], None] | None = None) -> list:
-    """``RefStore.update_many`` for a caller holding the store lock exclusively: when at
-    least BULK_MIN of ``moves`` are plain creations, those are written packed at once
-    (``create_packed``; ``declare`` first: the format version that reads packed files), the
-    rest moved as usual. One result per move, as update_many gives (None: created)."""
-    if len(moves) >= BULK_MIN:
-        existing = refs.read_all(broken={})
-        picked = bulk_candidates(refs, moves, existing, exists)
-        if len(picked) >= BULK_MIN:
-            if declare is not None:
-                declare()
-            create_packed(refs, [moves[i] for i in picked])
-            chosen = set(picked)
-            rest = [i for i in range(len(moves)) if i not in chosen]
-            results: list = [None] * len(moves)
-            if rest:
-                for i, r in zip(rest, refs.update_many([moves[i] for i in rest], exists=exists)):
-                    results[i] = r
-            return results
-    return refs.update_many(moves, exists=exists)
+def create_many(refs: RefStore, moves: list[RefMove], *, exists: Callable[[str], bool] | None = None,
+                declare: Callable[[], None] | None = None) -> set[int]:
+    """For a caller holding the store lock exclusively (the repository transaction): when at
+    least BULK_MIN of ``moves`` are plain creations, write those packed at once
+    (``create_packed``; ``declare`` first: the format version that reads packed files).
+    Returns the indexes of the moves made (created: their old tip is None); the caller moves
+    the others as usual (``RefStore.update_many``)."""
+    if len(moves) < BULK_MIN:
+        return set()
+    picked = bulk_candidates(refs, moves, refs.read_all(broken={}), exists)
+    if len(picked) < BULK_MIN:
+        return set()
+    if declare is not None:
+        declare()
+    create_packed(refs, [moves[i] for i in picked])
+    return set(picked)
 
 
 def read_logs(refs: RefStore, names) -> dict[str, list[ReflogEntry]]:
