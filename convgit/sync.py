@@ -40,8 +40,9 @@ from .objects import Message
 from .pack import Pack
 from .refs import RefMove
 from .remotes import check_remote_name, open_remote, parse_url
+from .remotes.bulkrefs import BULK_MIN, bulk_candidates, read_logs
 from .remotes.refsdoc import DOC_KEY, RefsDoc, pack_key, parse
-from .remotes.tracking import REMOTES, TrackingRefs
+from .remotes.tracking import TrackingRefs, remote_names
 
 PUSH_PACK_BYTES = 32 << 20  # objects (uncompressed) per uploaded pack: a resumed push re-sends at most one
 MAX_CAS_RETRIES = 50
@@ -188,6 +189,7 @@ class _Remote:
         self._st: dict | None = None
         self._st_dirty = False
         self.doc_digest: str | None = None  # BLAKE3 of the refs document last read
+        self._hit: Pack | None = None  # the pack that answered has() last
 
     def read_doc(self) -> RefsDoc:
         got = self.store.get(DOC_KEY)
@@ -244,7 +246,19 @@ class _Remote:
         return self.manifests[name]
 
     def has(self, oid: str) -> bool:
-        return any(p.contains(oid) for p in self.packs.values())
+        return self.pack_with(oid) is not None
+
+    def pack_with(self, oid: str) -> Pack | None:
+        """The pack holding ``oid``; the last one that answered is tried first (a walk meets
+        pack after pack: one probe per object, not one per object and pack)."""
+        hit = self._hit
+        if hit is not None and self.packs.get(hit.name) is hit and hit.contains(oid):
+            return hit
+        for p in self.packs.values():
+            if p is not hit and p.contains(oid):
+                self._hit = p
+                return p
+        return None
 
     # What this store remembers of the remote's packs between operations, in
     # .convgit/remotes/NAME/state.json: their sizes (a pack never changes, so one HEAD each,
@@ -365,12 +379,13 @@ class _RemoteSource:
 
     def __init__(self, remote: _Remote, report: SyncReport, progress=None, total: int = 0) -> None:
         self.r, self.report, self.progress, self.total = remote, report, progress, total
+        self._last: tuple[str, Pack | None] | None = None  # (id, the pack that holds it)
 
     def _pack_of(self, oid: str) -> Pack | None:
-        for p in self.r.packs.values():
-            if p.contains(oid):
-                return p
-        return None
+        last = self._last  # (size() then read_raw() of the same id; a pack downloaded since is another object)
+        if last is None or last[0] != oid or (last[1] is not None and self.r.packs.get(last[1].name) is not last[1]):
+            last = self._last = (oid, self.r.pack_with(oid))
+        return last[1]
 
     def size(self, oid: str) -> int | None:
         p = self._pack_of(oid)
@@ -468,8 +483,13 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool
     if not take:
         seen = _read_ahead(repo, remote, doc, local, turns, tracking, progress, total)
     else:
+        # Only what moved is walked (a tip at its tracking ref was taken and checked before; of
+        # its turns only one not stored here is new): a few threads of 100,000, not every tip.
+        contains = repo.objects.contains
+        moved = {n: t for n, t in doc.threads.items() if local.get(n) != t or not contains(t)}
+        wanted = {n: ts if n in moved else [t for t in ts if not contains(t)] for n, ts in turns.items()}
         try:
-            seen = take_objects(tx, _RemoteSource(remote, report, progress, total), doc.threads, turns, mr, False)
+            seen = take_objects(tx, _RemoteSource(remote, report, progress, total), moved, wanted, mr, False)
         except RemoteCorrupt:
             raise
         except SourceCorrupt as e:
@@ -490,7 +510,7 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool
                                  extra=extra))
     gone = [n for n in local if n not in doc.threads]
     entries += [{"thread": n, "action": "deleted", "old": local[n], "new": None} for n in gone]
-    for r in tx.move_tracking(remote.name, moves, gone):
+    for r in tx.move_tracking(remote.name, moves, gone, declare_packed=lambda: declare_packed_logs(repo)):
         if isinstance(r, Exception):
             raise r
     report.threads = entries
@@ -566,7 +586,12 @@ def sync_fetch(r: _Remote, report: SyncReport, progress=None, *, take: bool = Tr
     doc = r.read_doc()
     if _up_to_date(r, doc, report):
         return doc
-    with repo.transaction() as tx:
+    # Thousands of new tracking refs (a clone, a first fetch): written packed at once under the exclusive lock.
+    known = r.tracking_view()
+    if known is None and len(doc.threads) >= BULK_MIN:
+        known = TrackingRefs(repo.path, r.name).read_all(broken={})
+    many = known is not None and sum(1 for n in doc.threads if n not in known) >= BULK_MIN
+    with repo.transaction(exclusive=many) as tx:
         doc = _fetch(tx, r, report, progress, take=take, doc=doc)
     report.warnings.extend(tx.warnings)
     r.record_tracking()
@@ -635,10 +660,12 @@ def _pull_refs(tx, remote: str, report: SyncReport) -> None:
     # A thread already at the remote's tip has nothing to take (its turns came with it): only
     # the others are merged, so a pull with nothing new reads no reflog.
     incoming = {n: t for n, t in everything.items() if before.get(n) != t}
-    turns = {n: list(dict.fromkeys(e.turn for e in tracking.read_log(n) if e.turn and tx.repo.objects.contains(e.turn)))
-             for n in incoming}
+    logs = read_logs(tracking, incoming)  # (all at once: a clone's 100,000 threads)
+    turns = {n: list(dict.fromkeys(e.turn for e in logs[n] if e.turn and tx.repo.objects.contains(e.turn))) for n in logs}
     seen = {t for ts in turns.values() for t in ts}
     mr = MergeReport(remote)
+    if not before and len(incoming) >= BULK_MIN and tx.exclusive:
+        incoming = _create_threads(tx, incoming, turns, mr)
     if incoming:
         apply_refs(tx, None, incoming, turns, seen, mr, False)
     # (a diverged thread pulled before is already there under its -merged- name: nothing moved)
@@ -647,6 +674,32 @@ def _pull_refs(tx, remote: str, report: SyncReport) -> None:
                           else e["action"]} for e in mr.refs}
     report.threads = [rows.get(n) or {"thread": n, "old": t, "new": t, "as": n, "action": "same"}
                       for n, t in sorted(everything.items())]
+
+
+def declare_packed_logs(repo) -> None:
+    """Declare the format version that reads packed reflogs (before a bulk creation, format.md §13.6)."""
+    from .repository import PACKED_FORMAT, require_format
+
+    require_format(repo.path, PACKED_FORMAT, fsync=repo.config.fsync)
+
+
+def _create_threads(tx, incoming: dict[str, str], turns: dict[str, list[str]], mr: MergeReport) -> dict[str, str]:
+    """A pull into a store with no thread yet (a clone): the threads created with merge's
+    reflog lines, but packed at once, in one rename (remotes/bulkrefs.py): all or none, so no
+    merge journal. Returns the threads left to merge's usual path."""
+    repo = tx.repo
+    moves = [RefMove(n, t, expected=None, message="merge: created", turn=turns[n][0] if turns[n] else None,
+                     extra=tuple((x, "merge: recorded turn") for x in turns[n][1:])) for n, t in sorted(incoming.items())]
+    picked = bulk_candidates(repo.refs, moves, {}, repo.objects.contains)
+    if len(picked) < BULK_MIN:
+        return incoming
+    declare_packed_logs(repo)
+    made = [moves[i] for i in picked]
+    tx.create_packed(made)
+    for m in made:
+        mr.refs.append({"thread": m.name, "action": "created", "local": None, "incoming": m.new, "as": m.name})
+    done = {m.name for m in made}
+    return {n: t for n, t in incoming.items() if n not in done}
 
 
 def pull(repo, remote: str | None = None, *, progress=None) -> SyncReport:
@@ -700,7 +753,7 @@ def clone(url: str, path: str | Path | None = None, *, endpoint: str | None = No
     return repo, report
 
 
-# -- push -------------------------------------------------------------------------------------
+# -- fsck --remote, threads --remotes (push is convgit/sync_push.py) ----------------------------
 
 
 def fsck_remote(repo, remote: str | None = None) -> dict:
@@ -736,9 +789,7 @@ def fsck_remote(repo, remote: str | None = None) -> dict:
 def tracking_refs(repo) -> list[dict]:
     """Every remote-tracking ref: ``{"remote", "thread", "name", "tip"}`` (threads --remotes)."""
     out = []
-    root = repo.path / REMOTES
-    names = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-    for remote in names:
+    for remote in remote_names(repo.path):
         for thread, tip in TrackingRefs(repo.path, remote).read_all(broken={}).items():
             out.append({"remote": remote, "thread": thread, "name": f"{remote}/{thread}", "tip": tip})
     return out

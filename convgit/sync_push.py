@@ -10,7 +10,7 @@ import random
 import time
 
 
-from . import fsio
+from . import codec, fsio
 from .config import crash_point, push_pack_bytes
 from .errors import (ConvgitError, InvalidInput, NonFastForward, NotFound, RefStale,
                      RemoteCorrupt)
@@ -20,9 +20,10 @@ from .objects import Message
 from .pack import PackWriter
 from .refs import RefMove
 from .remotes import CasLost
+from .remotes.bulkrefs import BULK_MIN, read_logs
 from .remotes.refsdoc import DOC_KEY, RefsDoc, pack_key
 from .remotes.tracking import TrackingRefs
-from .sync import CACHE, MAX_CAS_RETRIES, PUSH_PACK_BYTES, SyncReport, _open, _Remote
+from .sync import CACHE, MAX_CAS_RETRIES, PUSH_PACK_BYTES, SyncReport, _open, _Remote, declare_packed_logs
 
 
 def _is_ancestor(repo, a: str, b: str) -> bool:
@@ -49,20 +50,25 @@ def _refspec(spec: str) -> tuple[str, str]:
     return src, check_thread_name(dst) if sep else src
 
 
-def _outgoing(repo, remote: _Remote, tips: dict[str, str], local_of: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+def _outgoing(repo, remote: _Remote, tips: dict[str, str], local_of: dict[str, str],
+              builder: "_PackBuilder | None" = None) -> tuple[list[str], dict[str, str]]:
     """What the remote lacks of what ``tips`` (remote thread → tip) and their local threads'
     turns reach, in a fixed order (so a re-run builds the same packs), and the turn → remote
-    thread of each turn sent."""
+    thread of each turn sent. Each object is read once: its bytes go to ``builder`` as they
+    are walked (the packs are built in the same pass)."""
     order: list[str] = []
     seen: set[str] = set()
     turn_of: dict[str, str] = {}
     roots: list[str] = []
+    logs = read_logs(repo.refs, {local_of[n] for n in tips})  # (all at once: 100,000 threads)
     for name in sorted(tips):
         roots.append(tips[name])
-        for e in repo.refs.read_log(local_of[name]):
+        for e in logs[local_of[name]]:
             if e.turn and e.turn not in turn_of and repo.objects.contains(e.turn):
                 turn_of[e.turn] = name
                 roots.append(e.turn)
+    if builder is not None:
+        builder.turn_of = turn_of
     for root in roots:
         stack = [root]
         while stack:
@@ -71,38 +77,57 @@ def _outgoing(repo, remote: _Remote, tips: dict[str, str], local_of: dict[str, s
                 continue
             seen.add(oid)
             order.append(oid)
-            stack.extend(ref for ref, _ in typed_references(repo.objects.read(oid)))
+            data = repo.objects.read_bytes(oid)
+            if builder is not None:
+                builder.add(oid, data)
+            stack.extend(ref for ref, _ in typed_references(codec.decode(data, oid)))
     return order, {t: n for t, n in turn_of.items() if t in seen}
 
 
-def _build_packs(repo, remote: _Remote, order: list[str], turn_of: dict[str, str]):
+class _PackBuilder:
     """The outgoing objects as packs of up to PUSH_PACK_BYTES, written under the cache's
-    ``outgoing/`` (name → (idx path, manifest bytes))."""
-    out_dir = repo.path / CACHE / remote.name / f"outgoing-{os.getpid()}-{time.monotonic_ns()}"
-    fsio.makedirs(out_dir)
-    packs = []
-    w, fill, turns = None, 0, []
-    limit = push_pack_bytes(PUSH_PACK_BYTES)
+    ``outgoing-*/`` as the walk gives them (``packs``: (idx path, manifest bytes) each)."""
 
-    def finish():
-        idx = w.finish()
-        manifest = json.dumps({"format": "convgit-remote 1", "turns": turns}, sort_keys=True).encode()
-        packs.append((idx, manifest))
+    def __init__(self, repo, remote: _Remote) -> None:
+        self.repo, self.remote = repo, remote
+        self.out_dir = None
+        self.packs: list = []
+        self.turn_of: dict[str, str] = {}
+        self._w, self._fill, self._turns = None, 0, []
+        self._limit = push_pack_bytes(PUSH_PACK_BYTES)
 
-    for oid in order:
-        data = repo.objects.read_bytes(oid)
-        if w is None:
-            w, fill, turns = PackWriter(out_dir, fsync=False), 0, []
-        w.add(oid, data, verified=True)
-        fill += len(data)
-        if oid in turn_of:
-            turns.append([turn_of[oid], oid])
-        if fill >= limit:
-            finish()
-            w = None
-    if w is not None:
-        finish()
-    return packs
+    def add(self, oid: str, data: bytes) -> None:
+        if self._w is None:
+            if self.out_dir is None:
+                self.out_dir = self.repo.path / CACHE / self.remote.name / f"outgoing-{os.getpid()}-{time.monotonic_ns()}"
+                fsio.makedirs(self.out_dir)
+            self._w, self._fill, self._turns = PackWriter(self.out_dir, fsync=False), 0, []
+        self._w.add(oid, data, verified=True)
+        self._fill += len(data)
+        if oid in self.turn_of:
+            self._turns.append([self.turn_of[oid], oid])
+        if self._fill >= self._limit:
+            self._finish()
+
+    def _finish(self) -> None:
+        idx = self._w.finish()
+        self._w = None
+        manifest = json.dumps({"format": "convgit-remote 1", "turns": self._turns}, sort_keys=True).encode()
+        self.packs.append((idx, manifest))
+
+    def finish(self) -> list:
+        """Every pack, the last one closed."""
+        if self._w is not None:
+            self._finish()
+        return self.packs
+
+    def cleanup(self) -> None:
+        """The packs built go (uploaded, or the push failed)."""
+        if self._w is not None:
+            self._w.abort()
+            self._w = None
+        if self.out_dir is not None:
+            fsio.rmtree(self.out_dir)
 
 
 def _upload(remote: _Remote, packs, report: SyncReport, progress=None) -> list[str]:
@@ -169,15 +194,15 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
         moving = _plan_push(repo, r, doc, tips, force)
         uploaded: list[str] = []
         if moving:
-            order, turn_of = _outgoing(repo, r, {n: tips[n] for n in moving}, local_of)
-            report.objects = len(order)
-            if order:
-                built = _build_packs(repo, r, order, turn_of)
-                try:
+            builder = _PackBuilder(repo, r)
+            try:
+                order, _ = _outgoing(repo, r, {n: tips[n] for n in moving}, local_of, builder)
+                report.objects = len(order)
+                built = builder.finish()
+                if built:
                     uploaded = _upload(r, built, report, progress)
-                finally:
-                    if built:
-                        fsio.rmtree(built[0][0].parent)
+            finally:
+                builder.cleanup()
         for attempt in range(MAX_CAS_RETRIES):
             moving = _plan_push(repo, r, doc, tips, force)
             report.threads = [{"thread": n, "action": moving.get(n, "up-to-date" if doc.threads.get(n) == tips[n] else "behind"),
@@ -214,8 +239,9 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
                  for n in names if n in doc.threads and known.get(n) != doc.threads[n]
                  and repo.objects.contains(doc.threads[n])]
         if moves:
-            with repo.transaction(index="none") as tx:
-                for res in tx.move_tracking(r.name, moves):
+            # (thousands: the exclusive store lock, under which new ones are written packed at once)
+            with repo.transaction(index="none", exclusive=len(moves) >= BULK_MIN) as tx:
+                for res in tx.move_tracking(r.name, moves, declare_packed=lambda: declare_packed_logs(repo)):
                     if isinstance(res, Exception):
                         raise res
             r.record_tracking()

@@ -240,15 +240,38 @@ class Transaction:
         cfg = self.repo.config
         return TrackingRefs(self.repo.path, remote, fsync=cfg.fsync, lock_timeout=cfg.lock_timeout)
 
-    def move_tracking(self, remote: str, moves: list[RefMove], deletes: Iterable[str] = ()) -> list:
+    def move_tracking(self, remote: str, moves: list[RefMove], deletes: Iterable[str] = (), *,
+                      declare_packed=None) -> list:
         """Move remote-tracking refs (fetch, push): ``moves`` as RefStore.update_many (each
         durable, reflogged, its tip a stored object), then ``deletes`` (threads the remote no
-        longer has). They are not threads: the index does not follow them."""
+        longer has). They are not threads: the index does not follow them. In an exclusive
+        transaction, with ``declare_packed`` (declares the format version that reads packed
+        reflogs), many creations are written packed at once (remotes/bulkrefs.py)."""
         refs = self.tracking(remote)
-        out = refs.update_many(moves, exists=self.repo.objects.contains) if moves else []
+        exists = self.repo.objects.contains
+        done: set[int] = set()
+        if self.exclusive and moves and declare_packed is not None:  # thousands of new ones: packed at once
+            from .remotes.bulkrefs import create_many
+
+            done = create_many(refs, moves, exists=exists, declare=declare_packed)
+        rest = [i for i in range(len(moves)) if i not in done]
+        out: list = [None] * len(moves)  # (None: created)
+        if rest:
+            for i, r in zip(rest, refs.update_many([moves[i] for i in rest], exists=exists)):
+                out[i] = r
         for name in deletes:
             refs.update(name, None, message="fetch: gone from the remote")
         return out
+
+    def create_packed(self, moves: list[RefMove]) -> None:
+        """Create threads at once, straight into ``packed-refs`` / ``packed-logs`` (a clone's
+        pull, under the exclusive store lock; each a candidate of remotes/bulkrefs.py)."""
+        from .remotes.bulkrefs import create_packed
+
+        try:
+            create_packed(self.repo.refs, moves)
+        finally:
+            self.moved.update(m.name for m in moves)
 
     def drop_tracking(self, remote: str, rename_to: str | None = None) -> None:
         """Remove every tracking ref (and reflog) of ``remote``, or move them to ``rename_to``

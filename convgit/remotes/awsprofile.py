@@ -21,9 +21,13 @@ What wins (as the AWS CLI, with a remote's own profile counting as its ``--profi
 - endpoint: ``remote.NAME.endpoint``, else ``AWS_ENDPOINT_URL(_S3)``, else the profile's
   ``endpoint_url`` (or its ``services`` section's ``s3`` ``endpoint_url``).
 
-Profiles whose credentials come from SSO, an assumed role or a ``credential_process`` are
-refused (``invalid_input``) when they carry no static keys: ``aws configure
-export-credentials --profile NAME --format env`` gives keys obstore reads from the variables.
+A profile without static keys whose ``credential_process`` names a command gets its keys
+from that command, as the AWS CLI does (``CredentialProcess``: run without a shell, its JSON
+read, Version 1; run again when the keys it gave expire). Profiles whose credentials come
+from SSO, an assumed role (``role_arn``, ``source_profile``) or a web identity file are
+refused (``invalid_input``) when they carry no static keys (they need STS or SSO calls that
+convgit does not make): ``aws configure export-credentials --profile NAME --format env``
+gives keys obstore reads from the variables.
 """
 
 from __future__ import annotations
@@ -50,10 +54,11 @@ class Profile:
     session_token: str | None = None
     region: str | None = None
     endpoint: str | None = None
+    credential_process: str | None = None  # the command that prints its keys (no static keys)
 
     def __repr__(self) -> str:  # never print a secret (a traceback, a log line)
-        return f"Profile({self.name!r}, keys={'yes' if self.access_key_id else 'no'}, region={self.region!r}, " \
-               f"endpoint={self.endpoint!r})"
+        keys = "yes" if self.access_key_id else ("process" if self.credential_process else "no")
+        return f"Profile({self.name!r}, keys={keys}, region={self.region!r}, endpoint={self.endpoint!r})"
 
 
 @dataclass(frozen=True)
@@ -67,10 +72,11 @@ class S3Settings:
     secret_access_key: str | None = None
     session_token: str | None = None
     profile: str | None = None  # the profile that was read, if any
+    credential_process: str | None = None  # keys from this command (the profile's credential_process)
 
     def __repr__(self) -> str:
-        return f"S3Settings(region={self.region!r}, endpoint={self.endpoint!r}, profile={self.profile!r}, " \
-               f"keys={'profile' if self.access_key_id else 'variables'})"
+        keys = "profile" if self.access_key_id else ("process" if self.credential_process else "variables")
+        return f"S3Settings(region={self.region!r}, endpoint={self.endpoint!r}, profile={self.profile!r}, keys={keys})"
 
 
 def _read_ini(path: Path) -> configparser.RawConfigParser | None:
@@ -114,8 +120,12 @@ def read_profile(name: str, config_file: Path, credentials_file: Path, *, keys: 
         return (k.get(n) or c.get(n) or "").strip() or None
 
     access, secret = key("aws_access_key_id"), key("aws_secret_access_key")
+    process = None
     if not (access and secret) and keys:
         indirect = [n for n in _INDIRECT if c.get(n) or k.get(n)]
+        if indirect == ["credential_process"] and not (access or secret):
+            process = key("credential_process")  # (with a role or SSO too, the AWS CLI would use those: refused)
+            indirect = [] if process else indirect
         if indirect:
             raise InvalidInput(f"AWS profile {name!r} gets its credentials through {', '.join(indirect)}, which convgit "
                                f"does not read: export keys (aws configure export-credentials --profile {name} "
@@ -131,7 +141,7 @@ def read_profile(name: str, config_file: Path, credentials_file: Path, *, keys: 
         if not endpoint and services and conf is not None and conf.has_section(f"services {services}"):
             endpoint = _nested(conf.get(f"services {services}", "s3", fallback=None), "endpoint_url")
     return Profile(name, access if secret else None, secret if access else None, key("aws_session_token"),
-                   (c.get("region") or "").strip() or None, endpoint or None)
+                   (c.get("region") or "").strip() or None, endpoint or None, process)
 
 
 def s3_settings(*, endpoint: str | None = None, region: str | None = None, profile: str | None = None,
@@ -151,13 +161,104 @@ def s3_settings(*, endpoint: str | None = None, region: str | None = None, profi
                            profile=name)
     if p is None:
         return S3Settings(region=region, endpoint=endpoint or env_endpoint)
-    keys = p.access_key_id is not None and (own or not env.keys_in_env)
+    mine = own or not env.keys_in_env
+    keys = p.access_key_id is not None and mine
     if region is None:
         region = p.region if (own or not env.region_in_env) else None
     return S3Settings(region=region, endpoint=endpoint or env_endpoint or p.endpoint,
                       access_key_id=p.access_key_id if keys else None,
                       secret_access_key=p.secret_access_key if keys else None,
-                      session_token=p.session_token if keys else None, profile=p.name)
+                      session_token=p.session_token if keys else None, profile=p.name,
+                      credential_process=p.credential_process if mine else None)
 
 
-__all__ = ["Profile", "S3Settings", "read_profile", "s3_settings"]
+class CredentialProcess:
+    """The keys of a profile's ``credential_process``, as obstore's ``credential_provider``
+    asks for them: the command is run (split as a shell would split it, but without a
+    shell, as the AWS CLI runs it on POSIX) and must print ``{"Version": 1, "AccessKeyId",
+    "SecretAccessKey"[, "SessionToken"][, "Expiration" (ISO 8601)]}``; kept until that
+    expiration (obstore asks again then). A command that fails, times out or prints anything
+    else is ``remote_failed`` naming the profile, never showing what it printed on stdout
+    (keys). ``resolve()`` runs it once at once (a bad process fails the command up front)."""
+
+    TIMEOUT = 60.0
+
+    from datetime import timedelta as _td
+
+    EARLY = _td(seconds=60)
+    del _td
+
+    def __init__(self, command: str, profile: str) -> None:
+        self.command, self.profile = command, profile
+        self._cached: dict | None = None
+        self.runs = 0
+
+    def __repr__(self) -> str:
+        return f"CredentialProcess(profile={self.profile!r})"
+
+    def _fail(self, why: str):
+        from ..errors import RemoteFailed
+
+        return RemoteFailed(f"AWS profile {self.profile!r}: its credential_process {why}", profile=self.profile)
+
+    def resolve(self) -> dict:
+        """Run the command (again) and return the credential obstore takes."""
+        import json
+        import shlex
+        import subprocess
+        from datetime import datetime, timezone
+
+        try:
+            argv = shlex.split(self.command)
+        except ValueError as e:
+            raise self._fail(f"does not parse as a command line ({e})") from None
+        if not argv:
+            raise self._fail("is empty")
+        try:
+            p = subprocess.run(argv, capture_output=True, timeout=self.TIMEOUT, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise self._fail(f"{argv[0]!r} was not found") from None
+        except subprocess.TimeoutExpired:
+            raise self._fail(f"did not finish in {self.TIMEOUT:.0f} s") from None
+        except OSError as e:
+            raise self._fail(f"could not run: {e.strerror}") from None
+        self.runs += 1
+        if p.returncode != 0:
+            err = p.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise self._fail(f"exited with {p.returncode}" + (f": {err[-1][:300]}" if err else ""))
+        try:
+            doc = json.loads(p.stdout)
+            ok = isinstance(doc, dict) and doc.get("Version") == 1
+        except ValueError:
+            ok = False
+        if not ok:
+            raise self._fail('did not print a JSON object with "Version": 1')
+        access, secret, token = doc.get("AccessKeyId"), doc.get("SecretAccessKey"), doc.get("SessionToken")
+        if not (isinstance(access, str) and access and isinstance(secret, str) and secret) or \
+                (token is not None and not isinstance(token, str)):
+            raise self._fail("printed no AccessKeyId and SecretAccessKey strings")
+        expires = None
+        if doc.get("Expiration") is not None:
+            try:
+                expires = datetime.fromisoformat(str(doc["Expiration"]).replace("Z", "+00:00"))
+            except ValueError:
+                raise self._fail(f"printed an Expiration that is not an ISO 8601 time: {doc['Expiration']!r}") from None
+            if expires.tzinfo is None:
+                expires = expires.replace(tzinfo=timezone.utc)
+            if expires <= datetime.now(timezone.utc):
+                raise self._fail(f"printed keys that expired at {doc['Expiration']}")
+        self._cached = {"access_key_id": access, "secret_access_key": secret, "token": token or None,
+                        "expires_at": expires}
+        return self._cached
+
+    def __call__(self) -> dict:
+        """The credential (obstore's ``credential_provider`` call): kept, or asked for again."""
+        from datetime import datetime, timezone
+
+        c = self._cached
+        if c is None or (c["expires_at"] is not None and c["expires_at"] - datetime.now(timezone.utc) < self.EARLY):
+            c = self.resolve()  # (a minute early, as the AWS CLI refreshes: no request goes out with stale keys)
+        return c
+
+
+__all__ = ["CredentialProcess", "Profile", "S3Settings", "read_profile", "s3_settings"]

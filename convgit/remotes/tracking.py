@@ -11,12 +11,14 @@ and ``threads`` list threads; ``threads --remotes`` lists these).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..errors import ConvgitError
 from ..refs import RefStore
 
 REMOTES = "refs/remotes"
+_REMOTE_RE = re.compile(r"[A-Za-z0-9_-]{1,63}\Z")  # a remote's name (remotes.check_remote_name)
 
 
 class TrackingRefs(RefStore):
@@ -37,12 +39,17 @@ class TrackingRefs(RefStore):
 
 
 def remote_names(root: Path) -> list[str]:
-    """The remotes that have tracking refs here."""
+    """The remotes that have tracking refs here: a directory of loose ones, or a packed file
+    (``NAME.packed``: written at once by a clone or a first fetch, remotes/bulkrefs.py)."""
     d = root / REMOTES
     try:
-        return sorted(p.name for p in d.iterdir() if p.is_dir())
+        entries = list(d.iterdir())
     except FileNotFoundError:
         return []
+    names = {p.name for p in entries if p.is_dir()}
+    names |= {p.name[:-len(".packed")] for p in entries
+              if p.name.endswith(".packed") and _REMOTE_RE.match(p.name[:-len(".packed")]) and p.is_file()}
+    return sorted(names)
 
 
 def read_tracking(root: Path, rev: str) -> tuple[str, str] | None:

@@ -284,7 +284,9 @@ CASES = (
 )
 # Points owned by other operations' tests (the importer's; push's: tests/test_remote.py kills a
 # push there and resumes it).
-NOT_HERE = {"import_after_objects", "import_after_refs", "push_mid_pack", "push_after_pack"}
+NOT_HERE = {"import_after_objects", "import_after_refs", "push_mid_pack", "push_after_pack",
+            # a fetch creating tracking refs packed at once: tests/test_remote_bulk.py kills it at both
+            "bulk_logs_after_tmp_fsync", "bulk_refs_after_tmp_fsync"}
 
 
 def test_every_named_crash_point_is_exercised():
