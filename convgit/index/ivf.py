@@ -222,15 +222,19 @@ def write(path: Path, ivf: Ivf) -> None:
     fsio.replace_file(path, MAGIC + struct.pack("<I", len(head)) + head + payload, fsync=False)
 
 
-def assign(matrix, centroids, start: int, stop: int):
-    """The nearest centroid of each row in ``[start, stop)`` (ties: the lower list number)."""
+def assign(matrix, centroids, start: int, stop: int, *, scores: bool = False):
+    """The nearest centroid of each row in ``[start, stop)`` (ties: the lower list number),
+    and with ``scores`` also each row's score against it."""
     np = _numpy()
     out = np.empty(stop - start, dtype=np.int64)
+    best = np.empty(stop - start, dtype=np.float32)
     ct = np.ascontiguousarray(centroids.T)
     for i in range(start, stop, 16384):
         j = min(stop, i + 16384)
-        out[i - start : j - start] = np.argmax(np.asarray(matrix[i:j]) @ ct, axis=1)
-    return out
+        s = np.asarray(matrix[i:j]) @ ct
+        out[i - start : j - start] = a = np.argmax(s, axis=1)
+        best[i - start : j - start] = s[np.arange(len(a)), a]
+    return (out, best) if scores else out
 
 
 def layout(labels, nlist: int, start: int = 0):
@@ -334,14 +338,15 @@ def plan(cur: Ivf | None, matrix, *, force: bool = False):
 def build(matrix, balance: float = BALANCE):
     """(centroids, the list of every row) for ``matrix``: ``train``, then every row to its
     nearest centroid; lists still holding more than ``balance`` × the mean share of the
-    √N lists (the sample misjudged them) are split on their own rows and every row assigned
-    again (twice at most)."""
+    √N lists (the sample misjudged them) are split on their own rows (twice at most), and
+    the rows assigned again: those of a split list over every centroid, the others only
+    against the new centroids (one pass over the matrix with few centroids)."""
     np = _numpy()
     n = matrix.shape[0]
     rng = np.random.default_rng(1)
     cent = train(matrix)
     mean = n / max(1, min(n, round(math.sqrt(n))))
-    labels = assign(matrix, cent, 0, n)
+    labels, best = assign(matrix, cent, 0, n, scores=True)
     for _ in range(2):
         sizes = np.bincount(labels, minlength=len(cent))
         keep = np.ones(len(cent), dtype=bool)
@@ -357,6 +362,21 @@ def build(matrix, balance: float = BALANCE):
                 new.append(sub)
         if not new:
             break
-        cent = np.concatenate([cent[keep], *new]).astype(np.float32)
-        labels = assign(matrix, cent, 0, n)
+        # the kept centroids keep their order (before the new ones): a row whose list stays
+        # only moves to a new centroid that beats its own; a row of a split list is assigned
+        # again over every centroid
+        renum = np.cumsum(keep) - 1
+        added = np.concatenate(new).astype(np.float32)
+        cent = np.concatenate([cent[keep], added]).astype(np.float32)
+        moved = ~keep[labels]
+        labels = renum[labels]
+        nl, nb = assign(matrix, added, 0, n, scores=True)
+        better = nb > best
+        labels[better], best[better] = nl[better] + int(keep.sum()), nb[better]
+        rows = np.flatnonzero(moved)
+        for i in range(0, len(rows), 16384):
+            part = rows[i : i + 16384]
+            sc = np.asarray(matrix[part]) @ cent.T
+            a = np.argmax(sc, axis=1)
+            labels[part], best[part] = a, sc[np.arange(len(a)), a]
     return cent, labels
