@@ -316,3 +316,35 @@ def test_a_new_segment_rewrites_only_the_tail_and_many_merge_back(tmp_path):
     got = st.vectors_of([cid(i) for i in range(0, 9500, 97)])
     assert np.array_equal(got, x[list(range(0, 9500, 97))])
     assert recall(st, queries(x)) >= 0.9
+
+
+def stdlib_paragraphs(limit: int) -> list[str]:
+    """Real text that every Python has: docstring paragraphs of the standard library."""
+    import re
+    import sysconfig
+
+    out: dict[str, None] = {}
+    for f in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        for m in re.finditer(r'"""(.*?)"""', f.read_text("utf-8", errors="ignore"), re.S):
+            for para in m.group(1).split("\n\n"):
+                para = " ".join(para.split())
+                if len(para) >= 40:
+                    out.setdefault(para)
+    return list(out)[:limit]
+
+
+def test_recall_on_real_text_embeddings_at_the_default_nprobe(tmp_path):
+    from convgit.config import EmbedConfig
+    from convgit.embedders import make_provider
+
+    texts = stdlib_paragraphs(6100)
+    assert len(texts) == 6100
+    prov = make_provider(EmbedConfig(provider="hash"))
+    vecs = np.concatenate([prov.embed(texts[i : i + 512]) for i in range(100, len(texts), 512)])
+    st = VectorStore(tmp_path, Namespace("test", "hash", vecs.shape[1], "0" * 64), ann_threshold=1000)
+    st.add([cid(i) for i in range(len(vecs))], vecs)
+    assert st.ensure_ann() == "built"
+    lists = IVF.load(st._ivf_path(), vecs.shape[1], len(vecs))
+    assert_nearest_centroid(st, lists)
+    qs = np.stack([prov.embed_query(t) for t in texts[:100]])  # held out: not stored
+    assert recall(st, qs) >= 0.8  # measured 0.90 (95 lists, 24 probed); wrong lists: ~0.25
