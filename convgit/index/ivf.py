@@ -67,8 +67,8 @@ def path_for(dir_: Path, gen: int) -> Path:
 
 def default_nprobe(nlist: int) -> int:
     """Lists probed when the setting is 0 (automatic): ``PROBE_FRACTION`` of them, at least
-    16. Measured in benchmarks/bench_semantic.py (docs/performance.md): the smallest share
-    giving recall@10 ≥ 0.95 against exact search on clustered vectors and on real text."""
+    16. Measured in benchmarks/bench_semantic.py (docs/performance.md): recall@10 against
+    exact search 0.963 (100k) and 0.964 (1M) on real text, 1.000 on clustered vectors."""
     return min(nlist, max(16, math.ceil(nlist * PROBE_FRACTION)))
 
 
