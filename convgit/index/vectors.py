@@ -64,6 +64,29 @@ def _numpy():
     return np()
 
 
+def _copy_prefix(src, dst, size: int) -> None:
+    """Copy the first ``size`` bytes of file ``src`` to ``dst`` (in the kernel when it can)."""
+    done = 0
+    try:
+        while done < size:
+            n = os.copy_file_range(src.fileno(), dst.fileno(), size - done, done, done)
+            if n == 0:
+                break
+            done += n
+    except (AttributeError, OSError):
+        pass
+    if done < size:
+        src.seek(done)
+        dst.seek(done)
+        while done < size:
+            chunk = src.read(min(1 << 24, size - done))
+            if not chunk:
+                raise EmbeddingFailed(f"{src.name}: shorter than its {size // 4} committed values")
+            dst.write(chunk)
+            done += len(chunk)
+    dst.seek(size)
+
+
 def namespaces(store_path: Path) -> list[dict]:
     """Every namespace directory under ``.convgit/vectors/`` (its namespace.json, plus ``key``)."""
     root = store_path / VECTORS_DIR
@@ -192,21 +215,63 @@ class VectorStore:
         m = self.matrix()
         if m is None or not (force or self._ann_wanted(m.shape[0])):
             return None
-        _numpy()  # (the IVF build needs numpy: its clear error before the lock is taken)
+        np = _numpy()  # (the IVF build needs numpy: its clear error before the lock is taken)
         with fsio.flock(self.lock, shared=False, timeout=600):
             self._follow_swap()
             m = self.matrix()
             todo = IVF.plan(IVF.load(self._ivf_path(), self.dim, m.shape[0]), m, force=force)
             if todo is None:
                 return "fresh"
-            what, cent, labels, trained = todo
-            order, offsets = IVF.layout(labels, len(cent))
-            rows = self.db.execute("SELECT row, mid, win FROM rows ORDER BY row").fetchall()
-            if len(rows) != m.shape[0]:
-                raise EmbeddingFailed(f"{self.dir}: rows are not numbered 0..{len(rows) - 1}")
+            what, cent, trained, kept, start, labels = todo
+            order, offsets = IVF.layout(labels, len(cent), start)
+            lists = IVF.Ivf(m.shape[0], trained, cent, np.concatenate([kept, offsets[None, :]]))
             del m
-            self._rewrite([rows[i] for i in order.tolist()], [], IVF.Ivf(len(rows), trained, cent, offsets))
+            if start == 0:
+                rows = self.db.execute("SELECT row, mid, win FROM rows ORDER BY row").fetchall()
+                if len(rows) != lists.rows:
+                    raise EmbeddingFailed(f"{self.dir}: rows are not numbered 0..{len(rows) - 1}")
+                self._rewrite([rows[i] for i in order.tolist()], [], lists)
+            else:
+                self._relayout_tail(start, order, lists)
             return what
+
+    def _relayout_tail(self, start: int, order, lists) -> None:
+        """Write the next generation (under the lock) with rows ``[start, N)`` in the order
+        ``order`` (old row numbers) and the rows before ``start`` unchanged: the matrix's
+        first ``start`` rows are copied as bytes, vectors.sqlite is copied and only the moved
+        rows renumbered, then it is swapped in and the old generation's files removed."""
+        np = _numpy()
+        gen = int(self._meta("generation")) + 1
+        old_matrix, old_ivf = self._matrix_path(), self._ivf_path()
+        new_matrix = self.dir / f"matrix-{gen}.f32"
+        moved = self.db.execute("SELECT row, mid, win FROM rows WHERE row >= ? ORDER BY row", (start,)).fetchall()
+        if len(moved) != lists.rows - start or (moved and moved[-1][0] != lists.rows - 1):
+            raise EmbeddingFailed(f"{self.dir}: rows are not numbered 0..{lists.rows - 1}")
+        m = self.matrix()
+        with open(old_matrix, "rb") as src, open(new_matrix, "wb") as dst:
+            _copy_prefix(src, dst, start * self.dim * 4)
+            for i in range(0, len(order), 4096):
+                dst.write(np.ascontiguousarray(m[order[i : i + 4096]]).tobytes())
+        del m
+        tmp = self.dir / f"{fsio.TMP_PREFIX}vectors.sqlite.{os.getpid()}"
+        fsio.unlink_quiet(tmp)
+        db = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            self.db.backup(db)
+            db.execute("PRAGMA journal_mode=DELETE")
+            db.execute("BEGIN")
+            db.execute("DELETE FROM rows WHERE row >= ?", (start,))
+            db.executemany("INSERT INTO rows VALUES (?,?,?)",
+                           [(start + j, *moved[r - start][1:]) for j, r in enumerate(order.tolist())])
+            db.execute("UPDATE meta SET value=? WHERE key='generation'", (str(gen),))
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        IVF.write(IVF.path_for(self.dir, gen), lists)
+        fsio.rename(tmp, self.dir / "vectors.sqlite")
+        self._follow_swap()
+        fsio.unlink_quiet(old_matrix)
+        fsio.unlink_quiet(old_ivf)
 
     def nearest(self, qvec, k: int, matrix=None) -> list[tuple[int, float]]:
         """(row, cosine score) of the ``k`` rows nearest to unit vector ``qvec``, best first
@@ -225,12 +290,13 @@ class VectorStore:
             if lists is not None:
                 cand, scores = lists.score(m, q, self.nprobe or IVF.default_nprobe(lists.nlist))
                 if len(cand) >= 4 * k:  # else too few candidates: exact
-                    k = min(k, len(scores))
                     top = np.argpartition(-scores, k - 1)[:k]
-                    top = top[np.lexsort((cand[top], -scores[top]))]
+                    rows = cand.rows(top)
+                    order = np.lexsort((rows, -scores[top]))
                     self.last_method = "approximate"
-                    return [(int(cand[i]), float(scores[i])) for i in top]
-        scores = m @ q
+                    return [(int(rows[i]), float(scores[top[i]])) for i in order]
+        scores = np.empty(n, dtype=np.float32)
+        IVF.dot_rows(m, q, [0], [n], scores)  # one pass, in single-threaded slices
         k = min(k, len(scores))
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.lexsort((top, -scores[top]))]
