@@ -17,7 +17,7 @@ from typing import Iterable
 from . import codec, object_store
 from .config import crash_point
 from .decide import Plan, View, decide
-from .errors import HashMismatch, NotFound, ObjectCorrupt, PayloadTooLarge, RefExists, RefStale, SchemaValidationFailed
+from .errors import NotFound, ObjectCorrupt, PayloadTooLarge, RefExists, RefStale, SchemaValidationFailed
 from .ids import check_thread_name
 from .ingest import Chain, Payload, build_chain
 from .objects import Message, Turn
@@ -160,9 +160,8 @@ def prepare(repo, payload: Payload, after: str | None = None, *, chain: Chain | 
     if after is None and drafts and drafts[0].claimed_parent is not None:
         after = drafts[0].claimed_parent
         if not repo.objects.contains(after):
-            raise HashMismatch(f"message 0 claims parent {after}, which is not in this store "
-                               "(a first message's parent must be a stored message id)",
-                               claimed=after, computed=None)
+            raise NotFound(f"message 0 claims parent {after}, which is not in this store "
+                           "(a first message's parent must be a stored message id)", claimed=after)
     if not drafts:
         raise SchemaValidationFailed("the conversation has no messages")
     chain = chain if chain is not None and after is None else build_chain(drafts, after, repo.config)

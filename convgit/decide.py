@@ -8,6 +8,7 @@ out by the caller inside a repository transaction (convgit/transaction.py).
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -328,10 +329,14 @@ def _trusted(view, payload, chain, thread, on_conflict, k, holes, now_ms) -> Pla
             payload, chain, "forked", name, None, k, None,
             forked_from={"thread": thread, "message": at}, holes=holes,
         )
-    at = f"after message {short(ids[common - 1])}" if common else "at the first message"
+    if common:  # a shared history, then another branch: forking there keeps both
+        at, hint = f"after message {short(ids[common - 1])}", "use --on-conflict fork to keep both"
+    else:  # not the thread's conversation at all: most likely only the new messages (issue 11)
+        at = "at the first message"
+        hint = (f"it does not start at the thread's first message; to append it after the thread's tip, "
+                f"use convgit commit -c {shlex.quote(thread)} FILE")
     raise DuplicateConflict(
-        f"thread {thread!r} has a different history: the payload diverges {at} "
-        f"(use --on-conflict fork to keep both)",
+        f"thread {thread!r} has a different history: the payload diverges {at} ({hint})",
         thread=thread, tip=old, diverged_after=ids[common - 1] if common else None,
     )
 

@@ -169,7 +169,8 @@ which thread moves:
   tip or an ancestor of it changes nothing (`deduplicated`). If an earlier message differs,
   the commit is rejected with `duplicate_conflict` and nothing is written, unless
   `--on-conflict fork` is given: then a new thread `NAME-fork-<id>` is created at the point of
-  divergence. The same messages in another order are rejected as `ambiguous_thread`.
+  divergence. A conversation that does not start at the thread's first message (only the new
+  messages) is not the thread's history: the error says to append it with `commit -c NAME FILE`. The same messages in another order are rejected as `ambiguous_thread`.
 - Without `--thread`: an exact duplicate is a no-op; a re-sent history plus new messages
   appends to the thread whose tip it extends (stateless continuation); anything else starts
   a new thread with a unique, time-sortable name (`YYYYMMDD-HHMMSS-<id>`).
@@ -200,7 +201,7 @@ first argument when two are given, or when the one given is neither `-` nor an e
 same one twice appends twice. Without `-c`, a first message carrying `"parent": "<id>"` (an
 id convgit printed) is appended after that stored message, and the thread decision above runs
 on the whole history from the root (so `"parent"` set to a thread's tip continues that
-thread); an id not in the store is `hash_mismatch`, with nothing written. The library's
+thread); an id not in the store is `not_found`, with nothing written. The library's
 `convgit.commit(repo, data, continue_=True)` and `after=REV` do the same.
 """,
     ("log",): """\

@@ -101,7 +101,7 @@ CASES = [
     ("bad-on-conflict", ["commit", "-", "--thread", "main", "--on-conflict", "merge"], dumps(native("n")),
      "schema_validation_failed", None),  # the library's one check (convgit.commit.check_on_conflict)
     ("claimed-id-mismatch", ["commit", "-"], dumps(msg(id=OID)), "hash_mismatch", None),
-    ("claimed-parent-mismatch", ["commit", "-"], dumps(msg(parent=OID)), "hash_mismatch", None),
+    ("claimed-parent-unknown", ["commit", "-"], dumps(msg(parent=OID)), "not_found", None),
     ("too-many-messages", ["commit", "-"], dumps(native("a", "b", "c")), "payload_too_large", _setup_limit),
     ("missing-file", ["commit", "no-such-file.json"], None, "invalid_input", None),
     ("file-is-a-dir", ["commit", "."], None, "invalid_input", None),

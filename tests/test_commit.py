@@ -529,7 +529,7 @@ BAD_INPUT = [
     ("lone_surrogate_json_escape", b'{"messages": [{"role": "user", "content": "\\ud800"}]}', errors.InvalidInput),
     ("nan_in_usage", {"messages": conv("x"), "usage": {"cost": NAN}}, errors.SchemaValidationFailed),
     ("claimed_id", {"messages": [{"role": "user", "content": "x", "id": "f" * 64}]}, errors.HashMismatch),
-    ("claimed_parent", {"messages": [{"role": "user", "content": "x", "parent": "e" * 64}]}, errors.HashMismatch),
+    ("claimed_parent", {"messages": [{"role": "user", "content": "x", "parent": "e" * 64}]}, errors.NotFound),
     ("parent_not_id", {"messages": [{"role": "user", "content": "x", "parent": "msg_1"}]}, errors.SchemaValidationFailed),
     ("empty_response", {"messages": [], "response": []}, errors.SchemaValidationFailed),
     ("response_no_choices", {"messages": conv("x"), "response": {"choices": []}}, errors.SchemaValidationFailed),

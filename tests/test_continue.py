@@ -44,13 +44,41 @@ def test_the_issue_example_fork_then_continue_the_fork(run, tmp_path):
     ok(run("fork", "HEAD~2", "idea"))
     more = tmp_path / "more.json"
     more.write_text(_doc("another direction"))
-    # without -c the payload is a new root conversation: refused on a trusted thread
-    assert_error(run("commit", "--thread", "idea", str(more)), "duplicate_conflict")
-    doc = json.loads(ok(run("commit", "-c", "idea", str(more), "--json")).out)
+    # without -c the payload is a new root conversation: refused on a trusted thread, and the
+    # error says what the user meant (append with -c), not --on-conflict fork (an unconnected root)
+    before = store_state(tmp_path / "proj" / ".convgit")
+    r = run("commit", "--thread", "idea", str(more))
+    assert_error(r, "duplicate_conflict")
+    assert "use convgit commit -c idea FILE" in r.err and "--on-conflict" not in r.err
+    doc = assert_error(run("commit", "--thread", "idea", str(more), "--json"), "duplicate_conflict")
+    assert "commit -c idea FILE" in doc["error_message"] and doc["details"]["diverged_after"] is None
+    assert store_state(tmp_path / "proj" / ".convgit") == before
+    # following the hint (the long form --continue here) appends after the fork's tip
+    doc = json.loads(ok(run("commit", "--continue", "idea", str(more), "--json")).out)
     assert doc["action"] == "appended" and doc["thread"] == "idea" and doc["new_messages"] == 1
     assert _texts(run, "idea") == ["q1", "a1", "another direction"]
     assert _texts(run, "main") == ["q1", "a1", "q2", "a2"]
     assert json.loads(ok(run("status", "--json")).out)["head"] == "idea"
+
+
+def test_a_payload_sharing_the_threads_history_is_told_to_fork(run, tmp_path):
+    """The --on-conflict hint stays where it fits: the payload starts at the thread's root and
+    diverges later, so forking there keeps both branches of one conversation."""
+    ok(run("init"))
+    ok(run("commit", "--thread", "main", "-", input=_doc("q1", "a1", "q2", "a2")))
+    r = run("commit", "--thread", "main", "-", input=_doc("q1", "a1", "q2 bis"))
+    assert_error(r, "duplicate_conflict")
+    a1 = ok(run("rev-parse", "main~2")).out.strip()
+    assert f"diverges after message {a1[:12]}" in r.err
+    assert "(use --on-conflict fork to keep both)" in r.err and "commit -c" not in r.err
+    doc = json.loads(ok(run("commit", "--thread", "main", "--on-conflict", "fork", "-", "--json",
+                            input=_doc("q1", "a1", "q2 bis"))).out)
+    assert doc["forked_from"] == {"thread": "main", "message": a1}
+    # a thread whose name needs quoting in a shell is quoted in the -c hint
+    ok(run("commit", "--thread", "it's", "-", input=_doc("x", "y")))
+    r = run("commit", "--thread", "it's", "-", input=_doc("z"))
+    assert_error(r, "duplicate_conflict")
+    assert "use convgit commit -c 'it'\"'\"'s' FILE" in r.err
 
 
 def test_continue_reads_the_thread_from_the_first_argument_or_the_option(run):
@@ -88,7 +116,12 @@ def test_a_first_message_naming_an_unknown_parent_is_refused_and_writes_nothing(
     ok(run("init"))
     ok(run("commit", "--thread", "main", "-", input=_doc("q1", "a1")))
     before = store_state(tmp_path / "proj" / ".convgit")
-    assert_error(run("commit", "-", input=_doc("orphan", parent="a" * 64)), "hash_mismatch")
+    # an unknown object (docs/json.md, DESIGN.md §5): not_found, as --continue of a missing thread
+    r = run("commit", "-", input=_doc("orphan", parent="a" * 64))
+    assert_error(r, "not_found")
+    assert "a" * 64 in r.err
+    doc = assert_error(run("commit", "--json", "--thread", "t", "-", input=_doc("orphan", parent="a" * 64)), "not_found")
+    assert doc["details"] == {"claimed": "a" * 64}
     assert store_state(tmp_path / "proj" / ".convgit") == before
 
 

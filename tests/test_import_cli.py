@@ -146,7 +146,6 @@ CORPUS: list[tuple[str, bytes, str]] = [
     ("bad_base64", _j({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}]}]}), "schema_validation_failed"),
     ("parent_not_hex", _j({"messages": [{"role": "user", "content": "x", "parent": "zz"}]}), "schema_validation_failed"),
     ("id_mismatch", _j({"messages": [{"role": "user", "content": "x", "id": "ab" * 32}]}), "hash_mismatch"),
-    ("parent_mismatch", _j({"messages": [{"role": "user", "content": "x", "parent": "cd" * 32}]}), "hash_mismatch"),
     ("started_at_out_of_range", _j({"messages": M, "started_at": 10**16}), "schema_validation_failed"),
     ("started_at_bad_string", _j({"messages": M, "started_at": "yesterday"}), "schema_validation_failed"),
     ("usage_not_object", _j({"messages": M, "usage": [1]}), "schema_validation_failed"),
@@ -184,5 +183,18 @@ def test_bad_input_rejected_by_commit_and_import(cli, limited, tmp_path, name, r
     f.write_bytes(raw)
     assert_error(cli("commit", f, "--json"), code)
     assert_error(cli("import", f, "--json"), code)
+    assert store_state(store) == before
+
+
+def test_a_first_message_naming_an_unknown_parent_is_rejected_by_commit_and_import(cli, limited, tmp_path):
+    """commit reads a first message's "parent" as the stored message it continues (unknown:
+    not_found); import reads a file as whole conversations, whose first message has no parent
+    (docs/import.md: a claimed parent that does not match is hash_mismatch)."""
+    store = limited / ".convgit"
+    before = store_state(store)
+    f = tmp_path / "parent.json"
+    f.write_bytes(_j({"messages": [{"role": "user", "content": "x", "parent": "cd" * 32}]}))
+    assert_error(cli("commit", f, "--json"), "not_found")
+    assert_error(cli("import", f, "--json"), "hash_mismatch")
     assert store_state(store) == before
 
