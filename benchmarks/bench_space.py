@@ -49,6 +49,23 @@ def disk(path: Path) -> int:
     return total
 
 
+def by_table(index: Path, messages: int) -> dict[str, float]:
+    """Bytes per message of each table and index of ``index`` (SQLite's ``dbstat``; the
+    FTS5 shadow tables folded into one ``fts``), largest first."""
+    import sqlite3
+
+    db = sqlite3.connect(index)
+    try:
+        rows = db.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall()
+    finally:
+        db.close()
+    out: dict[str, float] = {}
+    for name, size in rows:
+        key = "fts" if name.startswith("message_fts") else name
+        out[key] = out.get(key, 0) + size
+    return {k: round(v / messages, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
 def measure(messages: int, root: Path) -> dict:
     store = root / f"store-{messages}"
     t0 = time.perf_counter()
@@ -63,6 +80,7 @@ def measure(messages: int, root: Path) -> dict:
     objects = disk(p / "objects")
     refs = disk(p / "refs") + disk(p / "logs") + disk(p / "packed-refs") + disk(p / "HEAD")
     index_full = disk(p / "index.sqlite")
+    tables_full = by_table(p / "index.sqlite", info["messages"])
     cfg = p / "config.toml"
     cfg.write_text(cfg.read_text() + "\n[index]\ntext = false\n")
     t1 = time.perf_counter()
@@ -70,6 +88,7 @@ def measure(messages: int, root: Path) -> dict:
         r.index  # rebuilt in the lean mode
     lean_s = time.perf_counter() - t1
     index_lean = disk(p / "index.sqlite")
+    tables_lean = by_table(p / "index.sqlite", info["messages"])
     threads = info["threads"]
     out = {
         "messages": info["messages"], "threads": threads, "build_s": round(build_s, 1), "gc_s": gc.seconds,
@@ -80,6 +99,7 @@ def measure(messages: int, root: Path) -> dict:
         "store_lean_x_text": round((objects + refs + index_lean) / text, 3),
         "objects_x_text": round(objects / text, 3),
         "index_default_x_text": round(index_full / text, 3), "index_lean_x_text": round(index_lean / text, 3),
+        "index_default_bytes_per_message": tables_full, "index_lean_bytes_per_message": tables_lean,
     }
     shutil.rmtree(store)
     return out
@@ -102,14 +122,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, nargs="+", default=[100_000, 300_000])
     ap.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "convgit-bench-space")
+    ap.add_argument("--out", type=Path, default=HERE / "out" / "space.json")
     a = ap.parse_args()
     a.root.mkdir(parents=True, exist_ok=True)
     rows = []
     for n in a.messages:
         rows.append(measure(n, a.root))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    (HERE / "out").mkdir(exist_ok=True)
-    (HERE / "out" / "space.json").write_text(json.dumps(rows, indent=2))
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(rows, indent=2))
     print(table(rows))
 
 
