@@ -251,7 +251,8 @@ def sql(f: Filters) -> tuple[str, list, list[str], list]:
 
 _DETAILS = (
     "SELECT m.id, m.depth, t.id, t.started_at, t.model, t.resolved_model, t.kind, t.source, "
-    "t.input_tokens, t.output_tokens, t.usage_json, t.output, t.duration_ms, t.thread, t.record "
+    "t.input_tokens, t.output_tokens, t.usage_json, t.output, t.duration_ms, t.thread, "
+    "(SELECT r.id FROM turns r WHERE r.rowid = t.record_rowid) "
     "FROM messages m LEFT JOIN turns t ON t.rowid = m.turn_rowid WHERE m.id IN ({})"
 )
 

@@ -136,7 +136,10 @@ class IndexLookups:
         return out
 
     _TURN_COLS = ("id, started_at, model, resolved_model, kind, source, input_tokens, output_tokens, "
-                  "usage_json, output, duration_ms, thread, record, out_depth, span")
+                  "usage_json, output, duration_ms, thread, (SELECT r.id FROM turns r WHERE r.rowid = turns.record_rowid), "
+                  "out_depth, span")
+    _TURN_KEYS = ("id", "started_at", "model", "resolved_model", "kind", "source", "input_tokens", "output_tokens",
+                  "usage_json", "output", "duration_ms", "thread", "record", "out_depth", "span")
 
     @healing
     def thread_turns(self, thread: str) -> list[dict]:
@@ -149,16 +152,16 @@ class IndexLookups:
         output's history up to the output, at depth ``out_depth``)."""
         cols = self._TURN_COLS
         rows = self.db.execute(
-            f"""WITH mine AS (SELECT id, kind, source, upstream_thread_id FROM turns WHERE thread = :t),
-                     recs AS (SELECT id FROM mine WHERE kind IN ('import', 'call')
-                              UNION SELECT r.id FROM turns r JOIN (SELECT DISTINCT source, upstream_thread_id FROM mine
+            f"""WITH mine AS (SELECT rowid AS rid, kind, source, upstream_thread_id FROM turns WHERE thread = :t),
+                     recs AS (SELECT rid FROM mine WHERE kind IN ('import', 'call')
+                              UNION SELECT r.rowid FROM turns r JOIN (SELECT DISTINCT source, upstream_thread_id FROM mine
                                 WHERE upstream_thread_id IS NOT NULL) c
                                 ON r.source = c.source AND r.upstream_thread_id = c.upstream_thread_id)
                 SELECT {cols} FROM turns WHERE thread = :t
-                UNION SELECT {cols} FROM turns WHERE record IN (SELECT id FROM recs)""",
+                UNION SELECT {cols} FROM turns WHERE record_rowid IN (SELECT rid FROM recs)""",
             {"t": thread},
         ).fetchall()
-        keys = [c.strip() for c in cols.split(",")]
+        keys = self._TURN_KEYS
         out = []
         for r in rows:
             d = dict(zip(keys, r))
@@ -176,7 +179,7 @@ class IndexLookups:
         output_tokens, usage_json, source, output, span, error. ``schema``: only calls that
         asked for structured output (an OpenAI ``response_format`` of type ``json_schema`` or
         ``json_object`` in their options, or an llm ``schema_id``)."""
-        conds = ["(t.kind = 'call' OR t.record IS NOT NULL)"]
+        conds = ["(t.kind = 'call' OR t.record_rowid IS NOT NULL)"]
         params: list = []
         if schema:
             conds.append("(json_extract(t.options_json, '$.response_format.type') IN ('json_schema', 'json_object') "
@@ -192,7 +195,7 @@ class IndexLookups:
         sql = (f"""SELECT t.id, coalesce(t.thread, r.thread), t.kind, t.model, t.resolved_model, t.started_at,
                           t.duration_ms, t.input_tokens, t.output_tokens, t.usage_json, t.source, t.output,
                           t.span, t.error
-                   FROM turns t LEFT JOIN turns r ON r.id = t.record
+                   FROM turns t LEFT JOIN turns r ON r.rowid = t.record_rowid
                    WHERE {' AND '.join(conds)}
                    ORDER BY coalesce(t.started_at, 0) DESC, t.id DESC""" + (" LIMIT ?" if count else ""))
         if count:

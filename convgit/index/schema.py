@@ -9,7 +9,10 @@ SCHEMA_VERSION = 10  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA)
 # parts.text is NULL); 8: message_tree names tool calls and results where there is no text;
 # 9: running totals (meta 'totals', kept by the writer: TOTALS below); 10: a message row refers to
 # its parent, title and turn by row (parent_rowid, title_rowid, turn_rowid: integers, not three
-# more 64-hex-digit ids), turns have a rowid of their own, and the view message_ids shows the ids
+# more 64-hex-digit ids), turns have a rowid of their own, and the view message_ids shows the ids;
+# a per-message turn names its import turn by row (record_rowid), aliases name their turn by row
+# (turn_rowid) and have no index by message (no query used it); turns.meta_json leaves out an
+# import turn's lists of turns and aliases (rows of their own)
 INDEX_FILE = "index.sqlite"
 
 # What ``status`` reports from the index, as a direct count over the rows. The writer keeps
@@ -117,23 +120,22 @@ CREATE TABLE turns (
   meta_json TEXT,
   -- What the turn gives provenance for: the ``span`` messages of its output's history up to
   -- the output (at depth ``out_depth``); and, for a per-message turn, the import turn that
-  -- lists it (``record``). A thread's own turns are found by these (thread_turns).
-  record TEXT,
+  -- lists it (``record_rowid``: its rowid). A thread's own turns are found by these (thread_turns).
+  record_rowid INTEGER,
   out_depth INTEGER,
   span INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX turns_upstream ON turns(source, upstream_thread_id);
 CREATE INDEX turns_thread ON turns(thread);
-CREATE INDEX turns_record ON turns(record) WHERE record IS NOT NULL;
+CREATE INDEX turns_record ON turns(record_rowid) WHERE record_rowid IS NOT NULL;
 -- Source message ids of imported messages (``convgit show chatgpt:<id>``), from import turns.
 CREATE TABLE aliases (
   source TEXT NOT NULL,
   source_id TEXT NOT NULL,
   message_id TEXT NOT NULL,
-  turn_id TEXT NOT NULL,
+  turn_rowid INTEGER NOT NULL,  -- turns.rowid of the turn that names it
   PRIMARY KEY (source, source_id, message_id)
 ) WITHOUT ROWID;
-CREATE INDEX aliases_message ON aliases(message_id);
 -- The windows a message's text is cut into for embeddings (chunks.py): chunk id
 -- ``<message id>:<win>``, the text is ``start_char``..``end_char`` of the message's chunk text.
 -- Filled lazily (``convgit embed``, a semantic search); the vectors are in .convgit/vectors/.

@@ -8,11 +8,26 @@ from ..objects import Turn
 from .rows import Reader, dump_json
 
 
+def _row_meta(t: Turn) -> dict | None:
+    """A turn's ``meta`` as its row keeps it: without the lists that are rows of their own
+    (an import turn's ``turns``: the rows whose ``record`` it is; ``aliases``: the aliases
+    table), which took about 180 bytes per imported message."""
+    meta = t.meta
+    if not meta:
+        return meta
+    drop = set()
+    if t.kind == "import" and isinstance(meta.get("turns"), list):
+        drop.add("turns")
+    if t.source and isinstance(meta.get("aliases"), dict):
+        drop.add("aliases")
+    return {k: v for k, v in meta.items() if k not in drop} if drop else meta
+
+
 class TurnRows:
     """Indexing turns (``_index_turn``), used by ``IndexWriter`` inside a catch-up."""
 
     def _index_turn(self, reader: "Reader", tid: str, t: Turn, thread: str | None, *, stop: str | None,
-                    record: str | None = None) -> None:
+                    record: int | None = None) -> None:
         db = self.db
         u = t.usage or {}
         inp_tok = u.get("input_tokens", u.get("prompt_tokens"))
@@ -65,17 +80,17 @@ class TurnRows:
                 trid, tid, thread, t.kind, t.input, t.output, t.model, t.resolved_model, t.started_at,
                 t.duration_ms, inp_tok if isinstance(inp_tok, int) else None,
                 out_tok if isinstance(out_tok, int) else None, dump_json(t.usage), dump_json(t.options),
-                t.source, t.upstream_thread_id, t.forked_from, t.error, dump_json(t.meta),
+                t.source, t.upstream_thread_id, t.forked_from, t.error, dump_json(_row_meta(t)),
                 record, out_depth, steps if span is None else span,
             ),
         )
         self._turn_indexed(tid, trid, thread)
         if t.kind == "import" and t.meta:
-            self._index_import(reader, tid, t, thread)
+            self._index_import(reader, tid, trid, t)
         elif t.meta and t.source:  # a recorded call names its upstream ids too (convgit serve)
-            self._index_aliases(tid, t)
+            self._index_aliases(trid, t)
 
-    def _index_import(self, reader: "Reader", tid: str, t: Turn, thread: str | None) -> None:
+    def _index_import(self, reader: "Reader", tid: str, trid: int, t: Turn) -> None:
         """An import turn lists the per-message turns it wrote (each message's own time and
         model) and the source ids of the messages it brought (aliases)."""
         subs = t.meta.get("turns")
@@ -83,16 +98,17 @@ class TurnRows:
             for sid in subs:
                 sub = reader.turn(sid) if isinstance(sid, str) else None
                 if sub is not None and not (sub.meta or {}).get("turns"):  # one level only
-                    self._index_turn(reader, sid, sub, None, stop=sub.input, record=tid)
-        self._index_aliases(tid, t)
+                    self._index_turn(reader, sid, sub, None, stop=sub.input, record=trid)
+        self._index_aliases(trid, t)
 
-    def _index_aliases(self, tid: str, t: Turn) -> None:
-        """The source ids a turn names for its messages (``meta.aliases``: source id → message id)."""
+    def _index_aliases(self, trid: int, t: Turn) -> None:
+        """The source ids a turn (row ``trid``) names for its messages (``meta.aliases``:
+        source id → message id)."""
         aliases = t.meta.get("aliases") if t.meta else None
         if isinstance(aliases, dict) and t.source:
             self.db.executemany(
                 "INSERT OR IGNORE INTO aliases VALUES (?,?,?,?)",
-                [(t.source, k, v, tid) for k, v in aliases.items() if isinstance(k, str) and isinstance(v, str)],
+                [(t.source, k, v, trid) for k, v in aliases.items() if isinstance(k, str) and isinstance(v, str)],
             )
 
     def _turn_row(self, tid: str):

@@ -25,9 +25,9 @@ TABLES = {
                          "reflog_size")),
     "turns": ("id", ("rowid", "id", "thread", "kind", "input", "output", "model", "resolved_model", "started_at",
                      "duration_ms", "input_tokens", "output_tokens", "usage_json", "options_json", "source",
-                     "upstream_thread_id", "forked_from", "error", "meta_json", "record", "out_depth", "span")),
+                     "upstream_thread_id", "forked_from", "error", "meta_json", "record_rowid", "out_depth", "span")),
     "unreachable": ("rowid", ("rowid",)),
-    "aliases": ("source, source_id, message_id", ("source", "source_id", "message_id", "turn_id")),
+    "aliases": ("source, source_id, message_id", ("source", "source_id", "message_id", "turn_rowid")),
 }
 
 DDL = f"""
@@ -89,21 +89,20 @@ CREATE TABLE turns (
   forked_from {C},
   error {C},
   meta_json {C},
-  record {C},
+  record_rowid BIGINT,
   out_depth BIGINT,
   span BIGINT NOT NULL DEFAULT 0
 );
 CREATE INDEX turns_upstream ON turns(source, upstream_thread_id);
 CREATE INDEX turns_thread ON turns(thread);
-CREATE INDEX turns_record ON turns(record) WHERE record IS NOT NULL;
+CREATE INDEX turns_record ON turns(record_rowid) WHERE record_rowid IS NOT NULL;
 CREATE TABLE aliases (
   source {C} NOT NULL,
   source_id {C} NOT NULL,
   message_id {C} NOT NULL,
-  turn_id {C} NOT NULL,
+  turn_rowid BIGINT NOT NULL,
   PRIMARY KEY (source, source_id, message_id)
 );
-CREATE INDEX aliases_message ON aliases(message_id);
 CREATE TABLE unreachable (rowid BIGINT PRIMARY KEY);
 CREATE TABLE chunks (
   message_rowid BIGINT NOT NULL,
