@@ -166,6 +166,27 @@ def _meta_version_mismatch(p):
     db.close()
 
 
+def _schema_9_layout(p):
+    """The index as convgit wrote it before schema 10: message rows naming their parent,
+    title and turn by id (each a 64-hex-digit string) instead of by row."""
+    db = sqlite3.connect(p)
+    db.executescript("""
+        DROP VIEW message_ids; DROP VIEW message_tree; DROP VIEW message_text;
+        ALTER TABLE messages RENAME TO messages10;
+        CREATE TABLE messages (rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, parent TEXT, role TEXT NOT NULL,
+          depth INTEGER NOT NULL, title_id TEXT, turn_id TEXT, n_parts INTEGER NOT NULL, meta_json TEXT);
+        INSERT INTO messages SELECT m.rowid, m.id, p.id, m.role, m.depth, tm.id, t.id, m.n_parts, m.meta_json
+          FROM messages10 m LEFT JOIN messages10 p ON p.rowid = m.parent_rowid
+          LEFT JOIN messages10 tm ON tm.rowid = m.title_rowid LEFT JOIN turns t ON t.rowid = m.turn_rowid;
+        DROP TABLE messages10;
+        CREATE INDEX messages_parent ON messages(parent);
+        UPDATE meta SET value = '9' WHERE key = 'schema_version';
+        PRAGMA user_version = 9;
+    """)
+    db.commit()
+    db.close()
+
+
 def _dropped_table(p):
     db = sqlite3.connect(p)
     db.execute("DROP VIEW message_tree")
@@ -192,6 +213,7 @@ DAMAGE = {
     "random_bytes": _random_bytes,
     "other_schema_version": _other_schema_version,
     "meta_version_mismatch": _meta_version_mismatch,
+    "schema_9_layout": _schema_9_layout,
     "dropped_table": _dropped_table,
     "emptied_tables": _emptied_tables,
 }
@@ -207,6 +229,7 @@ def test_every_answer_is_the_same_after_the_index_is_damaged(rich, baseline, dam
         assert full_view(r) == baseline
         assert not r.index.rebuilt
         assert r.index.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert "parent_rowid" in {c[1] for c in r.index.db.execute("PRAGMA table_info(messages)")}
 
 
 @pytest.mark.parametrize("damage", ["deleted", "truncated_to_zero", "zeroed_middle_page"])

@@ -94,7 +94,7 @@ def test_walk_remembers_only_tips_and_forks(tmp_path):
     ids = [oid for _, oid, _ in index_log._walk_all(repo, stops)]
     assert len(ids) == len(set(ids)) == 2 + 5 * 4
     tips = set(repo.refs.read_all().values())
-    fork = repo.index.db.execute("SELECT parent FROM messages GROUP BY parent HAVING count(*) > 1").fetchall()
+    fork = repo.index.db.execute("SELECT parent FROM message_ids GROUP BY parent HAVING count(*) > 1").fetchall()
     assert stops == tips | {fork[0][0]}  # five tips and the one fork point, not 22 messages
     repo.close()
 

@@ -184,7 +184,7 @@ UNICODE = [
 def test_unicode_is_found(tmp_path, text, queries):
     repo = fast_repo(tmp_path / "u")
     tip = convgit.commit(repo, conv(text, "ok"), thread="t").tip
-    user_id = repo.index.db.execute("SELECT parent FROM messages WHERE id=?", (tip,)).fetchone()[0]
+    user_id = repo.index.db.execute("SELECT parent FROM message_ids WHERE id=?", (tip,)).fetchone()[0]
     for q in queries:
         hits = convgit.search(repo, q)
         assert [h.id for h in hits] == [user_id], q

@@ -28,7 +28,7 @@ from .healing import healing_call
 
 KEY_RE = re.compile(r"^\d{1,17}(-[0-9a-f]{0,16}(-\d{0,7})?)?$")
 
-# The key as SQL over ``messages m LEFT JOIN turns t ON t.id = m.turn_id``.
+# The key as SQL over ``messages m LEFT JOIN turns t ON t.rowid = m.turn_rowid``.
 KEY_SQL = (
     "(strftime('%Y%m%d%H%M%S', max(coalesce(t.started_at, 0), 0) / 1000, 'unixepoch')"
     " || printf('%03d-%s-%07d', max(coalesce(t.started_at, 0), 0) % 1000,"
@@ -160,7 +160,7 @@ def key_of(repo, oid: str) -> str | None:
     """The key (``KEY_SQL``) of message ``oid`` as the index computes it, None when no thread holds it."""
     def q():
         return repo.index.db.execute(
-            f"SELECT {KEY_SQL} FROM messages m LEFT JOIN turns t ON t.id = m.turn_id WHERE m.id = ? "
+            f"SELECT {KEY_SQL} FROM messages m LEFT JOIN turns t ON t.rowid = m.turn_rowid WHERE m.id = ? "
             "AND m.rowid NOT IN (SELECT rowid FROM unreachable)", (oid,)
         ).fetchone()
 
@@ -170,10 +170,17 @@ def key_of(repo, oid: str) -> str | None:
 
 # -- filters as SQL -------------------------------------------------------------------------
 
+# The turns (by rowid) of messages with tool calls or results; of those that called tools named ``{}``.
 TOOL_TURNS_SQL = (
-    "SELECT m2.turn_id FROM parts p JOIN messages m2 ON m2.rowid = p.message_rowid "
-    "WHERE p.type IN ('tool_call', 'tool_result') AND m2.turn_id IS NOT NULL"
+    "SELECT m2.turn_rowid FROM parts p JOIN messages m2 ON m2.rowid = p.message_rowid "
+    "WHERE p.type IN ('tool_call', 'tool_result') AND m2.turn_rowid IS NOT NULL"
 )
+NAMED_TOOL_TURNS_SQL = ("SELECT m3.turn_rowid FROM parts p3 JOIN messages m3 ON m3.rowid = p3.message_rowid "
+                        "WHERE p3.type = 'tool_call' AND p3.name IN ({}) AND m3.turn_rowid IS NOT NULL")
+# The messages (by rowid) a thread named by ``threads`` reaches, as ``anc(rid)``.
+THREADS_ANC_SQL = ("WITH RECURSIVE anc(rid) AS (SELECT m.rowid FROM threads h JOIN messages m ON m.id = h.tip "
+                   "WHERE h.name IN ({}) UNION SELECT m0.parent_rowid FROM messages m0 JOIN anc ON m0.rowid = anc.rid "
+                   "WHERE m0.parent_rowid IS NOT NULL) ")
 
 
 
@@ -202,16 +209,15 @@ def turn_conditions(f: "Filters", conds: list[str], params: list) -> None:
 
 def sql(f: Filters) -> tuple[str, list, list[str], list]:
     """(WITH clause or "", its parameters, WHERE conditions, their parameters) over
-    ``messages m LEFT JOIN turns t ON t.id = m.turn_id``."""
+    ``messages m LEFT JOIN turns t ON t.rowid = m.turn_rowid``."""
     conds: list[str] = ["m.rowid NOT IN (SELECT rowid FROM unreachable)"]
     params: list = []
     with_, with_params = "", []
     if f.threads:
         q = ",".join("?" * len(f.threads))
-        with_ = (f"WITH RECURSIVE anc(id) AS (SELECT tip FROM threads WHERE name IN ({q}) UNION "
-                 "SELECT m0.parent FROM messages m0 JOIN anc ON m0.id = anc.id WHERE m0.parent IS NOT NULL) ")
+        with_ = THREADS_ANC_SQL.format(q)
         with_params = list(f.threads)
-        conds.append("m.id IN (SELECT id FROM anc)")
+        conds.append("m.rowid IN (SELECT rid FROM anc)")
     tconds: list[str] = []
     turn_conditions(f, tconds, params)
     if tconds:
@@ -224,11 +230,10 @@ def sql(f: Filters) -> tuple[str, list, list[str], list]:
         conds.append(f"m.role IN ({','.join('?' * len(f.roles))})")
         params.extend(f.roles)
     if f.tools:
-        conds.append(f"m.turn_id IN ({TOOL_TURNS_SQL})")
+        conds.append(f"m.turn_rowid IN ({TOOL_TURNS_SQL})")
     if f.tool_names:
         q = ",".join("?" * len(f.tool_names))
-        conds.append("m.turn_id IN (SELECT m3.turn_id FROM parts p3 JOIN messages m3 ON m3.rowid = p3.message_rowid "
-                     f"WHERE p3.type = 'tool_call' AND p3.name IN ({q}) AND m3.turn_id IS NOT NULL)")
+        conds.append(f"m.turn_rowid IN ({NAMED_TOOL_TURNS_SQL.format(q)})")
         params.extend(f.tool_names)
     for text in f.fragments:
         conds.append(FRAGMENT_SQL)
@@ -246,8 +251,9 @@ def sql(f: Filters) -> tuple[str, list, list[str], list]:
 
 _DETAILS = (
     "SELECT m.id, m.depth, t.id, t.started_at, t.model, t.resolved_model, t.kind, t.source, "
-    "t.input_tokens, t.output_tokens, t.usage_json, t.output, t.duration_ms, t.thread, t.record "
-    "FROM messages m LEFT JOIN turns t ON t.id = m.turn_id WHERE m.id IN ({})"
+    "t.input_tokens, t.output_tokens, t.usage_json, t.output, t.duration_ms, t.thread, "
+    "(SELECT r.id FROM turns r WHERE r.rowid = t.record_rowid) "
+    "FROM messages m LEFT JOIN turns t ON t.rowid = m.turn_rowid WHERE m.id IN ({})"
 )
 
 
@@ -276,8 +282,10 @@ class _Match:
         self.in_threads: set[str] | None = None
         if f.threads:
             with_, params, _, _ = sql(Filters(threads=f.threads))
-            self.in_threads = {r[0] for r in db.execute(with_ + "SELECT id FROM anc", params)}
-        self.tool_turns = {r[0] for r in db.execute(TOOL_TURNS_SQL)} if f.tools else None
+            self.in_threads = {r[0] for r in db.execute(
+                with_ + "SELECT id FROM messages WHERE rowid IN (SELECT rid FROM anc)", params)}
+        self.tool_turns = ({r[0] for r in db.execute(f"SELECT id FROM turns WHERE rowid IN ({TOOL_TURNS_SQL})")}
+                           if f.tools else None)
         self.covered = set(f.covered)
         self.with_fragments = None
         if f.fragments:
@@ -287,8 +295,7 @@ class _Match:
         if f.tool_names:
             q = ",".join("?" * len(f.tool_names))
             self.named_turns = {r[0] for r in db.execute(
-                "SELECT m3.turn_id FROM parts p3 JOIN messages m3 ON m3.rowid = p3.message_rowid "
-                f"WHERE p3.type = 'tool_call' AND p3.name IN ({q}) AND m3.turn_id IS NOT NULL", list(f.tool_names))}
+                f"SELECT id FROM turns WHERE rowid IN ({NAMED_TOOL_TURNS_SQL.format(q)})", list(f.tool_names))}
 
     def __call__(self, oid: str, role: str, depth: int, info: dict | None) -> bool:
         f = self.f

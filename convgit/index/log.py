@@ -25,7 +25,8 @@ def _walk_all(repo, stops: set[str] | None = None) -> Iterator[tuple[str, object
     db = repo.index.db
     stops = set() if stops is None else stops
     stop_q = ("SELECT EXISTS (SELECT 1 FROM threads WHERE tip = ?1) OR "
-              "(SELECT count(*) FROM (SELECT 1 FROM messages WHERE parent = ?1 LIMIT 2) AS c) > 1")
+              "(SELECT count(*) FROM (SELECT 1 FROM messages WHERE parent_rowid = "
+              "(SELECT rowid FROM messages WHERE id = ?1) LIMIT 2) AS c) > 1")
 
     def walk(tip: str):
         for oid, msg in iter_ancestry(repo.objects, tip, stop=stops):
@@ -125,17 +126,17 @@ def _paged(repo, rev, all_threads: bool, f: Filters) -> Iterator[tuple[str, obje
     with_, with_params, conds, params = sql(dataclasses.replace(f, id_gt=None, id_gte=None))
     if not all_threads:
         tip = revparse.resolve(repo, "HEAD" if rev is None else rev)
-        anc = ("anc2(id) AS (SELECT ? UNION SELECT m0.parent FROM messages m0 JOIN anc2 ON m0.id = anc2.id "
-               "WHERE m0.parent IS NOT NULL) ")
+        anc = ("anc2(rid) AS (SELECT rowid FROM messages WHERE id = ? UNION SELECT m0.parent_rowid FROM messages m0 "
+               "JOIN anc2 ON m0.rowid = anc2.rid WHERE m0.parent_rowid IS NOT NULL) ")
         with_ = (with_.rstrip() + ", " + anc) if with_ else "WITH RECURSIVE " + anc
         with_params = [*with_params, tip]
-        conds.append("m.id IN (SELECT id FROM anc2)")
+        conds.append("m.rowid IN (SELECT rid FROM anc2)")
     params = [*with_params, *params]
     strict = f.id_gt is not None and (f.id_gte is None or f.id_gt >= f.id_gte)
     after = f.id_gt if strict else f.id_gte
     while True:
         q = (f"{with_}SELECT id, k FROM (SELECT m.id AS id, {KEY_SQL} AS k FROM messages m "
-             f"LEFT JOIN turns t ON t.id = m.turn_id WHERE {' AND '.join(conds)}) AS keyed "
+             f"LEFT JOIN turns t ON t.rowid = m.turn_rowid WHERE {' AND '.join(conds)}) AS keyed "
              f"WHERE k {'>' if strict else '>='} ? ORDER BY k LIMIT 1000")
         rows = db.execute(q, [*params, after]).fetchall()
         if not rows:

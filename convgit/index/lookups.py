@@ -9,6 +9,11 @@ from typing import Iterable
 from .healing import healing
 
 
+# The rowids of every message a thread reaches (the tips and their ancestors), as ``r(rid)``.
+_REACHED = ("WITH RECURSIVE r(rid) AS (SELECT m.rowid FROM threads h JOIN messages m ON m.id = h.tip "
+            "UNION SELECT m.parent_rowid FROM messages m JOIN r ON m.rowid = r.rid WHERE m.parent_rowid IS NOT NULL)")
+
+
 class IndexLookups:
     """The read side of ``Index`` (over ``self.db``, kept by ``IndexWriter``)."""
 
@@ -23,9 +28,11 @@ class IndexLookups:
     def threads_containing(self, oid: str, limit: int = 1) -> list[str]:
         """Threads whose history holds message ``oid`` (a descendant of it is their tip)."""
         return [r[0] for r in self.db.execute(
-            """WITH RECURSIVE d(id) AS (SELECT ? UNION SELECT m.id FROM messages m JOIN d ON m.parent = d.id)
-               SELECT name FROM threads WHERE tip IN (SELECT id FROM d) ORDER BY name LIMIT ?""",
-            (oid, limit),
+            """WITH RECURSIVE d(rid) AS (SELECT rowid FROM messages WHERE id = ?
+                 UNION SELECT m.rowid FROM messages m JOIN d ON m.parent_rowid = d.rid)
+               SELECT name FROM threads WHERE tip IN (SELECT id FROM messages WHERE rowid IN (SELECT rid FROM d))
+               UNION SELECT name FROM threads WHERE tip = ? ORDER BY name LIMIT ?""",
+            (oid, oid, limit),
         )]
 
     @healing
@@ -90,8 +97,9 @@ class IndexLookups:
         """Every thread (name order): tip, message count, times, fork source (by its current name), title id."""
         cur = self.db.execute(
             """SELECT h.name, h.tip, m.depth + 1, h.created_ms, h.updated_ms, h.forked_from_thread,
-                      h.forked_from_message, m.title_id
-               FROM threads h LEFT JOIN messages m ON m.id = h.tip ORDER BY h.name"""
+                      h.forked_from_message, tm.id
+               FROM threads h LEFT JOIN messages m ON m.id = h.tip LEFT JOIN messages tm ON tm.rowid = m.title_rowid
+               ORDER BY h.name"""
         )
         out = []
         renames = self._renames()
@@ -122,13 +130,16 @@ class IndexLookups:
             q = ",".join("?" * len(chunk))
             for mid, tid, started, model, rmodel, kind in self.db.execute(
                 f"SELECT m.id, t.id, t.started_at, t.model, t.resolved_model, t.kind FROM messages m "
-                f"JOIN turns t ON t.id = m.turn_id WHERE m.id IN ({q})", chunk,
+                f"JOIN turns t ON t.rowid = m.turn_rowid WHERE m.id IN ({q})", chunk,
             ):
                 out[mid] = {"turn": tid, "started_at": started, "model": model, "resolved_model": rmodel, "kind": kind}
         return out
 
     _TURN_COLS = ("id, started_at, model, resolved_model, kind, source, input_tokens, output_tokens, "
-                  "usage_json, output, duration_ms, thread, record, out_depth, span")
+                  "usage_json, output, duration_ms, thread, (SELECT r.id FROM turns r WHERE r.rowid = turns.record_rowid), "
+                  "out_depth, span")
+    _TURN_KEYS = ("id", "started_at", "model", "resolved_model", "kind", "source", "input_tokens", "output_tokens",
+                  "usage_json", "output", "duration_ms", "thread", "record", "out_depth", "span")
 
     @healing
     def thread_turns(self, thread: str) -> list[dict]:
@@ -141,16 +152,16 @@ class IndexLookups:
         output's history up to the output, at depth ``out_depth``)."""
         cols = self._TURN_COLS
         rows = self.db.execute(
-            f"""WITH mine AS (SELECT id, kind, source, upstream_thread_id FROM turns WHERE thread = :t),
-                     recs AS (SELECT id FROM mine WHERE kind IN ('import', 'call')
-                              UNION SELECT r.id FROM turns r JOIN (SELECT DISTINCT source, upstream_thread_id FROM mine
+            f"""WITH mine AS (SELECT rowid AS rid, kind, source, upstream_thread_id FROM turns WHERE thread = :t),
+                     recs AS (SELECT rid FROM mine WHERE kind IN ('import', 'call')
+                              UNION SELECT r.rowid FROM turns r JOIN (SELECT DISTINCT source, upstream_thread_id FROM mine
                                 WHERE upstream_thread_id IS NOT NULL) c
                                 ON r.source = c.source AND r.upstream_thread_id = c.upstream_thread_id)
                 SELECT {cols} FROM turns WHERE thread = :t
-                UNION SELECT {cols} FROM turns WHERE record IN (SELECT id FROM recs)""",
+                UNION SELECT {cols} FROM turns WHERE record_rowid IN (SELECT rid FROM recs)""",
             {"t": thread},
         ).fetchall()
-        keys = [c.strip() for c in cols.split(",")]
+        keys = self._TURN_KEYS
         out = []
         for r in rows:
             d = dict(zip(keys, r))
@@ -168,7 +179,7 @@ class IndexLookups:
         output_tokens, usage_json, source, output, span, error. ``schema``: only calls that
         asked for structured output (an OpenAI ``response_format`` of type ``json_schema`` or
         ``json_object`` in their options, or an llm ``schema_id``)."""
-        conds = ["(t.kind = 'call' OR t.record IS NOT NULL)"]
+        conds = ["(t.kind = 'call' OR t.record_rowid IS NOT NULL)"]
         params: list = []
         if schema:
             conds.append("(json_extract(t.options_json, '$.response_format.type') IN ('json_schema', 'json_object') "
@@ -184,7 +195,7 @@ class IndexLookups:
         sql = (f"""SELECT t.id, coalesce(t.thread, r.thread), t.kind, t.model, t.resolved_model, t.started_at,
                           t.duration_ms, t.input_tokens, t.output_tokens, t.usage_json, t.source, t.output,
                           t.span, t.error
-                   FROM turns t LEFT JOIN turns r ON r.id = t.record
+                   FROM turns t LEFT JOIN turns r ON r.rowid = t.record_rowid
                    WHERE {' AND '.join(conds)}
                    ORDER BY coalesce(t.started_at, 0) DESC, t.id DESC""" + (" LIMIT ?" if count else ""))
         if count:
@@ -210,10 +221,10 @@ class IndexLookups:
         # Each message a thread reaches, and whether the index holds it as unreachable (never,
         # in a rebuild: one that does is left out of status's counts and of search).
         reach = self.db.execute(
-            """WITH RECURSIVE r(id) AS (SELECT tip FROM threads UNION SELECT m.parent FROM messages m JOIN r ON m.id = r.id WHERE m.parent IS NOT NULL)
+            f"""{_REACHED}
                SELECT m.id, m.parent, m.role, m.depth, m.title_id, m.turn_id, m.n_parts,
                  CASE WHEN m.rowid IN (SELECT rowid FROM unreachable) THEN 1 ELSE 0 END
-               FROM messages m JOIN r ON r.id = m.id ORDER BY m.id"""
+               FROM message_ids m JOIN r ON r.rid = m.rowid ORDER BY m.id"""
         )
         out["messages"] = [list(r) for r in reach]
         out["renames"] = [list(r) for r in self._renames()]
@@ -224,9 +235,10 @@ class IndexLookups:
         # The text and fields of every part too: search, log and show read them from here, so
         # a part that differs from its message object (fsck) is a wrong answer.
         out["parts"] = [list(r) for r in self.db.execute(
-            """WITH RECURSIVE r(id) AS (SELECT tip FROM threads UNION SELECT m.parent FROM messages m JOIN r ON m.id = r.id WHERE m.parent IS NOT NULL)
+            f"""{_REACHED}
                SELECT m.id, p.position, p.type, p.text, p.name, p.tool_call_id, p.blob, p.mime_type, p.data_json, p.text_bytes
-               FROM parts p JOIN messages m ON m.rowid = p.message_rowid JOIN r ON r.id = m.id ORDER BY m.id, p.position""")]
+               FROM parts p JOIN messages m ON m.rowid = p.message_rowid JOIN r ON r.rid = m.rowid
+               ORDER BY m.id, p.position""")]
         return out
 
 

@@ -47,7 +47,7 @@ def _allowed(db, oids: list[str], f: Filters) -> dict[str, int]:
     out: dict[str, int] = {}
     for i in range(0, len(oids), 500):
         part = oids[i : i + 500]
-        sql = (f"{with_}SELECT m.id, m.rowid FROM messages m LEFT JOIN turns t ON t.id = m.turn_id "
+        sql = (f"{with_}SELECT m.id, m.rowid FROM messages m LEFT JOIN turns t ON t.rowid = m.turn_rowid "
                f"WHERE m.id IN ({','.join('?' * len(part))}){''.join(' AND ' + c for c in conds)}")
         out.update(db.execute(sql, [*with_params, *part, *params]).fetchall())
     return out

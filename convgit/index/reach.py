@@ -78,17 +78,16 @@ def _mark_reachable(db, oid: str | None, out: list[int], new_from: int | None = 
     back (or a stateless commit) continuing a history no thread reached. The walk goes on
     through them; stopping at the new tip left that history unreachable for good (and a later
     move skipped it as a subtree "known to hold no tip", marking a live history unreachable)."""
-    while oid is not None:
-        row = db.execute("SELECT rowid, parent FROM messages WHERE id=?", (oid,)).fetchone()
-        if row is None:
-            return
+    row = db.execute("SELECT rowid, parent_rowid FROM messages WHERE id=?", (oid,)).fetchone()
+    while row is not None:
         if db.execute("DELETE FROM unreachable WHERE rowid=?", (row[0],)).rowcount == 0:
             if new_from is None or row[0] < new_from:
                 return  # reachable already, and so is everything above it
         else:
             out.append(row[0])
             fts_add(db, row[0])
-        oid = row[1]
+        row = None if row[1] is None else db.execute(
+            "SELECT rowid, parent_rowid FROM messages WHERE rowid=?", (row[1],)).fetchone()
 
 
 def _reaches_tip(db, rid: int, oid: str, tips: set[str]) -> bool:
@@ -100,25 +99,26 @@ def _reaches_tip(db, rid: int, oid: str, tips: set[str]) -> bool:
             return True
         if db.execute("SELECT 1 FROM unreachable WHERE rowid=?", (r,)).fetchone() is not None and r != rid:
             continue  # a subtree known to hold no tip
-        todo.extend(db.execute("SELECT rowid, id FROM messages WHERE parent=?", (o,)).fetchall())
+        todo.extend(db.execute("SELECT rowid, id FROM messages WHERE parent_rowid=?", (r,)).fetchall())
     return False
 
 
 def _mark_unreachable_from(db, oid: str | None, tips: set[str], out: list[int]) -> None:
-    while oid is not None:
-        row = db.execute("SELECT rowid, parent FROM messages WHERE id=?", (oid,)).fetchone()
-        if row is None or _reaches_tip(db, row[0], oid, tips):
+    row = db.execute("SELECT rowid, parent_rowid, id FROM messages WHERE id=?", (oid,)).fetchone()
+    while row is not None:
+        if _reaches_tip(db, row[0], row[2], tips):
             return
         if db.execute("INSERT OR IGNORE INTO unreachable VALUES (?)", (row[0],)).rowcount:
             out.append(row[0])
             fts_remove(db, row[0])
-        oid = row[1]
+        row = None if row[1] is None else db.execute(
+            "SELECT rowid, parent_rowid, id FROM messages WHERE rowid=?", (row[1],)).fetchone()
 
 
-THREADS_REACHING_SQL = """WITH RECURSIVE d(id) AS (SELECT ? UNION ALL
-             SELECT m.id FROM messages m JOIN d ON m.parent = d.id LIMIT ?)
-           SELECT count(DISTINCT d.id), json_group_array(h.name) FILTER (WHERE h.name IS NOT NULL)
-           FROM d LEFT JOIN threads h ON h.tip = d.id"""
+THREADS_REACHING_SQL = """WITH RECURSIVE d(rid) AS (SELECT rowid FROM messages WHERE id = ? UNION ALL
+             SELECT m.rowid FROM messages m JOIN d ON m.parent_rowid = d.rid LIMIT ?)
+           SELECT count(DISTINCT d.rid), json_group_array(h.name) FILTER (WHERE h.name IS NOT NULL)
+           FROM d JOIN messages dm ON dm.rowid = d.rid LEFT JOIN threads h ON h.tip = dm.id"""
 
 
 def threads_reaching(db, oid: str, *, limit: int = 20, max_walk: int = 50_000) -> tuple[list[str], int, bool]:

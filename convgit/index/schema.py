@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 9  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
+SCHEMA_VERSION = 10  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
 # 5: turns record what they cover (out_depth, span) and which import listed them (record);
 # 6: chunks (semantic search); 7: parts.text_bytes, and the lean mode (``[index] text = false``:
 # parts.text is NULL); 8: message_tree names tool calls and results where there is no text;
-# 9: running totals (meta 'totals', kept by the writer: TOTALS below)
+# 9: running totals (meta 'totals', kept by the writer: TOTALS below); 10: a message row refers to
+# its parent, title and turn by row (parent_rowid, title_rowid, turn_rowid: integers, not three
+# more 64-hex-digit ids), turns have a rowid of their own, and the view message_ids shows the ids;
+# a per-message turn names its import turn by row (record_rowid), aliases name their turn by row
+# (turn_rowid) and have no index by message (no query used it); turns.meta_json leaves out an
+# import turn's lists of turns and aliases (rows of their own)
 INDEX_FILE = "index.sqlite"
 
 # What ``status`` reports from the index, as a direct count over the rows. The writer keeps
@@ -58,18 +63,23 @@ CREATE TABLE threads (
   reflog_size INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX threads_tip ON threads(tip);
+-- A message refers to other rows by their rowid (a few bytes), not by their 64-hex-digit id:
+-- its parent (parent_rowid: the parent's rowid here, NULL for a root), the thread's first
+-- user message (title_rowid) and the earliest turn that produced it (turn_rowid: turns.rowid).
+-- A message row is never deleted or renumbered (unreachable ones are listed in unreachable),
+-- nor is a turn row, so the references stay right; the view message_ids shows them as ids.
 CREATE TABLE messages (
   rowid INTEGER PRIMARY KEY,
   id TEXT NOT NULL UNIQUE,
-  parent TEXT,
+  parent_rowid INTEGER,
   role TEXT NOT NULL,
   depth INTEGER NOT NULL,
-  title_id TEXT,
-  turn_id TEXT,
+  title_rowid INTEGER,
+  turn_rowid INTEGER,
   n_parts INTEGER NOT NULL,
   meta_json TEXT
 );
-CREATE INDEX messages_parent ON messages(parent);
+CREATE INDEX messages_parent ON messages(parent_rowid);
 CREATE TABLE parts (
   message_rowid INTEGER NOT NULL REFERENCES messages(rowid),
   position INTEGER NOT NULL,
@@ -89,7 +99,8 @@ CREATE TABLE parts (
 -- an overflow page of its own, which made this table 2.7 x the text it holds.
 CREATE UNIQUE INDEX parts_message ON parts(message_rowid, position);
 CREATE TABLE turns (
-  id TEXT PRIMARY KEY,
+  rowid INTEGER PRIMARY KEY,  -- what messages.turn_rowid names (kept when the row is replaced)
+  id TEXT NOT NULL UNIQUE,
   thread TEXT,
   kind TEXT NOT NULL,
   input TEXT,
@@ -109,23 +120,22 @@ CREATE TABLE turns (
   meta_json TEXT,
   -- What the turn gives provenance for: the ``span`` messages of its output's history up to
   -- the output (at depth ``out_depth``); and, for a per-message turn, the import turn that
-  -- lists it (``record``). A thread's own turns are found by these (thread_turns).
-  record TEXT,
+  -- lists it (``record_rowid``: its rowid). A thread's own turns are found by these (thread_turns).
+  record_rowid INTEGER,
   out_depth INTEGER,
   span INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX turns_upstream ON turns(source, upstream_thread_id);
 CREATE INDEX turns_thread ON turns(thread);
-CREATE INDEX turns_record ON turns(record) WHERE record IS NOT NULL;
+CREATE INDEX turns_record ON turns(record_rowid) WHERE record_rowid IS NOT NULL;
 -- Source message ids of imported messages (``convgit show chatgpt:<id>``), from import turns.
 CREATE TABLE aliases (
   source TEXT NOT NULL,
   source_id TEXT NOT NULL,
   message_id TEXT NOT NULL,
-  turn_id TEXT NOT NULL,
+  turn_rowid INTEGER NOT NULL,  -- turns.rowid of the turn that names it
   PRIMARY KEY (source, source_id, message_id)
 ) WITHOUT ROWID;
-CREATE INDEX aliases_message ON aliases(message_id);
 -- The windows a message's text is cut into for embeddings (chunks.py): chunk id
 -- ``<message id>:<win>``, the text is ``start_char``..``end_char`` of the message's chunk text.
 -- Filled lazily (``convgit embed``, a semantic search); the vectors are in .convgit/vectors/.
@@ -136,6 +146,13 @@ CREATE TABLE chunks (
   end_char INTEGER NOT NULL,
   PRIMARY KEY (message_rowid, win)
 ) WITHOUT ROWID;
+-- The messages with their references as ids (what the table held before schema 10), for a
+-- reader of the file (Datasette, a sqlite3 shell) and for comparing two indexes (Index.dump).
+CREATE VIEW message_ids AS
+  SELECT m.rowid AS rowid, m.id AS id, p.id AS parent, m.role AS role, m.depth AS depth,
+    tm.id AS title_id, t.id AS turn_id, m.n_parts AS n_parts, m.meta_json AS meta_json
+  FROM messages m LEFT JOIN messages p ON p.rowid = m.parent_rowid
+    LEFT JOIN messages tm ON tm.rowid = m.title_rowid LEFT JOIN turns t ON t.rowid = m.turn_rowid;
 CREATE VIEW message_text AS
   SELECT m.id AS id, group_concat(p.text, char(10)) AS text
   FROM messages m JOIN parts p ON p.message_rowid = m.rowid
@@ -143,20 +160,21 @@ CREATE VIEW message_text AS
 CREATE VIEW message_tree AS
 WITH RECURSIVE tree(rid, id, depth, sort_key) AS (
   SELECT rowid, id, 0, printf('%012d', rowid) FROM messages
-  WHERE parent IS NULL AND rowid NOT IN (SELECT rowid FROM unreachable)
+  WHERE parent_rowid IS NULL AND rowid NOT IN (SELECT rowid FROM unreachable)
   UNION ALL
   SELECT m.rowid, m.id, t.depth + 1, t.sort_key || '/' || printf('%012d', m.rowid)
-  FROM messages m JOIN tree t ON m.parent = t.id WHERE m.rowid NOT IN (SELECT rowid FROM unreachable)
+  FROM messages m JOIN tree t ON m.parent_rowid = t.rid WHERE m.rowid NOT IN (SELECT rowid FROM unreachable)
 )
-SELECT t.id AS id, m.parent AS parent, t.depth AS depth, m.role AS role,
+SELECT t.id AS id, (SELECT pm.id FROM messages pm WHERE pm.rowid = m.parent_rowid) AS parent,
+  t.depth AS depth, m.role AS role,
   printf('%.*c', t.depth * 2, ' ') || m.role || ': ' ||
     substr(replace(coalesce(
       nullif((SELECT text FROM message_text x WHERE x.id = t.id), ''),
       (SELECT group_concat(CASE p.type
          WHEN 'tool_call' THEN '[tool call] ' || coalesce(p.name, '') || '(' || coalesce(p.text, '') || ')'
          ELSE '[tool result] ' || coalesce(p.name,
-           (SELECT c.name FROM parts c JOIN messages pm ON pm.rowid = c.message_rowid
-            WHERE pm.id = m.parent AND c.type = 'tool_call' AND c.tool_call_id = p.tool_call_id),
+           (SELECT c.name FROM parts c
+            WHERE c.message_rowid = m.parent_rowid AND c.type = 'tool_call' AND c.tool_call_id = p.tool_call_id),
            p.tool_call_id, '') || ': ' || coalesce(p.text, '') END, '; ')
        FROM parts p WHERE p.message_rowid = m.rowid AND p.type IN ('tool_call', 'tool_result')),
       ''), char(10), ' '), 1, 80)

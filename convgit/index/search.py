@@ -182,7 +182,7 @@ def _ranked(db, q: Query, f, count: int, latest: bool) -> list[tuple[int, float]
             rows = db.execute(f"SELECT rowid, s FROM ({base}) WHERE s <= ?", (q.fts, rows[count - 1][1])).fetchall()
         keyed = {r[0]: r[1:] for r in _in_rowids(
             db, "SELECT m.rowid, coalesce(t.started_at, 0), substr(coalesce(t.id, m.id), 1, 16), m.depth, m.id "
-                "FROM messages m LEFT JOIN turns t ON t.id = m.turn_id WHERE m.rowid IN ({})", [r[0] for r in rows])}
+                "FROM messages m LEFT JOIN turns t ON t.rowid = m.turn_rowid WHERE m.rowid IN ({})", [r[0] for r in rows])}
         rows = [r for r in rows if r[0] in keyed]
         rows.sort(key=lambda r: keyed[r[0]][3])
         rows.sort(key=lambda r: keyed[r[0]][:3], reverse=True)
@@ -192,7 +192,7 @@ def _ranked(db, q: Query, f, count: int, latest: bool) -> list[tuple[int, float]
     conds = conds[1:]  # unreachable messages are not in the FTS index
     order = _KEY_DESC if latest else "s, " + _KEY_DESC
     sql = (f"{with_}SELECT m.rowid, {bm} AS s FROM {FTS_TABLE} JOIN messages m ON m.rowid = {FTS_TABLE}.rowid "
-           f"LEFT JOIN turns t ON t.id = m.turn_id WHERE {FTS_TABLE} MATCH ?{''.join(' AND ' + c for c in conds)} "
+           f"LEFT JOIN turns t ON t.rowid = m.turn_rowid WHERE {FTS_TABLE} MATCH ?{''.join(' AND ' + c for c in conds)} "
            f"ORDER BY {order}" + (" LIMIT ?" if count else ""))
     return db.execute(sql, [*with_params, q.fts, *params] + ([count] if count else [])).fetchall()
 

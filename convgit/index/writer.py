@@ -23,10 +23,7 @@ from pathlib import Path
 
 from .. import fsio
 from ..errors import ConvgitError, InvalidInput, ObjectCorrupt, ObjectMissing, storage_failure
-from ..objects import (
-    Message,
-    Turn,
-)
+from ..objects import Message
 from ..refs import parse_rename, parse_reflog_line
 from . import fts, reach
 from .fts import FTS_SCHEMA
@@ -34,6 +31,7 @@ from .healing import healing, index_storage_failure
 from .rows import Reader, dump_json, part_row
 from .schema import INDEX_FILE, SCHEMA, SCHEMA_VERSION, TOTALS
 from .totals import RunningTotals
+from .turn_rows import TurnRows
 
 
 def invalidate(repo) -> None:
@@ -49,7 +47,7 @@ def invalidate(repo) -> None:
         pass  # no lock (a full disk cannot even create it): the caller already warns
 
 
-class IndexWriter(RunningTotals):
+class IndexWriter(RunningTotals, TurnRows):
     """Opening, validating, rebuilding and catching up the index (the write side of ``Index``)."""
 
     def __init__(self, repo, *, path: Path | None = None, autorefresh: bool = True) -> None:
@@ -481,6 +479,7 @@ class IndexWriter(RunningTotals):
                 self._pending: dict[str, list] = {}
                 self._pending_parts: list[tuple] = []
                 self._next_rowid = (db.execute("SELECT max(rowid) FROM messages").fetchone()[0] or 0) + 1
+                self._next_turn_rowid = (db.execute("SELECT max(rowid) FROM turns").fetchone()[0] or 0) + 1
                 first_new = self._next_rowid  # the rows this catch-up adds start here (reach.after_catch_up)
                 if self._next_rowid == 1:
                     reach.reset(db)  # no message rows: nothing derived from them may stay
@@ -541,27 +540,29 @@ class IndexWriter(RunningTotals):
         """Queue every message from ``tip`` back to the first one already indexed."""
         todo: list[tuple[str, Message]] = []
         oid: str | None = tip
-        base_depth, base_title = -1, None
+        parent, depth, title = None, -1, None  # (rowid, depth, title rowid) of the row above the new ones
         while oid is not None:
             row = self._pending.get(oid)
             if row is not None:
-                base_depth, base_title = row[4], row[5]
+                parent, depth, title = row[0], row[4], row[5]
                 break
             row = self._indexed_row(oid)
             if row is not None:
-                base_depth, base_title = row
+                parent, depth, title = row
                 break
             msg = reader.message(oid)
             todo.append((oid, msg))
             oid = msg.parent
-        depth, title = base_depth, base_title
         for oid, msg in reversed(todo):
             depth += 1
-            if title is None and msg.role == "user":
-                title = oid
             rid = self._next_rowid
             self._next_rowid += 1
-            self._pending[oid] = [rid, oid, msg.parent, msg.role, depth, title, None, len(msg.parts), dump_json(msg.meta), None]
+            if title is None and msg.role == "user":
+                title = rid
+            # The columns of _flush, then the turn's key and the parent's id (for _index_turn).
+            self._pending[oid] = [rid, oid, parent, msg.role, depth, title, None, len(msg.parts), dump_json(msg.meta),
+                                  None, msg.parent]
+            parent = rid
             for i, p in enumerate(msg.parts):
                 self._pending_parts.append(part_row(rid, i, p, reader))
 
@@ -577,13 +578,14 @@ class IndexWriter(RunningTotals):
                                (name,)).fetchone()
 
     def _indexed_row(self, oid: str):
-        """(depth, title id) of message ``oid`` if the index holds it already, else None."""
-        return self.db.execute("SELECT depth, title_id FROM messages WHERE id=?", (oid,)).fetchone()
+        """(rowid, depth, title rowid) of message ``oid`` if the index holds it already, else None."""
+        return self.db.execute("SELECT rowid, depth, title_rowid FROM messages WHERE id=?", (oid,)).fetchone()
 
     def _flush(self) -> None:
         rows = [r[:9] for r in self._pending.values()]
         self.db.executemany(
-            "INSERT INTO messages (rowid, id, parent, role, depth, title_id, turn_id, n_parts, meta_json) VALUES (?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO messages (rowid, id, parent_rowid, role, depth, title_rowid, turn_rowid, n_parts, meta_json) VALUES "
+            "(?,?,?,?,?,?,?,?,?)",
             rows,
         )
         keep = self.keep_text
@@ -701,92 +703,6 @@ class IndexWriter(RunningTotals):
         if oid in self._pending:
             return True
         return self.db.execute("SELECT 1 FROM messages WHERE id=?", (oid,)).fetchone() is not None
-
-    def _index_turn(self, reader: "Reader", tid: str, t: Turn, thread: str | None, *, stop: str | None,
-                    record: str | None = None) -> None:
-        db = self.db
-        u = t.usage or {}
-        inp_tok = u.get("input_tokens", u.get("prompt_tokens"))
-        out_tok = u.get("output_tokens", u.get("completion_tokens"))
-        # A message's turn is the earliest turn that produced it: (input, output].
-        start = t.started_at if t.started_at is not None else 0
-        key = (start, tid)
-        oid: str | None = t.output
-        steps = 0
-        out_depth = None
-        span = None  # what the event brought itself: (input, output] (docs/format.md §8)
-        while oid is not None and oid != stop and steps < 1_000_000:
-            if oid == t.input and span is None:
-                span = steps
-            row = self._pending.get(oid)
-            if row is not None:  # queued in this transaction: decide in memory
-                if row[9] is None or key < row[9]:
-                    row[6], row[9] = tid, key
-                parent = row[2]
-                depth = row[4]
-            else:
-                db.execute(
-                    """UPDATE messages SET turn_id = :t WHERE id = :m AND (turn_id IS NULL OR turn_id = :t OR
-                       (SELECT coalesce(started_at, 0) > :s OR (coalesce(started_at, 0) = :s AND id > :t)
-                        FROM turns WHERE id = messages.turn_id) IS NOT 0)""",
-                    {"t": tid, "m": oid, "s": start},
-                )
-                row = db.execute("SELECT parent, depth FROM messages WHERE id=?", (oid,)).fetchone()
-                if row is None:  # not indexed (no thread holds it): read it to go on
-                    msg = reader.message_or_none(oid)
-                    if msg is None:
-                        break
-                    steps += 1
-                    oid = msg.parent
-                    continue
-                parent, depth = row  # the index knows the parent: no need to read the object again
-            if out_depth is None:
-                out_depth = depth + steps  # the output is ``steps`` messages above this one
-            steps += 1
-            oid = parent
-        if getattr(self, "_delta", None) is not None:  # the turn's row before it is replaced
-            was = db.execute("SELECT thread FROM turns WHERE id=?", (tid,)).fetchone()
-            self._delta["turns"] += (thread is not None) - (was is not None and was[0] is not None)
-        db.execute(
-            "INSERT OR REPLACE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                tid, thread, t.kind, t.input, t.output, t.model, t.resolved_model, t.started_at,
-                t.duration_ms, inp_tok if isinstance(inp_tok, int) else None,
-                out_tok if isinstance(out_tok, int) else None, dump_json(t.usage), dump_json(t.options),
-                t.source, t.upstream_thread_id, t.forked_from, t.error, dump_json(t.meta),
-                record, out_depth, steps if span is None else span,
-            ),
-        )
-        if t.kind == "import" and t.meta:
-            self._index_import(reader, tid, t, thread)
-        elif t.meta and t.source:  # a recorded call names its upstream ids too (convgit serve)
-            self._index_aliases(tid, t)
-
-    def _index_import(self, reader: "Reader", tid: str, t: Turn, thread: str | None) -> None:
-        """An import turn lists the per-message turns it wrote (each message's own time and
-        model) and the source ids of the messages it brought (aliases)."""
-        subs = t.meta.get("turns")
-        if isinstance(subs, list):
-            for sid in subs:
-                sub = reader.turn(sid) if isinstance(sid, str) else None
-                if sub is not None and not (sub.meta or {}).get("turns"):  # one level only
-                    self._index_turn(reader, sid, sub, None, stop=sub.input, record=tid)
-        self._index_aliases(tid, t)
-
-    def _index_aliases(self, tid: str, t: Turn) -> None:
-        """The source ids a turn names for its messages (``meta.aliases``: source id → message id)."""
-        aliases = t.meta.get("aliases") if t.meta else None
-        if isinstance(aliases, dict) and t.source:
-            self.db.executemany(
-                "INSERT OR IGNORE INTO aliases VALUES (?,?,?,?)",
-                [(t.source, k, v, tid) for k, v in aliases.items() if isinstance(k, str) and isinstance(v, str)],
-            )
-
-    def _turn_key(self, tid: str):
-        row = self.db.execute("SELECT started_at FROM turns WHERE id=?", (tid,)).fetchone()
-        if row is None:
-            return (float("inf"), tid)
-        return (row[0] if row[0] is not None else 0, tid)
 
 
 def _journal_stat(path: Path) -> tuple[int | None, int]:

@@ -174,11 +174,13 @@ class PgIndex(IndexLookups, IndexWriter):
                 refs = self.repo.refs.read_all(broken={})
                 self._building = True
                 self._progress = progress
+                self._built_turns = {}
                 try:
                     self._catch_up(refs, archived=True)
                 finally:
                     self._building = False
                     self._progress = None
+                    self._built_turns = {}
                 db.raw("SET maintenance_work_mem = '256MB'")  # (this session only) a faster GIN build
                 db.raw(LATE_DDL)
                 # Planner statistics for the tables the shared queries join (message_fts is
@@ -220,6 +222,18 @@ class PgIndex(IndexLookups, IndexWriter):
             return None
         return super()._thread_row(name)
 
+    def _turn_row(self, tid: str):
+        """(rowid, thread) of an indexed turn, else None; while a rebuild fills its empty
+        schema, from memory (the turns written so far), so that its statements need no answer."""
+        if getattr(self, "_building", False):
+            return self._built_turns.get(tid)
+        return super()._turn_row(tid)
+
+    def _turn_indexed(self, tid: str, rowid: int, thread: str | None) -> None:
+        """While a rebuild fills its schema: remember the turn's row (``_turn_row``)."""
+        if getattr(self, "_building", False):
+            self._built_turns[tid] = (rowid, thread)
+
     def _batched(self):
         """While a rebuild fills its schema: the threads' statements sent without waiting for
         each answer (psycopg's pipeline mode), errors told apart as ever."""
@@ -235,7 +249,7 @@ class PgIndex(IndexLookups, IndexWriter):
         rows = [r[:9] for r in self._pending.values()]
         db = self.db
         if rows:
-            with db.copy("COPY messages (rowid, id, parent, role, depth, title_id, turn_id, n_parts, meta_json) "
+            with db.copy("COPY messages (rowid, id, parent_rowid, role, depth, title_rowid, turn_rowid, n_parts, meta_json) "
                          "FROM STDIN") as cp:
                 for r in rows:
                     cp.write_row(clean_row(r))

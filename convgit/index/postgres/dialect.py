@@ -37,11 +37,11 @@ PG_KEY_SQL = (
 )
 
 OVERRIDES = {
-    THREADS_REACHING_SQL: """WITH RECURSIVE d(id) AS (SELECT ? UNION ALL
-             SELECT m.id FROM messages m JOIN d ON m.parent = d.id),
-           w AS (SELECT id FROM d LIMIT ?)
-           SELECT count(DISTINCT w.id), (json_agg(h.name ORDER BY h.name) FILTER (WHERE h.name IS NOT NULL))::text
-           FROM w LEFT JOIN threads h ON h.tip = w.id""",
+    THREADS_REACHING_SQL: """WITH RECURSIVE d(rid) AS (SELECT rowid FROM messages WHERE id = ? UNION ALL
+             SELECT m.rowid FROM messages m JOIN d ON m.parent_rowid = d.rid),
+           w AS (SELECT rid FROM d LIMIT ?)
+           SELECT count(DISTINCT w.rid), (json_agg(h.name ORDER BY h.name) FILTER (WHERE h.name IS NOT NULL))::text
+           FROM w JOIN messages wm ON wm.rowid = w.rid LEFT JOIN threads h ON h.tip = wm.id""",
     "SELECT 1 FROM message_fts_docsize LIMIT 1": "SELECT 1 FROM message_fts LIMIT 1",
     "PRAGMA quick_check": "SELECT 'ok'",
 }

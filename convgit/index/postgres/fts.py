@@ -90,7 +90,7 @@ class PgFts:
         with_, with_params, conds, params = filter_sql(f)
         sql = (f"{with_}SELECT f.rowid, f.ntok, {', '.join('f.' + c for c in _ARRAY_COLS)}, coalesce(t.started_at, 0), "
                "substr(coalesce(t.id, m.id), 1, 16), m.depth, m.id FROM message_fts f "
-               "JOIN messages m ON m.rowid = f.rowid LEFT JOIN turns t ON t.id = m.turn_id "
+               "JOIN messages m ON m.rowid = f.rowid LEFT JOIN turns t ON t.rowid = m.turn_rowid "
                f"WHERE (f.lex @@ ?::tsquery OR f.lex @@ ?::tsquery) AND {' AND '.join(conds)}")
         rows = self.db.execute(sql, [*with_params, cand, _quote(OVERSIZED), *params]).fetchall()
         matched = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..schema import SCHEMA_VERSION
 
 PG_LAYOUT = 2  # this package's own layout; a change means a rebuild, as a schema version does (2: chunks)
+# (schema 10, rows referring to rows by rowid, changes VERSION through SCHEMA_VERSION)
 VERSION = f"{SCHEMA_VERSION}.pg{PG_LAYOUT}"
 
 C = 'TEXT COLLATE "C"'
@@ -22,11 +23,11 @@ TABLES = {
     "meta": ("key", ("key", "value")),
     "threads": ("name", ("name", "tip", "created_ms", "updated_ms", "forked_from_thread", "forked_from_message",
                          "reflog_size")),
-    "turns": ("id", ("id", "thread", "kind", "input", "output", "model", "resolved_model", "started_at",
+    "turns": ("id", ("rowid", "id", "thread", "kind", "input", "output", "model", "resolved_model", "started_at",
                      "duration_ms", "input_tokens", "output_tokens", "usage_json", "options_json", "source",
-                     "upstream_thread_id", "forked_from", "error", "meta_json", "record", "out_depth", "span")),
+                     "upstream_thread_id", "forked_from", "error", "meta_json", "record_rowid", "out_depth", "span")),
     "unreachable": ("rowid", ("rowid",)),
-    "aliases": ("source, source_id, message_id", ("source", "source_id", "message_id", "turn_id")),
+    "aliases": ("source, source_id, message_id", ("source", "source_id", "message_id", "turn_rowid")),
 }
 
 DDL = f"""
@@ -44,16 +45,16 @@ CREATE INDEX threads_tip ON threads(tip);
 CREATE TABLE messages (
   rowid BIGINT PRIMARY KEY,
   id {C} NOT NULL UNIQUE,
-  parent {C},
+  parent_rowid BIGINT,
   role {C} NOT NULL,
   depth BIGINT NOT NULL,
-  title_id {C},
-  turn_id {C},
+  title_rowid BIGINT,
+  turn_rowid BIGINT,
   n_parts BIGINT NOT NULL,
   meta_json {C}
 );
-CREATE INDEX messages_parent ON messages(parent);
-CREATE INDEX messages_turn ON messages(turn_id);
+CREATE INDEX messages_parent ON messages(parent_rowid);
+CREATE INDEX messages_turn ON messages(turn_rowid);
 CREATE TABLE parts (
   message_rowid BIGINT NOT NULL,
   position BIGINT NOT NULL,
@@ -69,6 +70,7 @@ CREATE TABLE parts (
 );
 CREATE INDEX parts_tools ON parts(message_rowid) WHERE type IN ('tool_call', 'tool_result');
 CREATE TABLE turns (
+  rowid BIGINT NOT NULL UNIQUE,
   id {C} PRIMARY KEY,
   thread {C},
   kind {C} NOT NULL,
@@ -87,21 +89,20 @@ CREATE TABLE turns (
   forked_from {C},
   error {C},
   meta_json {C},
-  record {C},
+  record_rowid BIGINT,
   out_depth BIGINT,
   span BIGINT NOT NULL DEFAULT 0
 );
 CREATE INDEX turns_upstream ON turns(source, upstream_thread_id);
 CREATE INDEX turns_thread ON turns(thread);
-CREATE INDEX turns_record ON turns(record) WHERE record IS NOT NULL;
+CREATE INDEX turns_record ON turns(record_rowid) WHERE record_rowid IS NOT NULL;
 CREATE TABLE aliases (
   source {C} NOT NULL,
   source_id {C} NOT NULL,
   message_id {C} NOT NULL,
-  turn_id {C} NOT NULL,
+  turn_rowid BIGINT NOT NULL,
   PRIMARY KEY (source, source_id, message_id)
 );
-CREATE INDEX aliases_message ON aliases(message_id);
 CREATE TABLE unreachable (rowid BIGINT PRIMARY KEY);
 CREATE TABLE chunks (
   message_rowid BIGINT NOT NULL,
@@ -116,6 +117,11 @@ CREATE TABLE message_fts (
   lex TSVECTOR NOT NULL,
   u TEXT[], a TEXT[], s TEXT[], t TEXT[], r TEXT[]
 );
+CREATE VIEW message_ids AS
+  SELECT m.rowid AS rowid, m.id AS id, p.id AS parent, m.role AS role, m.depth AS depth,
+    tm.id AS title_id, t.id AS turn_id, m.n_parts AS n_parts, m.meta_json AS meta_json
+  FROM messages m LEFT JOIN messages p ON p.rowid = m.parent_rowid
+    LEFT JOIN messages tm ON tm.rowid = m.title_rowid LEFT JOIN turns t ON t.rowid = m.turn_rowid;
 CREATE TABLE fts_stats (one INT PRIMARY KEY CHECK (one = 1), rows BIGINT NOT NULL, tokens BIGINT NOT NULL);
 INSERT INTO fts_stats VALUES (1, 0, 0);
 -- The SQLite index's lean-mode function, which the shared queries name: the PostgreSQL index
