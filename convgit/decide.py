@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from . import codec
 from .errors import AmbiguousThread, ConvgitError, DuplicateConflict, RefExists
-from .graph import first_missing, read_message
+from .graph import first_missing, read_message, stored_search
 from .ids import check_thread_name, short
 from .ingest import Chain, Payload
 from .refs import ANY
@@ -163,30 +163,16 @@ class View:
         it sends the chain down the full path), they are taken as stored, without their hole
         check, and only the ids after them are searched and checked."""
         n = len(ids)
-        if 0 < known <= n and self.contains(ids[known - 1]):
-            lo, hi = known, n
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if self.contains(ids[mid]):
-                    lo = mid + 1
-                else:
-                    hi = mid
-            if lo < n - 1 and self.contains(ids[-1]):
-                lo = n
-            first = known + first_missing(self, ids[known:lo])
-            if first >= lo:
-                return lo, ()
-            return lo, (first, *(i for i in range(first + 1, lo) if not self.contains(ids[i])))
-        lo, hi = 0, n
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.contains(ids[mid]):
-                lo = mid + 1
-            else:
-                hi = mid
+        hinted = 0 < known <= n and self.contains(ids[known - 1])
+        lo = stored_search(self, ids, known if hinted else 0)
         if lo < n - 1 and self.contains(ids[-1]):
             lo = n
-        return lo, self.holes_before(ids, lo)
+        if not hinted:
+            return lo, self.holes_before(ids, lo)
+        first = known + first_missing(self, ids[known:lo])
+        if first >= lo:
+            return lo, ()
+        return lo, (first, *(i for i in range(first + 1, lo) if not self.contains(ids[i])))
 
     def holes_before(self, ids: list[str], end: int) -> tuple[int, ...]:
         """The indexes of the missing ids among ``ids[:end]``."""

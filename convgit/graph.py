@@ -62,15 +62,23 @@ def longest_stored_prefix(objects, ids: list[str]) -> int:
     makes a commit write the missing messages again (healing the store) instead of
     acknowledging a history whose middle is gone.
     """
-    lo, hi = 0, len(ids)
+    lo = stored_search(objects, ids)
+    hole = first_missing(objects, ids, lo - 1)  # ids[lo - 1] itself was just found stored
+    return hole if hole < lo - 1 else lo
+
+
+def stored_search(objects, ids: list[str], lo: int = 0) -> int:
+    """The binary search of ``longest_stored_prefix`` alone, from ``lo``: the first index at
+    or after ``lo`` whose id ``objects`` does not hold, if membership is monotone along the
+    chain (no hole check)."""
+    hi = len(ids)
     while lo < hi:
         mid = (lo + hi) // 2
         if objects.contains(ids[mid]):
             lo = mid + 1
         else:
             hi = mid
-    hole = first_missing(objects, ids, lo - 1)  # ids[lo - 1] itself was just found stored
-    return hole if hole < lo - 1 else lo
+    return lo
 
 
 def first_missing(objects, ids: list[str], end: int | None = None) -> int:
