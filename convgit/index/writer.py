@@ -47,6 +47,23 @@ def invalidate(repo) -> None:
         pass  # no lock (a full disk cannot even create it): the caller already warns
 
 
+def _wal(db: sqlite3.Connection) -> None:
+    """Put the live index in WAL mode. Only the first connection to a new file changes the
+    mode, and SQLite may answer that change "database is locked" at once, without waiting,
+    while other processes open the same new index (six writers' first commits at once): so
+    the mode is read first (no lock needed) and the change retried for up to 30 s."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class IndexWriter(RunningTotals, TurnRows):
     """Opening, validating, rebuilding and catching up the index (the write side of ``Index``)."""
 
@@ -71,7 +88,10 @@ class IndexWriter(RunningTotals, TurnRows):
         db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
         # The live index in WAL; a temp index being built in a rollback journal (it has one
         # connection, and is copied into the live file when done).
-        db.execute("PRAGMA journal_mode=WAL" if path == self.path else "PRAGMA journal_mode=DELETE")
+        if path == self.path:
+            _wal(db)
+        else:
+            db.execute("PRAGMA journal_mode=DELETE")
         db.execute("PRAGMA journal_size_limit=67108864")  # a WAL a rebuild grew is cut back to 64 MB
         # A cache: durability is the objects' and refs' job. After a power loss a torn index is
         # caught (refs differ, constraints fail, a page is unreadable) and rebuilt.
