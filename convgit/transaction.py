@@ -286,19 +286,11 @@ class Transaction:
         files = [(root / "logs" / "remotes" / f"{remote}.{ext}", root / "logs" / "remotes" / f"{rename_to}.{ext}")
                  for ext in ("journal", "packed-logs")]
         files.append((root / REMOTES / f"{remote}.packed", root / REMOTES / f"{rename_to}.packed"))
-        for src, dst in pairs:
+        for (src, dst), remove in [*((p, fsio.rmtree) for p in pairs), *((f, fsio.unlink) for f in files)]:
             if not src.exists():
                 continue
             if rename_to is None:
-                fsio.rmtree(src)
-            else:
-                fsio.makedirs(dst.parent)
-                fsio.rename(src, dst)
-        for src, dst in files:
-            if not src.exists():
-                continue
-            if rename_to is None:
-                fsio.unlink(src)
+                remove(src)
             else:
                 fsio.makedirs(dst.parent)
                 fsio.rename(src, dst)

@@ -59,13 +59,19 @@ def _sync(cli, cwd: Path, *args) -> dict:
     return ok(cli("index", "sync", "--from", "origin", "--json", *args, cwd=cwd)).json()
 
 
-def test_index_sync_answers_as_a_full_clone_reading_by_range(tmp_path, remote_url, cli, monkeypatch):
+def _pushed_in_packs(tmp_path, remote_url, monkeypatch, threads: int):
+    """A store of ``threads`` conversations pushed to ``remote_url`` in several packs: (store, packs)."""
     monkeypatch.setenv("CONVGIT_PUSH_PACK_BYTES", "6000")  # several packs
     a = convgit.init(tmp_path / "a")
-    for i in range(1, 13):
+    for i in range(1, threads + 1):
         convgit.commit(a, _conv(i), thread=f"t{i}")
     convgit.add_remote(a, "origin", remote_url)
-    assert convgit.push(a).packs >= 2
+    return a, convgit.push(a).packs
+
+
+def test_index_sync_answers_as_a_full_clone_reading_by_range(tmp_path, remote_url, cli, monkeypatch):
+    a, packs = _pushed_in_packs(tmp_path, remote_url, monkeypatch, 12)
+    assert packs >= 2
 
     ix = tmp_path / "ix"
     ok(cli("init", cwd=ix))
@@ -162,12 +168,7 @@ def test_an_index_only_store_takes_no_new_objects(tmp_path, cli):
 
 
 def test_fsck_of_an_index_only_store_checks_what_it_can_and_says_what_not(tmp_path, remote_url, cli, monkeypatch):
-    monkeypatch.setenv("CONVGIT_PUSH_PACK_BYTES", "6000")  # several packs
-    a = convgit.init(tmp_path / "a")
-    for i in range(1, 7):
-        convgit.commit(a, _conv(i), thread=f"t{i}")
-    convgit.add_remote(a, "origin", remote_url)
-    packs = convgit.push(a).packs
+    a, packs = _pushed_in_packs(tmp_path, remote_url, monkeypatch, 6)
     ix = tmp_path / "ix"
     ok(cli("init", cwd=ix))
     ok(cli("remote", "add", "origin", remote_url, cwd=ix))
