@@ -43,9 +43,13 @@ class ReflogFiles:
         packed = self._packed_log(name)
         if packed is None and not src.exists():
             return
-        dst = self.deleted_logs_dir / f"{name}.{int(time.time() * 1000)}"
+        t = int(time.time() * 1000)
+        while os.path.lexists(self.deleted_logs_dir / f"{name}.{t}"):
+            t += 1  # archived twice in one millisecond (under the thread's lock): never over the first
+        dst = self.deleted_logs_dir / f"{name}.{t}"
         fsio.check_real_dirs(self.deleted_logs_dir, dst.parent)
         fsio.makedirs(dst.parent, fsync=self.fsync)
+        self.journal_archive(dst)  # before the archive exists: the index reads its turns (§4 Journal)
         if packed is None:
             fsio.rename(src, dst)
             return

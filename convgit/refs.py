@@ -51,6 +51,7 @@ from .refformat import (  # noqa: F401 (re-exported: the formats live in refform
 
 ANY = object()  # "do not check the old value"
 JOURNAL = "journal"  # logs/journal: the names of threads about to change, one per line
+JOURNAL_ARCHIVE = "archive "  # a journal line naming a reflog about to be archived (RefStore.journal_archive)
 BATCH_REFS = 256  # threads locked and moved together by update_many
 NOT_APPLIED = object()  # update_many: a move not made
 AUTO_PACK_LOOSE = 1024  # more loose refs than this after a write: the writer packs them (§6.4)
@@ -103,6 +104,7 @@ class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation):
         # in the packed files (convgit.ref_create). None: it never does (remote-tracking refs).
         self.declare_packed_logs: Callable[[], None] | None = None
         self._journal_bytes: dict[int, int] = {}  # thread -> bytes it appended to the journal (journal_bytes)
+        self._archived: dict[int, list[str]] = {}  # thread -> reflogs it archived (take_archived)
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -708,10 +710,27 @@ class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation):
         every ref once (Index.refresh_if_changed)."""
         names = list(names)
         if names:
-            text = "".join(f"{n}\n" for n in names)
-            fsio.append_line(self.journal_path, text, fsync=False)
-            me = threading.get_ident()  # (per thread: another thread's lines are another writer's)
-            self._journal_bytes[me] = self._journal_bytes.get(me, 0) + len(text.encode("utf-8"))
+            self._append_journal("".join(f"{n}\n" for n in names))
+
+    def journal_archive(self, path: Path) -> None:
+        """Note in ``logs/journal`` that a reflog is about to be archived as ``path`` (under
+        ``logs/deleted``): a line ``archive <path under logs/deleted>`` (names hold no spaces,
+        so it is never a thread's), appended before the archive is written, so that the index
+        reads the turns it names as a rebuild does (docs/format.md §4 Journal). The path is
+        also kept for this thread's transaction (``take_archived``), which hands it to the
+        index itself: another process's catch-up may read the line before the file exists."""
+        rel = path.relative_to(self.deleted_logs_dir).as_posix()
+        self._append_journal(f"{JOURNAL_ARCHIVE}{rel}\n")
+        self._archived.setdefault(threading.get_ident(), []).append(rel)
+
+    def take_archived(self) -> list[str]:
+        """The reflogs this thread archived (paths under ``logs/deleted``) since it last asked."""
+        return self._archived.pop(threading.get_ident(), [])
+
+    def _append_journal(self, text: str) -> None:
+        fsio.append_line(self.journal_path, text, fsync=False)
+        me = threading.get_ident()  # (per thread: another thread's lines are another writer's)
+        self._journal_bytes[me] = self._journal_bytes.get(me, 0) + len(text.encode("utf-8"))
 
     @property
     def journal_bytes(self) -> int:

@@ -339,13 +339,15 @@ class Transaction:
 
     def _update_index(self) -> None:
         repo = self.repo
+        archived = repo.refs.take_archived()  # (taken whatever the mode: never left for another transaction)
         try:
             if self.index_mode == "moves" and (self.moved or self._objects):
                 # What it created is handed over as written (no read back), to be trusted while
                 # the journal ends where this transaction's own lines did.
                 own = self.repo.refs.journal_bytes - self._journal_own
                 repo.index.record_moves(self.moved, self._cache(), fast_forward=self.fast_forward,
-                                        written=self._written, journal_end=self._journal_at + own)
+                                        written=self._written, journal_end=self._journal_at + own,
+                                        archived=archived)
             elif self.index_mode == "refresh":
                 repo.index.refresh()
             elif self.index_mode == "rebuild":

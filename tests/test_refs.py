@@ -538,3 +538,21 @@ def test_a_corrupt_ref_file_is_reported(repo, tips):
     with pytest.raises(errors.ObjectCorrupt):
         repo.refs.read("seed-a")
     assert repo.refs.read("seed-b") == tips[1]
+
+
+def test_a_thread_deleted_twice_in_one_millisecond_keeps_both_archived_reflogs(repo, tips, monkeypatch):
+    """Its archive is named by the time: the second one takes the next free millisecond
+    rather than replacing the first (whose turns would be lost to gc)."""
+    import time as time_mod
+
+    a, b = tips
+    monkeypatch.setattr(time_mod, "time", lambda: 1_796_000_000.0)
+    repo.refs.update("twice", a, expected=None, message="one")
+    repo.refs.update("twice", None, expected=a, message="delete")
+    repo.refs.update("twice", b, expected=None, message="two")
+    repo.refs.update("twice", None, expected=b, message="delete")
+    from convgit.refformat import read_log_file
+
+    files = sorted(repo.refs.deleted_logs_dir.glob("twice.*"))
+    assert [p.name for p in files] == ["twice.1796000000000", "twice.1796000000001"]
+    assert [[e.message for e in read_log_file(p)] for p in files] == [["one", "delete"], ["two", "delete"]]

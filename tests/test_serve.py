@@ -603,11 +603,42 @@ def test_kill_9_after_the_answer_loses_no_call_and_records_none_twice(store, ups
     """Each round's calls are answered, then the server is killed at once (some rounds with
     the store held, so none is committed); the next server commits what the spool holds.
 
-    Moved to the slow soaks on 2026-12-01: in 1 of 5 CI runs (two xdist workers) the final
-    fsck found "index.sqlite disagrees with the objects (messages)" after the rounds (no call
-    lost or doubled, the index only); 6 runs alone passed. An open defect of the index
-    catch-up after kill -9 with a restarted committer, to be found (session 7 closing note)."""
+    In the slow soaks since 2026-12-01: in 1 of 5 CI runs (two xdist workers) the final fsck
+    found "index.sqlite disagrees with the objects (messages)" (no call lost or doubled). The
+    cause found on 2026-12-02: a committer killed between a new thread's reflog and its ref
+    leaves a stale reflog; a restarted one that commits the call again within the same second
+    uses the same name and archives that reflog, whose turns the index did not read (a
+    rebuild does: the messages' turns differed). Archives are now journaled and indexed
+    (docs/format.md §4, §8); tests/test_bulk_create.py's stale-reflog tests make both paths
+    certain, and test_a_committer_killed_mid_creation_... kills a real committer there."""
     answered = _kill_rounds(store, upstream, 4)
+    _check_each_once(store, answered, upstream)
+    r = subprocess.run([sys.executable, "-m", "convgit", "-C", str(store), "fsck"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("point,calls", [("ref_after_tmp_fsync", 1), ("bulk_after_logs_rename", 6)])
+def test_a_committer_killed_mid_creation_records_each_call_once_and_fsck_is_clean(store, upstream, point, calls):
+    """The committer dies between a new thread's reflog and its ref (one call: the per-ref
+    path; six calls held back, then committed at once: the bulk path), so a stale reflog is
+    left; the next server commits the spooled calls again under the same names, archiving
+    that reflog. Each call is recorded once and the index holds what a rebuild holds (fsck
+    clean, no reindex): the cause of the kill -9 rounds' "index disagrees" failure."""
+    sp = ServeProcess(store, upstream.url, env={"CONVGIT_CRASH_AT": point, "CONVGIT_LOCK_TIMEOUT": "0.1"})
+    url = sp.wait_listening()
+    answered = []
+    repo = convgit.open_repo(store)
+    with repo.exclusive_lock():  # the calls wait in the spool, then go in one batch
+        for i in range(calls):
+            r = httpx.post(url + "/v1/chat/completions", json=_chat(messages=[{"role": "user", "content": f"{point} {i}"}]))
+            assert r.status_code == 200
+            answered.append(r.headers["x-convgit-call"])
+    repo.close()
+    assert sp.proc.wait(60) == 137  # killed at the crash point, by its own committer
+    with convgit.open_repo(store) as repo:
+        packed = repo.refs.packed_logs()
+        logs = {n for n, _ in repo.refs.iter_log_files() if n} | set(packed.names() if packed else ())
+        assert logs - set(repo.refs.read_all())  # reflogs of threads that were never created
     _check_each_once(store, answered, upstream)
     r = subprocess.run([sys.executable, "-m", "convgit", "-C", str(store), "fsck"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -116,3 +116,27 @@ def test_library_delete_of_the_current_thread_is_the_cli_s(proj):
         assert repo.refs.read("y") is None
     finally:
         repo.close()
+
+
+def test_a_turn_an_archived_reflog_names_again_stays_the_live_threads(cli, proj):
+    """An archived reflog can name a turn a live thread's reflog names too (a stale reflog
+    that a re-commit under the same name archived; a merged store's deleted provenance): the
+    turn is still shown as that live thread's, in an incremental index and a rebuild alike."""
+    _commit(cli, "A", "q", "a")
+    repo = convgit.open_repo(proj)
+    try:
+        log = repo.refs.log_bytes("A")
+        archive = repo.refs.deleted_logs_dir / "old-A.1796000000000"
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        archive.write_bytes(log)  # the same lines, archived under another name
+    finally:
+        repo.close()
+    ok(cli("reindex"))
+    turns = ok(cli("reflog", "A", "--json")).json()["entries"]
+    assert turns and all(t.get("turn") for t in turns)
+    repo = convgit.open_repo(proj)
+    try:
+        rows = repo.index.dump()["turns"]
+        assert {r[0] for r in rows} >= {t["turn"] for t in turns} and {r[1] for r in rows} == {"A"}
+    finally:
+        repo.close()

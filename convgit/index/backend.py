@@ -30,11 +30,12 @@ class IndexBackend(Protocol):
         ``progress(done, total)``, optional: called as the work advances (for a bar)."""
 
     def record_moves(self, names: Iterable[str], cache: dict | None = None, *, fast_forward: bool = False,
-                     written: dict | None = None, journal_end: int | None = None) -> None:
+                     written: dict | None = None, journal_end: int | None = None, archived: Iterable[str] = ()) -> None:
         """After a repository transaction: index the threads it moved (and what the refs
         journal says others moved), using the objects it wrote (``cache``: oid → object) and
         the threads it created (``written``: name → (tip, whole reflog), trusted while the
-        journal ends at ``journal_end``: no other writer moved anything since)."""
+        journal ends at ``journal_end``: no other writer moved anything since), and the turns
+        of the reflogs it archived (``archived``: paths under ``logs/deleted``)."""
 
     def refs_unchanged(self) -> bool:
         """Nothing moved since the index last looked (O(1))."""

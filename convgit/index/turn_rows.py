@@ -38,6 +38,8 @@ class TurnRows:
         was = self._turn_row(tid)  # (rowid, thread): its rowid is kept when the row is replaced
         trid = was[0] if was is not None else self._next_turn_rowid
         self._next_turn_rowid += was is None
+        if thread is None and was is not None:
+            thread = was[1]  # named again by an archived reflog: a live thread's turn stays its own
         oid: str | None = t.output
         steps = 0
         out_depth = None

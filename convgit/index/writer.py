@@ -24,7 +24,7 @@ from pathlib import Path
 from .. import fsio
 from ..errors import ConvgitError, InvalidInput, ObjectCorrupt, ObjectMissing, storage_failure
 from ..objects import Message
-from ..refs import parse_rename, parse_reflog_line
+from ..refs import JOURNAL_ARCHIVE, parse_rename, parse_reflog_line
 from . import fts, reach
 from .fts import FTS_SCHEMA
 from .healing import healing, index_storage_failure
@@ -352,18 +352,24 @@ class IndexWriter(RunningTotals, TurnRows):
             ino = _journal_stat(self.repo.refs.journal_path)[0]
         return {"ino": ino, "size": start, "boot": _boot_id(), "dirs": [list(x) for x in dirs]}
 
-    def _journal_since(self, offset: int) -> tuple[set[str], int]:
+    def _journal_since(self, offset: int) -> tuple[set[str], list[str], int]:
         """The thread names appended to the journal from byte ``offset`` (whole lines only),
-        and where they end."""
+        the reflogs archived meanwhile (``archive`` lines: paths under ``logs/deleted``), and
+        where they end."""
         try:
             with open(self.repo.refs.journal_path, "rb") as f:
                 f.seek(offset)
                 data = f.read()
         except FileNotFoundError:
-            return set(), offset
+            return set(), [], offset
         end = data.rfind(b"\n") + 1
-        names = {ln for ln in data[:end].decode("utf-8", "replace").split("\n") if ln}
-        return names, offset + end
+        names, archives = set(), []
+        for ln in data[:end].decode("utf-8", "replace").split("\n"):
+            if ln.startswith(JOURNAL_ARCHIVE):
+                archives.append(ln[len(JOURNAL_ARCHIVE):])
+            elif ln:
+                names.add(ln)
+        return names, archives, offset + end
 
     def _read_refs(self, names) -> dict[str, str]:
         out = {}
@@ -377,8 +383,10 @@ class IndexWriter(RunningTotals, TurnRows):
         return out
 
     def _catch_up_journal(self, state: dict, dirs, *, extra: set[str] = frozenset(), cache: dict | None = None,
-                          commit: bool = False, written: dict | None = None, journal_end: int | None = None) -> None:
-        names, end = self._journal_since(state["size"])
+                          commit: bool = False, written: dict | None = None, journal_end: int | None = None,
+                          archived: Iterable[str] = ()) -> None:
+        names, archives, end = self._journal_since(state["size"])
+        archives = list(dict.fromkeys([*archives, *archived]))
         commit = commit and names <= set(extra)  # another writer's move may have left messages behind
         names |= set(extra)
 
@@ -389,7 +397,8 @@ class IndexWriter(RunningTotals, TurnRows):
             return {**self._read_refs(names - set(self._written)), **{n: v[0] for n, v in self._written.items()}}
 
         try:
-            self._catch_up(refs, only=names, cache=cache, commit=commit, state=self._new_state(end, dirs, state.get("ino")))
+            self._catch_up(refs, only=names, cache=cache, commit=commit, state=self._new_state(end, dirs, state.get("ino")),
+                           archives=archives)
         finally:
             self._written = {}
 
@@ -436,31 +445,38 @@ class IndexWriter(RunningTotals, TurnRows):
             os.close(fd)
 
     def record_moves(self, names: Iterable[str], cache: dict[str, object] | None = None, *,
-                     fast_forward: bool = False, written: dict | None = None, journal_end: int | None = None) -> None:
+                     fast_forward: bool = False, written: dict | None = None, journal_end: int | None = None,
+                     archived: Iterable[str] = ()) -> None:
         """After a repository transaction (convgit/transaction.py): index the threads it
         moved (``names``), and whatever else the journal says moved meanwhile (another
         writer), reading no other ref. ``cache``: the objects it wrote, decoded (oid →
         object), used instead of reading them back. ``fast_forward``: its moves only created
         threads or moved them forward, so no message can have become unreachable. ``written``:
-        name → (tip, reflog) of threads it created, not read back if the journal ends at ``journal_end``."""
+        name → (tip, reflog) of threads it created, not read back if the journal ends at ``journal_end``.
+        ``archived``: the reflogs it archived (paths under ``logs/deleted``), whose turns are
+        indexed as a rebuild indexes them."""
         names = set(names)
         cache = dict(cache or {})
         state = self._load_state()
         ino, _ = _journal_stat(self.repo.refs.journal_path)
         if state is None or state.get("boot") != _boot_id() or state.get("ino") != ino:
-            self._catch_up(lambda: self._read_refs(names), only=names, cache=cache, commit=fast_forward)
+            self._catch_up(lambda: self._read_refs(names), only=names, cache=cache, commit=fast_forward,
+                           archives=list(archived))
             return
         # The directories as they are after this transaction's own moves: they explain the change.
         dirs = self._ref_dirs_signature([d for d, _ in state.get("dirs", [])])
         self._catch_up_journal(state, dirs, extra=names, cache=cache, commit=fast_forward, written=written,
-                               journal_end=journal_end)
+                               journal_end=journal_end, archived=archived)
 
     def _catch_up(self, refs, *, only: set[str] | None = None, archived: bool = False,
-                  cache: dict | None = None, commit: bool = False, state: dict | None = None) -> None:
+                  cache: dict | None = None, commit: bool = False, state: dict | None = None,
+                  archives: list[str] = ()) -> None:
         """Index the threads in ``refs`` (name → tip; or a function giving them, called under
         index.lock). ``only``: just these names (those of them not in ``refs`` are gone);
         ``commit``: the moves were a commit's (created or fast-forwarded threads only);
-        ``state``: the journal position this catch-up brings the index to."""
+        ``state``: the journal position this catch-up brings the index to; ``archived``: every
+        archived reflog's turns too (a rebuild); ``archives``: just these archived reflogs'
+        (paths under ``logs/deleted``: what moves archived, from the journal)."""
         cache = cache or {}
         reader = Reader(self.repo.objects, cache)
         with fsio.flock(self.lock_path, shared=False, timeout=60):
@@ -526,6 +542,10 @@ class IndexWriter(RunningTotals, TurnRows):
                     for tname, path in self.repo.refs.iter_log_files():
                         if tname is None:
                             self._note_renames(self._index_log(reader, None, path, 0)[0])
+                for rel in archives:
+                    path = self.repo.refs.deleted_logs_dir / rel
+                    if ".." not in path.parts and not path.is_symlink():  # (a line is a hint: never followed out)
+                        self._note_renames(self._index_log(reader, None, path, 0)[0])
                 self._add("messages", len(self._pending))
                 self._add("text_bytes", sum(len(p[3].encode("utf-8", "surrogatepass"))
                                             for p in self._pending_parts if p[3] is not None))
