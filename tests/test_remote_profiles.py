@@ -116,12 +116,11 @@ def test_what_wins(tmp_path):
     with pytest.raises(NotFound) as e:
         s3_settings(env=_env(d / "absent", "gone"))
     assert e.value.code == "not_found" and "AWS_PROFILE=gone" in e.value.message
-    with pytest.raises(InvalidInput, match="sso_session"):
-        s3_settings(profile="sso", env=_env(d))
-    with pytest.raises(InvalidInput, match="sso_session"):
-        s3_settings(env=_env(d, "sso"))
+    # SSO (or a role, a web identity): botocore resolves the keys, for the remote's profile or AWS_PROFILE's
+    for s in (s3_settings(profile="sso", env=_env(d)), s3_settings(env=_env(d, "sso"))):
+        assert (s.botocore_profile, s.access_key_id, s.region) == ("sso", None, "us-east-2") and "keys=botocore" in repr(s)
     s = s3_settings(env=_env(d, "sso", keys=True))  # keys exported into the environment: its region still applies
-    assert (s.access_key_id, s.region) == (None, "us-east-2")
+    assert (s.access_key_id, s.botocore_profile, s.region) == (None, None, "us-east-2")
     with pytest.raises(InvalidInput, match="only one of"):
         s3_settings(profile="half", env=_env(d))
     (d / "config").write_text("region = nowhere\n[broken\n")

@@ -24,10 +24,10 @@ What wins (as the AWS CLI, with a remote's own profile counting as its ``--profi
 A profile without static keys whose ``credential_process`` names a command gets its keys
 from that command, as the AWS CLI does (``CredentialProcess``: run without a shell, its JSON
 read, Version 1; run again when the keys it gave expire). Profiles whose credentials come
-from SSO, an assumed role (``role_arn``, ``source_profile``) or a web identity file are
-refused (``invalid_input``) when they carry no static keys (they need STS or SSO calls that
-convgit does not make): ``aws configure export-credentials --profile NAME --format env``
-gives keys obstore reads from the variables.
+from SSO, an assumed role (``role_arn``, ``source_profile``, ``credential_source``) or a web
+identity file get them from botocore, the AWS SDK's own resolver (``BotocoreCredentials``):
+it makes the STS or SSO calls and signs them, exactly as the AWS CLI does; obstore then
+signs the S3 requests with the keys it returns.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pathlib import Path
 from ..config import AwsEnv, aws_env
 from ..errors import InvalidInput, NotFound
 
-# Profile keys that get credentials some other way than static keys (not supported here).
+# Profile keys that get credentials some other way than static keys (botocore resolves them).
 _INDIRECT = ("sso_session", "sso_start_url", "role_arn", "credential_process", "web_identity_token_file",
              "credential_source", "source_profile", "login_session")
 
@@ -55,9 +55,11 @@ class Profile:
     region: str | None = None
     endpoint: str | None = None
     credential_process: str | None = None  # the command that prints its keys (no static keys)
+    indirect: tuple[str, ...] = ()  # the keys that make botocore resolve its credentials (SSO, a role...)
 
     def __repr__(self) -> str:  # never print a secret (a traceback, a log line)
-        keys = "yes" if self.access_key_id else ("process" if self.credential_process else "no")
+        keys = "yes" if self.access_key_id else ("process" if self.credential_process else
+                                                 ("botocore" if self.indirect else "no"))
         return f"Profile({self.name!r}, keys={keys}, region={self.region!r}, endpoint={self.endpoint!r})"
 
 
@@ -73,9 +75,11 @@ class S3Settings:
     session_token: str | None = None
     profile: str | None = None  # the profile that was read, if any
     credential_process: str | None = None  # keys from this command (the profile's credential_process)
+    botocore_profile: str | None = None  # keys that botocore resolves for this profile (SSO, a role...)
 
     def __repr__(self) -> str:
-        keys = "profile" if self.access_key_id else ("process" if self.credential_process else "variables")
+        keys = "profile" if self.access_key_id else ("process" if self.credential_process else
+                                                     ("botocore" if self.botocore_profile else "variables"))
         return f"S3Settings(region={self.region!r}, endpoint={self.endpoint!r}, profile={self.profile!r}, keys={keys})"
 
 
@@ -121,16 +125,12 @@ def read_profile(name: str, config_file: Path, credentials_file: Path, *, keys: 
 
     access, secret = key("aws_access_key_id"), key("aws_secret_access_key")
     process = None
+    indirect: list[str] = []
     if not (access and secret) and keys:
         indirect = [n for n in _INDIRECT if c.get(n) or k.get(n)]
         if indirect == ["credential_process"] and not (access or secret):
-            process = key("credential_process")  # (with a role or SSO too, the AWS CLI would use those: refused)
+            process = key("credential_process")  # (with a role or SSO too, the AWS CLI uses those: botocore)
             indirect = [] if process else indirect
-        if indirect:
-            raise InvalidInput(f"AWS profile {name!r} gets its credentials through {', '.join(indirect)}, which convgit "
-                               f"does not read: export keys (aws configure export-credentials --profile {name} "
-                               "--format env) or give the profile aws_access_key_id and aws_secret_access_key",
-                               profile=name)
         if access or secret:
             raise InvalidInput(f"AWS profile {name!r} has only one of aws_access_key_id and aws_secret_access_key",
                                profile=name)
@@ -141,7 +141,7 @@ def read_profile(name: str, config_file: Path, credentials_file: Path, *, keys: 
         if not endpoint and services and conf is not None and conf.has_section(f"services {services}"):
             endpoint = _nested(conf.get(f"services {services}", "s3", fallback=None), "endpoint_url")
     return Profile(name, access if secret else None, secret if access else None, key("aws_session_token"),
-                   (c.get("region") or "").strip() or None, endpoint or None, process)
+                   (c.get("region") or "").strip() or None, endpoint or None, process, tuple(indirect))
 
 
 def s3_settings(*, endpoint: str | None = None, region: str | None = None, profile: str | None = None,
@@ -169,7 +169,8 @@ def s3_settings(*, endpoint: str | None = None, region: str | None = None, profi
                       access_key_id=p.access_key_id if keys else None,
                       secret_access_key=p.secret_access_key if keys else None,
                       session_token=p.session_token if keys else None, profile=p.name,
-                      credential_process=p.credential_process if mine else None)
+                      credential_process=p.credential_process if mine else None,
+                      botocore_profile=p.name if p.indirect and mine else None)
 
 
 class CredentialProcess:
@@ -261,4 +262,58 @@ class CredentialProcess:
         return c
 
 
-__all__ = ["CredentialProcess", "Profile", "S3Settings", "read_profile", "s3_settings"]
+class BotocoreCredentials:
+    """The keys of a profile that gets them through SSO, an assumed role or a web identity
+    file, resolved by botocore (the AWS SDK's credential chain for that profile: its STS and
+    SSO calls, its caches, its refresh ahead of expiry), as obstore's ``credential_provider``
+    asks for them. botocore reads the same files and variables as the AWS CLI
+    (``AWS_CONFIG_FILE``, ``AWS_ENDPOINT_URL_STS``...). A failure (no SSO login, a role that
+    cannot be assumed, an STS that cannot be reached) is ``remote_failed`` naming the profile;
+    ``resolve()`` asks at once, so a bad profile fails the command before any S3 request."""
+
+    KEEP = 300  # seconds obstore keeps a credential before asking again (botocore refreshes it)
+
+    def __init__(self, profile: str) -> None:
+        try:
+            import botocore.session
+        except ImportError as e:
+            from ..errors import MissingDependency
+
+            raise MissingDependency(
+                f"AWS profile {profile!r} gets its credentials through SSO, a role or a web identity, which "
+                "convgit resolves with botocore: pip install 'convgit[remote]' (or export keys: aws configure "
+                f"export-credentials --profile {profile} --format env)", profile=profile) from e
+        self.profile = profile
+        self._session = botocore.session.Session(profile=profile)
+        self._creds = None
+        self.calls = 0
+
+    def __repr__(self) -> str:
+        return f"BotocoreCredentials(profile={self.profile!r})"
+
+    def resolve(self) -> dict:
+        """Ask botocore (again) and return the credential obstore takes."""
+        from datetime import datetime, timedelta, timezone
+
+        from ..errors import RemoteFailed
+
+        try:
+            if self._creds is None:
+                self._creds = self._session.get_credentials()
+            frozen = self._creds.get_frozen_credentials() if self._creds is not None else None
+        except Exception as e:  # botocore's own errors (no SSO login, AccessDenied from STS, no endpoint...)
+            why = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+            raise RemoteFailed(f"AWS profile {self.profile!r}: its credentials could not be resolved: {why}",
+                               profile=self.profile) from None
+        if frozen is None or not frozen.access_key or not frozen.secret_key:
+            raise RemoteFailed(f"AWS profile {self.profile!r}: botocore found no credentials for it", profile=self.profile)
+        self.calls += 1
+        return {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key,
+                "token": frozen.token or None, "expires_at": datetime.now(timezone.utc) + timedelta(seconds=self.KEEP)}
+
+    def __call__(self) -> dict:
+        """The credential (obstore's ``credential_provider`` call)."""
+        return self.resolve()
+
+
+__all__ = ["BotocoreCredentials", "CredentialProcess", "Profile", "S3Settings", "read_profile", "s3_settings"]

@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from ..config import aws_endpoint
 from ..errors import MissingDependency, RemoteCorrupt, RemoteFailed
-from .awsprofile import CredentialProcess, s3_settings
+from .awsprofile import BotocoreCredentials, CredentialProcess, s3_settings
 from .base import CasLost
 
 
@@ -52,6 +52,10 @@ class S3Remote:
                 kwargs["token"] = settings.session_token
         elif settings.credential_process:  # the profile's command gives them (run now: a bad one fails here)
             provider = CredentialProcess(settings.credential_process, settings.profile or "default")
+            provider.resolve()
+            kwargs["credential_provider"] = provider
+        elif settings.botocore_profile:  # SSO, a role, a web identity: botocore makes those calls
+            provider = BotocoreCredentials(settings.botocore_profile)
             provider.resolve()
             kwargs["credential_provider"] = provider
         client: dict = {"timeout": timedelta(seconds=60), "connect_timeout": timedelta(seconds=10)}
