@@ -80,6 +80,21 @@ def parse_reflog_line(line: str) -> ReflogEntry | None:
     )
 
 
+def applied_entries(entries: list[ReflogEntry], tip: str | None) -> list[ReflogEntry]:
+    """The entries of a reflog whose moves happened, oldest first. A writer appends its
+    reflog lines before it renames the ref (docs/format.md §6.2), so one killed between the
+    two leaves lines for moves that never happened. The moves that happened form a chain
+    that ends at the ref's tip (None for a deleted thread's archive, whose last line is the
+    delete): walking back from the newest line, a line is applied when it ends where the
+    later applied line starts (the newest: at ``tip``); the others are left out."""
+    at, out = tip, []
+    for e in reversed(entries):
+        if e.new == at:
+            out.append(e)
+            at = e.old
+    return out[::-1]
+
+
 PACKED_SCAN_BYTES = 256 * 1024  # a larger packed-refs is searched (bisect), not parsed, for one name
 
 

@@ -227,20 +227,26 @@ def reflog(repo: Repository, thread: str | None = None) -> dict:
     recorded (kind, model, source), read from the turn object. A deleted thread's archived
     reflog (``logs/deleted``) is shown when no live thread has that name (``deleted`` true).
 
-    Returns ``{"thread", "deleted", "entries": [...]}``; NotFound when the thread has no
-    reflog, live or archived."""
+    Lines of moves a crash cut short (appended, the ref never moved) are left out and
+    counted (``interrupted``; refformat.applied_entries). Returns ``{"thread", "deleted",
+    "entries": [...], "interrupted"}``; NotFound when the thread has no reflog, live or archived."""
+    from .refformat import applied_entries
+
     name = repo.refs.read_head() if thread is None else thread
     check_thread_name(name)
     deleted = False
-    if not repo.refs.has_log(name) and repo.refs.read(name) is None:
+    tip = repo.refs.read(name)
+    if tip is None:
         archives = _archived_logs(repo, name)
         if not archives:
             raise NotFound(f"thread {name!r} has no reflog (no such thread, live or deleted)", thread=name)
         from .refformat import read_log_file
 
-        entries, deleted = read_log_file(archives[-1]), True
+        logged, deleted = read_log_file(archives[-1]), True
     else:
-        entries = repo.refs.read_log(name)  # its packed part, then its loose file
+        logged = repo.refs.read_log(name)  # its packed part, then its loose file
+    # A move cut short by a crash left its line: not shown (it never happened; the line stays).
+    entries = applied_entries(logged, tip)
     rows = []
     for i, e in enumerate(reversed(entries)):
         turn = _turn_or_none(repo, e.turn)
@@ -251,7 +257,7 @@ def reflog(repo: Repository, thread: str | None = None) -> dict:
             "model": (turn.resolved_model or turn.model) if turn else None,
             "source": turn.source if turn else None,
         })
-    return {"thread": name, "deleted": deleted, "entries": rows}
+    return {"thread": name, "deleted": deleted, "entries": rows, "interrupted": len(logged) - len(entries)}
 
 
 def _turn_or_none(repo: Repository, oid: str | None) -> Turn | None:

@@ -105,6 +105,23 @@ def test_reflog_shows_each_move_with_its_turn(cli, proj):
     assert_error(cli("reflog", "-n", "-1"), "invalid_input")
 
 
+def test_reflog_leaves_out_a_move_a_crash_cut_short(cli, run, proj):
+    """A commit killed after its reflog line, before its ref moved: the move never happened,
+    so reflog does not show it as main@{0} (the ref is still at the first commit); the next
+    real move chains on from the tip and shows, and the cut-short line is counted."""
+    first = commit(cli, ["q1", "a1"], "--thread", "main")["tip"]
+    r = run("commit", "-", "--thread", "main", input=dumps({"messages": conv("q1", "a1", "q2", "a2")}),
+            env_extra={"CONVGIT_CRASH_AT": "ref_after_tmp_fsync"})
+    assert r.rc == 137
+    doc = ok(cli("reflog", "--json")).json()
+    assert [e["new"] for e in doc["entries"]] == [first] and doc["interrupted"] == 1
+    assert "1 move(s) a crash cut short" in ok(cli("reflog")).err
+    again = commit(cli, ["q1", "a1", "q2", "a3"], "--thread", "main")["tip"]
+    doc = ok(cli("reflog", "--json")).json()
+    assert [(e["old"], e["new"]) for e in doc["entries"]] == [(first, again), (None, first)]
+    assert doc["interrupted"] == 1 and ok(cli("rev-parse", "main")).out.strip() == again
+
+
 def test_restore_a_deleted_thread_with_its_history(cli, proj):
     commit(cli, ["q1", "a1"], "--thread", "main")
     ok(cli("fork", "main", "idea"))

@@ -185,3 +185,5 @@ def reflog_cmd(
         what = f" [{', '.join(bits)}]" if bits else ""
         output.styled([(short(tip) if tip else "-" * 12, "yellow"), (f" {name}@{{{e['index']}}}", "cyan"),
                        (f" {_when(e['time'])}", "dim"), (f"{what} ", "magenta"), (e["message"], None)])
+    if doc["interrupted"]:
+        output.info(f"convgit: {doc['interrupted']} move(s) a crash cut short are not shown (they never happened)")
