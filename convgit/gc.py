@@ -135,6 +135,8 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
     gc_fd = inherited = _inherited_lock(repo) if auto else None
     if gc_fd is None:
         gc_fd = fsio.try_flock(repo.path / "gc.lock", shared=False)
+    if gc_fd is None and not auto:
+        gc_fd = _after_compaction(repo)
     if gc_fd is None:
         stats.status, stats.reason = "skipped", "another gc or an fsck is running"
         return stats
@@ -174,6 +176,27 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
         if log.is_file() and log.stat().st_size:
             fsio.truncate(log, 0)
     return stats
+
+
+COMPACT_LOCK = "compact.lock"  # held by a serve committer's pack merge (serve/compact.py) with gc.lock
+
+
+def _after_compaction(repo) -> int | None:
+    """``gc.lock`` for a gc asked for by hand that found it busy: while the holder is a serve
+    committer's pack merge (short: it holds ``compact.lock`` too), wait for it, up to
+    ``core.lock_timeout``; a gc or an fsck holding it is not waited for (None: skipped)."""
+    deadline = time.monotonic() + repo.config.lock_timeout
+    while True:
+        free = fsio.try_flock(repo.path / COMPACT_LOCK, shared=True)
+        if free is not None:
+            os.close(free)  # no merge runs: whoever holds gc.lock, this gc skips
+            return fsio.try_flock(repo.path / "gc.lock", shared=False)  # (unless it just ended)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+        fd = fsio.try_flock(repo.path / "gc.lock", shared=False)
+        if fd is not None:
+            return fd
 
 
 def _inherited_lock(repo) -> int | None:

@@ -271,7 +271,7 @@ def require_format(path: Path, version: int, *, fsync: bool = True) -> None:
 STORE_DIRS = ("objects", "objects/pack", "refs", "refs/threads", "logs", "logs/refs", "logs/refs/threads",
               "logs/deleted")
 STORE_FILES = ("index.sqlite", "index.sqlite-journal", "index.sqlite-wal", "index.sqlite-shm",
-               "lock", "queue.lock", "gc.lock", "index.lock")
+               "lock", "queue.lock", "gc.lock", "compact.lock", "index.lock")
 
 
 def check_no_symlinks(path: Path) -> None:

@@ -90,3 +90,50 @@ def test_a_merge_waits_for_no_gc_and_copies_every_object(tmp_path):
         assert convgit.fsck(repo).ok
     finally:
         repo.close()
+
+
+def test_a_gc_asked_for_during_a_merge_waits_for_it_and_runs(tmp_path, monkeypatch):
+    """A user's `convgit gc` that finds the committer merging packs (gc.lock held, with
+    compact.lock) waits for the merge and runs; one that finds another gc (gc.lock alone)
+    still skips at once, as git's does."""
+    import threading
+    import time
+
+    from convgit import api, fsio
+    from convgit.serve import compact as compact_mod
+
+    store = tmp_path / "s"
+    convgit.init(store).close()
+    repo = convgit.open_repo(store)
+    other = convgit.open_repo(store)
+    try:
+        for k in range(3):
+            convgit.commit_many(repo, [{"messages": [{"role": "user", "content": f"w{k} c{i} m{j}"} for j in range(6)]}
+                                       for i in range(4)])
+        real, started = compact_mod._compact, threading.Event()
+
+        def slow(*a, **kw):
+            started.set()
+            time.sleep(1.0)  # a merge that takes a while
+            return real(*a, **kw)
+
+        monkeypatch.setattr(compact_mod, "_compact", slow)
+        merged: list = []
+        t = threading.Thread(target=lambda: merged.append(compact_mod.compact(repo)))
+        t.start()
+        assert started.wait(30)
+        stats = api.gc(other, prune="now")  # (the merge is still sleeping: gc.lock is held)
+        t.join(30)
+        assert merged[0] is not None and merged[0].packs_merged == 3
+        assert stats.status == "done", stats.reason
+        fd = fsio.try_flock(store / ".convgit" / "gc.lock", shared=False)  # another gc running
+        try:
+            t0 = time.monotonic()
+            assert api.gc(other).status == "skipped" and time.monotonic() - t0 < 5
+        finally:
+            import os
+
+            os.close(fd)
+    finally:
+        other.close()
+        repo.close()

@@ -15,7 +15,9 @@ loose file it replaces is deleted, so every object stays readable at every momen
 that had the old pack open keeps its mapping; one that misses looks again and finds the new
 pack). Nothing is pruned: every object of the merged packs is copied, reachable or not.
 It runs under ``gc.lock`` taken without waiting (a gc or an fsck running: no merge now) and
-the store lock shared, as a writer (a gc waits for it, and it for a gc).
+the store lock shared, as a writer (a gc waits for it, and it for a gc). It holds
+``compact.lock`` meanwhile, so that a gc asked for by hand waits for the merge to end
+rather than skipping as it would beside another gc.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 
 from .. import fsio
 from ..errors import ConvgitError, StorageFailed
+from ..gc import COMPACT_LOCK
 from ..pack import write_pack
 
 FACTOR = 2
@@ -71,14 +74,20 @@ def compact(repo, *, loose: bool = True, factor: int = FACTOR, min_loose: int = 
     ``loose`` and there are ``min_loose`` of them. Returns what was done, or None when there
     was nothing to do or a gc/fsck holds ``gc.lock``."""
     objects = repo.objects
-    fd = fsio.try_flock(repo.path / "gc.lock", shared=False)
-    if fd is None:
+    mark = fsio.try_flock(repo.path / COMPACT_LOCK, shared=False)  # (tells a gc by hand to wait, not skip)
+    if mark is None:
         return None
     try:
-        with repo.write_lock():
-            return _compact(objects, factor, min_loose if loose else None, max_objects)
+        fd = fsio.try_flock(repo.path / "gc.lock", shared=False)
+        if fd is None:
+            return None
+        try:
+            with repo.write_lock():
+                return _compact(objects, factor, min_loose if loose else None, max_objects)
+        finally:
+            os.close(fd)
     finally:
-        os.close(fd)
+        os.close(mark)
 
 
 def _compact(objects, factor: int, min_loose: int | None, max_objects: int) -> Compaction | None:
