@@ -9,8 +9,10 @@ a clone's fetch and pull, and an index-only store's ``index sync`` (docs/perform
 Each store gets N threads of 10 messages (bench_maintenance's corpus, fsync off for the
 set-up, gc'd), is pushed to an empty remote, cloned, and synced into an index-only store;
 then each no-op is run once (``*_first_s``: it may catch up an index or write a cache) and
-5 times more (fsync on, as users run them), the median reported, with the bytes moved (0
-expected). Writes benchmarks/out/remote_noop.json.
+5 times more (fsync on, as users run them), the median reported (wall and this process's
+CPU time, ``*_cpu_s``), with the bytes moved (0 expected). Writes benchmarks/out/remote_noop.json.
+To measure another tree with the same script: ``PYTHONPATH=/path/to/its/src`` (its ``convgit``
+is imported first).
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ OUT = Path(__file__).resolve().parent / "out"
 REPEAT = 5
 
 
-def _median(fn) -> tuple[float, object]:
-    times, out = [], None
+def _median(fn) -> tuple[float, float, object]:
+    times, cpus, out = [], [], None
     for _ in range(REPEAT):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times), out
+        cpus.append(time.process_time() - c)
+    return statistics.median(times), statistics.median(cpus), out
 
 
 def run(kind: str, url: str, n_threads: int, tmp: Path, endpoint: str | None, profile: str | None) -> dict:
@@ -81,11 +84,12 @@ def run(kind: str, url: str, n_threads: int, tmp: Path, endpoint: str | None, pr
             fn()
             pr.disable()
             pstats.Stats(pr).sort_stats("cumulative").print_stats(25)
-        t, rep = _median(fn)
+        t, cpu, rep = _median(fn)
         moved = getattr(rep, "bytes", None)
         if moved is None:
             moved = rep.bytes_read
         out[f"{name}_s"] = round(t, 4)
+        out[f"{name}_cpu_s"] = round(cpu, 4)  # this process's CPU (a loaded machine stretches wall time)
         out[f"{name}_bytes"] = moved
         out[f"{name}_moved"] = rep.moved
     repo.close(), clone.close(), ix.close()

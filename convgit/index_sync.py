@@ -36,7 +36,7 @@ class IndexSyncReport:
     idx_bytes: int = 0  # pack indexes downloaded (cached afterwards)
     pack_bytes: int = 0  # the size of every pack the refs document names (what a fetch would download)
     packs: int = 0  # packs the refs document names
-    threads: list[dict] = field(default_factory=list)
+    threads: list[dict] | UnchangedRows = field(default_factory=list)
     generation: int = 0
     backend: str = "sqlite"
     seconds: float = 0.0

@@ -62,7 +62,7 @@ class SyncReport:
     packs: int = 0  # packs uploaded or downloaded
     packs_skipped: int = 0  # push: packs already on the remote (a resumed push)
     objects: int = 0  # objects sent (push) or taken (fetch)
-    threads: list[dict] = field(default_factory=list)
+    threads: list[dict] | UnchangedRows = field(default_factory=list)  # (a no-op: rows built when read)
     generation: int = 0  # the remote's refs generation after the operation
     retries: int = 0  # push: lost compare-and-swaps retried
     seconds: float = 0.0
