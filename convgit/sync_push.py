@@ -276,7 +276,7 @@ def _nothing_to_push(r: _Remote, report: SyncReport) -> bool:
     if r.doc_digest != pushed["doc"]:
         return False
     report.generation = pushed["generation"]
-    report.threads = UnchangedRows(r.repo.refs.read_all, "up-to-date")
+    report.threads = UnchangedRows(lambda: r.repo.refs.read_all(broken={}), "up-to-date")
     return True
 
 
