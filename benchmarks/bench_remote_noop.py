@@ -5,12 +5,15 @@ a clone's fetch and pull, and an index-only store's ``index sync`` (docs/perform
     .venv/bin/python benchmarks/bench_remote_noop.py                     # 1,000 and 10,000 threads, dir remote
     .venv/bin/python benchmarks/bench_remote_noop.py --threads 2000 --s3  # and a real SeaweedFS
     .venv/bin/python benchmarks/bench_remote_noop.py --threads 1000 --profile pull   # cProfile one (or more) of them
+    .venv/bin/python benchmarks/bench_remote_noop.py --store /tmp/s100k --remote origin  # a store pushed already
 
 Each store gets N threads of 10 messages (bench_maintenance's corpus, fsync off for the
 set-up, gc'd), is pushed to an empty remote, cloned, and synced into an index-only store;
 then each no-op is run once (``*_first_s``: it may catch up an index or write a cache) and
-5 times more (fsync on, as users run them), the median reported, with the bytes moved (0
-expected). Writes benchmarks/out/remote_noop.json.
+5 times more (fsync on, as users run them), the median reported (wall and this process's
+CPU time, ``*_cpu_s``), with the bytes moved (0 expected). Writes benchmarks/out/remote_noop.json.
+To measure another tree with the same script: ``PYTHONPATH=/path/to/its/src`` (its ``convgit``
+is imported first).
 """
 
 from __future__ import annotations
@@ -37,13 +40,14 @@ OUT = Path(__file__).resolve().parent / "out"
 REPEAT = 5
 
 
-def _median(fn) -> tuple[float, object]:
-    times, out = [], None
+def _median(fn) -> tuple[float, float, object]:
+    times, cpus, out = [], [], None
     for _ in range(REPEAT):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times), out
+        cpus.append(time.process_time() - c)
+    return statistics.median(times), statistics.median(cpus), out
 
 
 def run(kind: str, url: str, n_threads: int, tmp: Path, endpoint: str | None, profile: str | None) -> dict:
@@ -81,14 +85,32 @@ def run(kind: str, url: str, n_threads: int, tmp: Path, endpoint: str | None, pr
             fn()
             pr.disable()
             pstats.Stats(pr).sort_stats("cumulative").print_stats(25)
-        t, rep = _median(fn)
+        t, cpu, rep = _median(fn)
         moved = getattr(rep, "bytes", None)
         if moved is None:
             moved = rep.bytes_read
         out[f"{name}_s"] = round(t, 4)
+        out[f"{name}_cpu_s"] = round(cpu, 4)  # this process's CPU (a loaded machine stretches wall time)
         out[f"{name}_bytes"] = moved
         out[f"{name}_moved"] = rep.moved
     repo.close(), clone.close(), ix.close()
+    return out
+
+
+def run_existing(store: Path, remote: str) -> dict:
+    """The no-ops of a store already in step with ``remote`` (e.g. the 100,000-thread store
+    of bench_remote.py --store, pushed): push, fetch and pull, the first run apart."""
+    repo = convgit.open_repo(store)
+    out = {"store": str(store), "remote": remote, "convgit": str(Path(convgit.__file__).parent)}
+    for name in ("push", "fetch", "pull"):
+        fn = getattr(convgit, name)
+        t, c = time.perf_counter(), time.process_time()
+        fn(repo, remote)
+        out[f"{name}_first_s"], out[f"{name}_first_cpu_s"] = round(time.perf_counter() - t, 4), round(time.process_time() - c, 4)
+        t, cpu, rep = _median(lambda: fn(repo, remote))
+        out.update({f"{name}_s": round(t, 4), f"{name}_cpu_s": round(cpu, 4), f"{name}_bytes": rep.bytes,
+                    f"{name}_moved": rep.moved})
+    repo.close()
     return out
 
 
@@ -99,7 +121,12 @@ def main() -> None:
     ap.add_argument("--profile", action="append", choices=["push", "fetch", "pull", "clone_fetch", "clone_pull", "index_sync"],
                     help="print a cProfile of this no-op (repeatable)")
     ap.add_argument("--out", type=Path, default=OUT / "remote_noop.json")
+    ap.add_argument("--store", type=Path, help="no set-up: time the no-ops of this store, already pushed to --remote")
+    ap.add_argument("--remote", default="origin")
     args = ap.parse_args()
+    if args.store is not None:
+        print(json.dumps(run_existing(args.store, args.remote)), flush=True)
+        return
     sizes = args.threads or [1000, 10000]
     results = []
     with tempfile.TemporaryDirectory(prefix="convgit-noop-") as td:

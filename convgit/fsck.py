@@ -22,6 +22,7 @@ from .ids import check_thread_name
 from .objects import Blob, Turn
 from .packedlogs import PACKED_LOGS, verify
 from .refs import THREADS, broken_ref_fix, parse_log
+from .remotes.tracking import TrackingRefs, remote_names
 
 
 @dataclass
@@ -126,6 +127,7 @@ class _RefSnapshot:
     tips: list[tuple[str, str]] = field(default_factory=list)  # (thread, tip) of readable refs
     broken: dict[str, Problem] = field(default_factory=dict)  # unreadable ref files that repair can remove
     logs: list[tuple[str | None, str, bytes]] = field(default_factory=list)  # _all_logs
+    tracking: list[tuple[str, str]] = field(default_factory=list)  # ("REMOTE/THREAD", tip) of remote-tracking refs
 
 
 def _read_refs(repo, rep: FsckReport, add) -> _RefSnapshot:
@@ -160,6 +162,16 @@ def _read_refs(repo, rep: FsckReport, add) -> _RefSnapshot:
     except ConvgitError as e:
         add(Problem("error", "bad_ref", f"HEAD: {e.message}"))
     snap.logs = list(_all_logs(repo, add, _check_packed_logs(repo, add)))
+    # Remote-tracking refs root what a fetch brought and no thread names yet, as for gc
+    # (gc._roots): what only they reach is reachable, and one gc would refuse on is an error.
+    for remote in remote_names(repo.path):
+        try:
+            tracked = TrackingRefs(repo.path, remote).read_all()
+        except ObjectCorrupt as e:
+            add(Problem("error", "bad_ref", f"remote-tracking ref of {remote}: {e.message} (gc refuses until it is "
+                        f"fixed; convgit remote remove {remote} drops them)"))
+            continue
+        snap.tracking += [(f"{remote}/{n}", t) for n, t in sorted(tracked.items())]
     return snap
 
 
@@ -213,6 +225,16 @@ def _check_refs(snap: _RefSnapshot, types: dict, objects, add, rep: FsckReport, 
             add(Problem("error", "bad_ref", f"thread {name!r} points at {tip}, which is {'corrupt' if objects.contains(tip) else 'missing'}", tip))
         elif types[tip] != "message":
             add(Problem("error", "bad_ref", f"thread {name!r} points at a {types[tip]}, not a message", tip))
+        else:
+            roots.append(tip)
+    for name, tip in snap.tracking:
+        if tip not in types and on_remote(tip):
+            rep.on_remote += 1
+        elif tip not in types:
+            add(Problem("error", "bad_ref", f"remote-tracking ref {name!r} points at {tip}, which is "
+                        f"{'corrupt' if objects.contains(tip) else 'missing'} (gc refuses until it is fixed)", tip))
+        elif types[tip] != "message":
+            add(Problem("error", "bad_ref", f"remote-tracking ref {name!r} points at a {types[tip]}, not a message", tip))
         else:
             roots.append(tip)
     archived_turns: list[tuple[str, str | None, str]] = []  # (turn, new tip, where) in deleted threads' reflogs

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from . import fsio
 from .errors import InvalidInput
+from .remotes.syncstate import UnchangedRows
 from .sync import CACHE, SyncReport, _Remote, get_remote, sync_fetch, sync_pull
 
 
@@ -35,7 +36,7 @@ class IndexSyncReport:
     idx_bytes: int = 0  # pack indexes downloaded (cached afterwards)
     pack_bytes: int = 0  # the size of every pack the refs document names (what a fetch would download)
     packs: int = 0  # packs the refs document names
-    threads: list[dict] = field(default_factory=list)
+    threads: list[dict] | UnchangedRows = field(default_factory=list)
     generation: int = 0
     backend: str = "sqlite"
     seconds: float = 0.0
@@ -44,13 +45,15 @@ class IndexSyncReport:
     @property
     def moved(self) -> int:
         """Threads that moved here (created, fast-forwarded, diverged copies)."""
+        if isinstance(self.threads, UnchangedRows):
+            return 0
         return sum(1 for t in self.threads if t["action"] not in ("same", "kept", "up-to-date", "behind"))
 
     def to_json(self) -> dict:
         """The ``--json`` document of ``index sync`` (docs/json.md)."""
         out = {"status": "ok", "operation": "index-sync", "remote": self.remote, "url": self.url,
                "bytes_read": self.bytes_read, "requests": self.requests, "idx_bytes": self.idx_bytes,
-               "pack_bytes": self.pack_bytes, "packs": self.packs, "moved": self.moved, "threads": self.threads,
+               "pack_bytes": self.pack_bytes, "packs": self.packs, "moved": self.moved, "threads": list(self.threads),
                "generation": self.generation, "index": self.backend, "seconds": self.seconds}
         if self.warnings:
             out["warnings"] = self.warnings
@@ -100,6 +103,8 @@ def index_sync(repo, remote: str | None = None, *, progress=None) -> IndexSyncRe
     try:
         doc = sync_fetch(r, fetched, progress, take=False)
         sync_pull(r, fetched)
+        if doc is None:  # (the refs document seen before: not parsed by the fetch)
+            doc = r.parsed()
         report.warnings.extend(fetched.warnings)
         report.packs = len(doc.packs)
         report.pack_bytes = sum(r.pack_sizes(doc.packs).values())  # (sizes cached: a pack never changes)

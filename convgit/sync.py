@@ -42,6 +42,7 @@ from .refs import RefMove
 from .remotes import check_remote_name, open_remote, parse_url
 from .remotes.bulkrefs import BULK_MIN, bulk_candidates, read_logs
 from .remotes.refsdoc import DOC_KEY, RefsDoc, pack_key, parse
+from .remotes.syncstate import RemoteState, UnchangedRows
 from .remotes.tracking import TrackingRefs, remote_names
 
 PUSH_PACK_BYTES = 32 << 20  # objects (uncompressed) per uploaded pack: a resumed push re-sends at most one
@@ -61,7 +62,7 @@ class SyncReport:
     packs: int = 0  # packs uploaded or downloaded
     packs_skipped: int = 0  # push: packs already on the remote (a resumed push)
     objects: int = 0  # objects sent (push) or taken (fetch)
-    threads: list[dict] = field(default_factory=list)
+    threads: list[dict] | UnchangedRows = field(default_factory=list)  # (a no-op: rows built when read)
     generation: int = 0  # the remote's refs generation after the operation
     retries: int = 0  # push: lost compare-and-swaps retried
     seconds: float = 0.0
@@ -71,13 +72,19 @@ class SyncReport:
     @property
     def moved(self) -> int:
         """Threads that moved (created, fast-forwarded, forced, diverged copies)."""
-        return sum(1 for t in self.threads if t["action"] not in ("same", "kept", "up-to-date", "behind"))
+        return len(self.changed())
+
+    def changed(self) -> list[dict]:
+        """The rows of the threads that moved (none when no thread did: rows not built)."""
+        if isinstance(self.threads, UnchangedRows):
+            return []
+        return [t for t in self.threads if t["action"] not in ("same", "kept", "up-to-date", "behind")]
 
     def to_json(self) -> dict:
         """The ``--json`` document of push, fetch, pull and clone (docs/json.md)."""
         out = {"status": "ok", "operation": self.operation, "remote": self.remote, "url": self.url, "bytes": self.bytes,
                "packs": self.packs, "packs_skipped": self.packs_skipped, "objects": self.objects, "moved": self.moved,
-               "threads": self.threads, "generation": self.generation, "retries": self.retries, "seconds": self.seconds}
+               "threads": list(self.threads), "generation": self.generation, "retries": self.retries, "seconds": self.seconds}
         if self.path is not None:
             out["path"] = self.path
         if self.warnings:
@@ -186,20 +193,46 @@ class _Remote:
         self.downloaded: set[str] = set()
         self.quarantine: Path | None = None  # this operation's downloads (fetch), removed at close
         self.manifests: dict[str, list] = {}
-        self._st: dict | None = None
-        self._st_dirty = False
+        self.state = RemoteState(repo.path / CACHE / name)
         self.doc_digest: str | None = None  # BLAKE3 of the refs document last read
+        self._raw: tuple[bytes, str] | None = None  # ... its bytes and tag (None: absent, or not sent)
+        self.doc_tag: str | None = None
         self._hit: Pack | None = None  # the pack that answered has() last
 
-    def read_doc(self) -> RefsDoc:
-        got = self.store.get(DOC_KEY)
-        if got is None:
-            self.doc_digest = None
+    def read_raw(self, seen: dict | None = None) -> None:
+        """Read the refs document's bytes (not parsed yet: ``doc_digest`` says whether it is
+        one seen before; ``parsed()`` parses it). ``seen``: ``{"doc", "tag"}`` of a document
+        seen before: while the remote's still has that tag, its bytes are not sent (S3: a
+        conditional GET answered 304) and ``doc_digest`` is that document's."""
+        if seen and seen.get("tag"):
+            got = self.store.get_unless(DOC_KEY, seen["tag"])
+            if got is not None and got[0] is None:
+                self._raw, self.doc_tag, self.doc_digest = None, got[1], seen["doc"]
+                return
+        else:
+            got = self.store.get(DOC_KEY)
+        self._raw = got
+        self.doc_tag = got[1] if got is not None else None
+        self.doc_digest = blake3(got[0]).hexdigest() if got is not None else None
+
+    def parsed(self) -> RefsDoc:
+        """The refs document last read, parsed (strictly: refsdoc.parse)."""
+        if self._raw is None and self.doc_tag is not None:
+            self.read_raw()  # (not sent, being the one seen before: read now)
+        if self._raw is None:
             return RefsDoc()
-        doc = parse(got[0], self.url)
-        self.doc_digest = blake3(got[0]).hexdigest()
-        doc.tag = got[1]
+        doc = parse(self._raw[0], self.url)
+        doc.tag = self._raw[1]
         return doc
+
+    def read_doc(self) -> RefsDoc:
+        self.read_raw()
+        return self.parsed()
+
+    def wrote_doc(self, data: bytes, tag: str) -> None:
+        """The refs document is now ``data`` (this store's compare-and-swap won)."""
+        self._raw, self.doc_tag = (data, tag), tag
+        self.doc_digest = blake3(data).hexdigest()
 
     def load_indexes(self, doc: RefsDoc) -> None:
         """Every pack the document names, its index cached and checked; a pack the document
@@ -260,74 +293,48 @@ class _Remote:
                 return p
         return None
 
-    # What this store remembers of the remote's packs between operations, in
-    # .convgit/remotes/NAME/state.json: their sizes (a pack never changes, so one HEAD each,
-    # ever) and which packs it has "settled" (taken by a fetch, or uploaded by a push: their
-    # objects, those anything here needs, are here). A hint, never trusted for safety: a lost
-    # or stale file costs HEAD requests or a progress total that is off, nothing else.
+    # What this store remembers of the remote between operations (remotes/syncstate.py):
+    # pack sizes, settled packs, the tracking refs' snapshot keyed by the refs document's
+    # digest, the no-op markers. Hints, never trusted for safety.
 
     def _state(self) -> dict:
-        if self._st is None:
-            f = self.cache.parent / "state.json"
-            try:
-                st = json.loads(f.read_bytes())
-                snap = st.get("tracking")
-                if snap is not None:
-                    snap = {"fp": [int(x) for x in snap["fp"]], "refs": {str(k): str(v) for k, v in dict(snap["refs"]).items()}}
-                st = {"sizes": {str(k): int(v) for k, v in dict(st.get("sizes", {})).items()},
-                      "settled": {str(n) for n in st.get("settled", [])}, "tracking": snap,
-                      "checked": str(st["checked"]) if st.get("checked") else None,
-                      "pulled": [[int(x) for x in fp] for fp in st["pulled"]] if st.get("pulled") else None}
-            except (OSError, ValueError, TypeError, AttributeError, KeyError):
-                st = {"sizes": {}, "settled": set(), "tracking": None, "checked": None, "pulled": None}
-            self._st = st
-        return self._st
+        return self.state.get()
 
     def save_state(self, doc: RefsDoc | None = None) -> None:
-        """Write state.json if it changed (names the document no longer has are dropped)."""
-        if not self._st_dirty:
-            return
-        st = self._state()
-        keep = set(doc.packs) if doc is not None else None
-        data = {"format": 1, "sizes": {k: v for k, v in sorted(st["sizes"].items()) if keep is None or k in keep},
-                "settled": sorted(n for n in st["settled"] if keep is None or n in keep)}
-        if st["tracking"] is not None:
-            data["tracking"] = st["tracking"]
-        for k in ("checked", "pulled"):
-            if st.get(k):
-                data[k] = st[k]
-        f = self.cache.parent / "state.json"
-        fsio.makedirs(f.parent)
-        fsio.replace_file(f, json.dumps(data).encode(), fsync=False)
-        self._st_dirty = False
+        """Write state.json (and the snapshot's body) if they changed (pack names the document
+        no longer has are dropped)."""
+        self.state.save(set(doc.packs) if doc is not None else None)
 
-    # The tracking refs as last read under the exclusive store lock, with the fingerprint
-    # (size, mtime, inode) of their journal and packed file then: every move of a tracking
-    # ref appends to their journal first (RefStore), so while the fingerprint is the same,
-    # no tracking ref has moved and this is what reading each file would give. A sync with
-    # nothing to do compares the refs document with it instead of reading one file per thread.
+    def tracking_fp(self) -> list[int]:
+        return _tracking_fp(self.repo.path, self.name)
 
     def tracking_view(self) -> dict[str, str] | None:
         """The tracking refs of this remote, from the snapshot while it is valid; else None."""
-        snap = self._state()["tracking"]
-        if snap is not None and snap["fp"] == _tracking_fp(self.repo.path, self.name):
-            return dict(snap["refs"])
-        return None
+        return self.state.tracking_refs(self.tracking_fp())
 
-    def record_tracking(self) -> None:
+    def unchanged(self) -> bool:
+        """Is the refs document just read (its digest) the one the tracking refs' snapshot
+        holds, and the snapshot still valid? Then a fetch has nothing to do, decided without
+        parsing the document or reading the snapshot's body."""
+        head = self.state.tracking_header(self.tracking_fp())
+        return head is not None and self.doc_digest is not None and head["doc"] == self.doc_digest
+
+    def record_tracking(self, doc: RefsDoc | None = None) -> None:
         """Snapshot the tracking refs (read again, under the exclusive store lock, taken only
-        if it is free at once: otherwise the next sync reads the files)."""
+        if it is free at once: otherwise the next sync reads the files), keyed by the digest
+        of ``doc`` (the refs document just read) when its threads are exactly those refs."""
         try:
             with self.repo.exclusive_lock(timeout=0):
-                fp = _tracking_fp(self.repo.path, self.name)
+                fp = self.tracking_fp()
                 broken: dict[str, str] = {}
                 refs = TrackingRefs(self.repo.path, self.name).read_all(broken=broken)
                 if broken:
                     return
         except ConvgitError:
             return
-        self._state()["tracking"] = {"fp": fp, "refs": refs}
-        self._st_dirty = True
+        same = doc is not None and self.doc_digest is not None and refs == doc.threads
+        self.state.record_tracking(fp, refs, self.doc_digest if same else None, doc.generation if doc is not None else 0,
+                                   self.doc_tag if same else None)
 
     def settled(self) -> set[str]:
         """The packs whose objects this store has taken (or uploaded)."""
@@ -340,7 +347,7 @@ class _Remote:
         if new or (sizes and any(st["sizes"].get(k) != v for k, v in sizes.items())):
             st["settled"] |= new
             st["sizes"].update(sizes or {})
-            self._st_dirty = True
+            self.state.dirty = True
 
     def pack_sizes(self, names) -> dict[str, int]:
         """The size of each pack in ``names`` (cached; a HEAD request for the others)."""
@@ -353,7 +360,7 @@ class _Remote:
                     out[n] = 0
                     continue
                 st["sizes"][n] = size
-                self._st_dirty = True
+                self.state.dirty = True
             out[n] = st["sizes"][n]
         return out
 
@@ -443,17 +450,31 @@ def _incoming_turns(remote: _Remote, doc: RefsDoc) -> dict[str, list[str]]:
     return turns
 
 
-def _up_to_date(remote: _Remote, doc: RefsDoc, report: SyncReport) -> bool:
+def _up_to_date(remote: _Remote, doc: RefsDoc | None, report: SyncReport) -> bool:
     """A fetch with nothing to do, decided from the refs document and the tracking refs'
     snapshot alone (no file per thread, no lock): True when every remote thread's tip is
     its tracking ref's and no other tracking ref exists (their objects are here: a tracking
-    ref moves only to a stored object, and gc keeps what they name)."""
-    view = remote.tracking_view()
-    if view is None or view != doc.threads:
-        return False
-    report.generation = doc.generation
-    report.threads = [{"thread": n, "action": "up-to-date", "old": t, "new": t} for n, t in sorted(doc.threads.items())]
+    ref moves only to a stored object, and gc keeps what they name). ``doc`` None: the
+    document is not parsed; only its digest is compared with the snapshot's."""
+    fp = remote.tracking_fp()
+    if doc is None:
+        if not remote.unchanged():
+            return False
+        report.generation = remote.state.tracking_header(fp)["generation"]
+    else:
+        view = remote.tracking_view()
+        if view is None or view != doc.threads:
+            return False
+        report.generation = doc.generation
+        remote.state.key_tracking(fp, remote.doc_digest, doc.generation, remote.doc_tag)  # (the next one need not parse it)
+    report.threads = UnchangedRows(lambda: _tracking_at(remote, fp), "up-to-date")
     return True
+
+
+def _tracking_at(remote: _Remote, fp: list[int]) -> dict[str, str]:
+    """The tracking refs as the snapshot at ``fp`` has them (else as their files are now)."""
+    got = remote.state.tracking_refs(fp)
+    return got if got is not None else TrackingRefs(remote.repo.path, remote.name).read_all(broken={})
 
 
 def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool = True,
@@ -578,13 +599,20 @@ def fetch(repo, remote: str | None = None, *, progress=None) -> SyncReport:
     return report
 
 
-def sync_fetch(r: _Remote, report: SyncReport, progress=None, *, take: bool = True) -> RefsDoc:
+def sync_fetch(r: _Remote, report: SyncReport, progress=None, *, take: bool = True) -> RefsDoc | None:
     """The fetch half of fetch, pull, clone and index sync: the refs document read once;
-    nothing more when it matches the tracking refs' snapshot (a no-op costs one request and
-    no file per thread); else a fetch in one transaction, then a new snapshot."""
+    nothing more when it is the one the tracking refs' snapshot was taken from (a no-op
+    costs one request, a hash of the document and no file per thread: the document is not
+    even parsed; then None is returned) or when its threads match the snapshot; else a fetch
+    in one transaction, then a new snapshot. Returns the refs document."""
     repo = r.repo
-    doc = r.read_doc()
+    r.read_raw(r.state.tracking_header(r.tracking_fp()))
+    if _up_to_date(r, None, report):
+        r.save_state()
+        return None
+    doc = r.parsed()
     if _up_to_date(r, doc, report):
+        r.save_state(doc)
         return doc
     # Thousands of new tracking refs (a clone, a first fetch): written packed at once under the exclusive lock.
     known = r.tracking_view()
@@ -594,7 +622,7 @@ def sync_fetch(r: _Remote, report: SyncReport, progress=None, *, take: bool = Tr
     with repo.transaction(exclusive=many) as tx:
         doc = _fetch(tx, r, report, progress, take=take, doc=doc)
     report.warnings.extend(tx.warnings)
-    r.record_tracking()
+    r.record_tracking(doc)
     r.save_state(doc)
     return doc
 
@@ -602,22 +630,22 @@ def sync_fetch(r: _Remote, report: SyncReport, progress=None, *, take: bool = Tr
 def sync_pull(r: _Remote, report: SyncReport) -> None:
     """The pull half of pull, clone and index sync: merge's ref rules from the tracking refs
     onto the threads, in an exclusive transaction only when some thread is not at its
-    remote's tip already (a no-op reads the threads and the tracking refs' snapshot)."""
+    remote's tip already (a no-op compares two fingerprints; one after the threads or the
+    tracking refs moved reads the threads and the tracking refs' snapshot)."""
     repo = r.repo
-    view = r.tracking_view()
-    if view is not None:
-        st = r._state()
-        fps = [_refs_fp(repo.refs), _tracking_fp(repo.path, r.name)]
-        # "pulled": every thread was at its remote tip when the threads' and the tracking
-        # refs' journals were as they are now (neither moved since): nothing to read.
-        if st.get("pulled") != fps:
+    fp = r.tracking_fp()
+    # "pulled": every thread was at its remote tip when the threads' and the tracking refs'
+    # journals were as they are now (neither moved since): nothing to read.
+    same = r._state().get("pulled") == [_refs_fp(repo.refs), fp]
+    if not same:
+        view = r.tracking_view()
+        if view is not None:
             before = repo.refs.read_all()
-            if not all(before.get(n) == t for n, t in view.items()):
-                view = None
-            else:
+            same = all(before.get(n) == t for n, t in view.items())
+            if same:
                 _record_pulled(r, view)
-    if view is not None:
-        report.threads = [{"thread": n, "old": t, "new": t, "as": n, "action": "same"} for n, t in sorted(view.items())]
+    if same:
+        report.threads = UnchangedRows(lambda: _tracking_at(r, fp), "same", with_as=True)
         r.save_state()
         return
     with repo.transaction(exclusive=True) as tx:
@@ -647,8 +675,7 @@ def _record_pulled(r: _Remote, view: dict[str, str]) -> None:
                 return
     except ConvgitError:
         return
-    r._state()["pulled"] = fps
-    r._st_dirty = True
+    r.state.set("pulled", fps)
 
 
 def _pull_refs(tx, remote: str, report: SyncReport) -> None:
@@ -753,37 +780,7 @@ def clone(url: str, path: str | Path | None = None, *, endpoint: str | None = No
     return repo, report
 
 
-# -- fsck --remote, threads --remotes (push is convgit/sync_push.py) ----------------------------
-
-
-def fsck_remote(repo, remote: str | None = None) -> dict:
-    """Check remote ``remote``: the refs document parses, every pack it names is there with
-    a sound index named by its checksum, every thread's tip is in some pack. Returns
-    ``{"remote", "url", "generation", "packs", "threads", "problems": [...], "ok"}``."""
-    r = _open(repo, remote)
-    problems: list[str] = []
-    doc = RefsDoc()
-    try:
-        try:
-            doc = r.read_doc()
-        except RemoteCorrupt as e:
-            problems.append(e.message)
-        for name in doc.packs:
-            missing = [ext for ext in ("pack", "idx") if r.store.size(pack_key(name, ext)) is None]
-            if missing:  # asked of the remote itself, whatever this store has cached
-                problems.append(f"the refs document names pack {name}, whose {' and '.join(missing)} the remote lacks")
-                continue
-            try:
-                r.load_indexes(RefsDoc(packs=[name]))
-            except RemoteCorrupt as e:
-                problems.append(e.message)
-        for thread, tip in doc.threads.items():
-            if not r.has(tip):
-                problems.append(f"thread {thread!r} points at {tip}, which no pack holds")
-    finally:
-        r.close()
-    return {"remote": r.name, "url": r.url, "generation": doc.generation, "packs": len(doc.packs),
-            "threads": len(doc.threads), "problems": problems, "ok": not problems}
+# -- threads --remotes (push and fsck --remote are convgit/sync_push.py) ------------------------
 
 
 def tracking_refs(repo) -> list[dict]:
@@ -795,5 +792,5 @@ def tracking_refs(repo) -> list[dict]:
     return out
 
 
-__all__ = ["SyncReport", "add_remote", "clone", "fetch", "fsck_remote", "list_remotes", "pull",
+__all__ = ["SyncReport", "add_remote", "clone", "fetch", "list_remotes", "pull",
            "remove_remote", "rename_remote", "tracking_refs"]

@@ -1,5 +1,5 @@
 """``push``: upload the packs a remote lacks and move its refs by compare-and-swap (docs/remotes.md,
-docs/format.md §13); the rest of the remotes is convgit/sync.py."""
+docs/format.md §13), and ``fsck --remote``; the rest of the remotes is convgit/sync.py."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ from .remotes import CasLost
 from .remotes.bulkrefs import BULK_MIN, read_logs
 from .remotes.refsdoc import DOC_KEY, RefsDoc, pack_key
 from .remotes.tracking import TrackingRefs
-from .sync import CACHE, MAX_CAS_RETRIES, PUSH_PACK_BYTES, SyncReport, _open, _Remote, declare_packed_logs
+from .remotes.syncstate import UnchangedRows
+from .sync import (CACHE, MAX_CAS_RETRIES, PUSH_PACK_BYTES, SyncReport, _open, _refs_fp, _Remote,
+                   declare_packed_logs)
 
 
 def _is_ancestor(repo, a: str, b: str) -> bool:
@@ -180,6 +182,10 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
     r = _open(repo, remote)
     report = SyncReport("push", r.name, r.url)
     try:
+        if not threads and _nothing_to_push(r, report):
+            report.seconds = round(time.perf_counter() - t0, 3)
+            return report
+        refs_fp = _refs_fp(repo.refs)  # (before the threads are read: any move after it changes it)
         local = repo.refs.read_all()
         specs = [(n, n) for n in sorted(local)] if not threads else [_refspec(t) for t in dict.fromkeys(threads)]
         for n, _ in specs:
@@ -188,7 +194,9 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
         tips = {dst: local[src] for src, dst in specs}
         local_of = {dst: src for src, dst in specs}
         names = list(tips)
-        doc = r.read_doc()
+        if r.doc_digest is None:
+            r.read_raw()  # (read by _nothing_to_push already, unless it had no marker to compare with)
+        doc = r.parsed()  # (read again if it was not sent, being the one of the marker)
         r.load_indexes(doc)
         _check_tips(r, doc)
         moving = _plan_push(repo, r, doc, tips, force)
@@ -219,7 +227,9 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
                                        "time_ms": int(time.time() * 1000)})
                 new.threads[n] = tips[n]
             try:
-                r.store.put_if_match(DOC_KEY, new.dump(), doc.tag)
+                data = new.dump()
+                new.tag = r.store.put_if_match(DOC_KEY, data, doc.tag)
+                r.wrote_doc(data, new.tag)
                 doc = new
                 r.settle(uploaded)  # their objects are here: a fetch need not count them
                 break
@@ -244,12 +254,49 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
                 for res in tx.move_tracking(r.name, moves, declare_packed=lambda: declare_packed_logs(repo)):
                     if isinstance(res, Exception):
                         raise res
-            r.record_tracking()
+            r.record_tracking(doc)
+        if not threads and all(doc.threads.get(n) == tips[n] for n in names):
+            _record_pushed(r, doc, refs_fp, names)
         r.save_state(doc)
     finally:
         r.close()
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
+
+
+def _nothing_to_push(r: _Remote, report: SyncReport) -> bool:
+    """A push of every thread with nothing to do, decided from three fingerprints and the
+    refs document's digest (state.json's ``pushed``): no thread here has moved since every
+    one was at the remote's tip in the refs document with that digest, which the remote
+    still has, and no tracking ref has moved since. Nothing parsed, no file per thread."""
+    pushed = r._state().get("pushed")
+    if not pushed or pushed["refs"] != _refs_fp(r.repo.refs) or pushed["tracking"] != r.tracking_fp():
+        return False
+    r.read_raw(pushed)
+    if r.doc_digest != pushed["doc"]:
+        return False
+    report.generation = pushed["generation"]
+    report.threads = UnchangedRows(lambda: r.repo.refs.read_all(broken={}), "up-to-date")
+    return True
+
+
+def _record_pushed(r: _Remote, doc: RefsDoc, refs_fp: list[int], names: list[str]) -> None:
+    """Note (state.json's ``pushed``) that every thread here, as read at ``refs_fp``, is at
+    its tip in ``doc`` and so is its tracking ref (the snapshot, valid now, says so)."""
+    if r.doc_digest is None:
+        return
+    fp = r.tracking_fp()
+    view = r.tracking_view()
+    if view is None:
+        r.record_tracking(doc)
+        fp = r.tracking_fp()
+        view = r.tracking_view()
+    if view is None or not all(view.get(n) == doc.threads[n] for n in names):
+        return
+    if view == doc.threads:
+        r.state.key_tracking(fp, r.doc_digest, doc.generation, r.doc_tag)
+    r.state.set("pushed", {"doc": r.doc_digest, "refs": refs_fp, "tracking": fp, "generation": doc.generation,
+                           "tag": r.doc_tag})
 
 
 def _head(repo, tips: dict[str, str]) -> str | None:
@@ -272,8 +319,7 @@ def _check_tips(r: _Remote, doc: RefsDoc) -> None:
             raise RemoteCorrupt(f"remote {r.name}: thread {name!r} points at {tip}, which no pack holds: push refused "
                                 f"(convgit fsck --remote {r.name})", thread=name)
     if r.doc_digest is not None:
-        st["checked"] = r.doc_digest
-        r._st_dirty = True
+        r.state.set("checked", r.doc_digest)
 
 
 def _plan_push(repo, r: _Remote, doc: RefsDoc, tips: dict[str, str], force: bool) -> dict[str, str]:
@@ -303,3 +349,33 @@ def _plan_push(repo, r: _Remote, doc: RefsDoc, tips: dict[str, str], force: bool
 
 
 # -- fsck --remote ------------------------------------------------------------------------------
+
+
+def fsck_remote(repo, remote: str | None = None) -> dict:
+    """Check remote ``remote``: the refs document parses, every pack it names is there with
+    a sound index named by its checksum, every thread's tip is in some pack. Returns
+    ``{"remote", "url", "generation", "packs", "threads", "problems": [...], "ok"}``."""
+    r = _open(repo, remote)
+    problems: list[str] = []
+    doc = RefsDoc()
+    try:
+        try:
+            doc = r.read_doc()
+        except RemoteCorrupt as e:
+            problems.append(e.message)
+        for name in doc.packs:
+            missing = [ext for ext in ("pack", "idx") if r.store.size(pack_key(name, ext)) is None]
+            if missing:  # asked of the remote itself, whatever this store has cached
+                problems.append(f"the refs document names pack {name}, whose {' and '.join(missing)} the remote lacks")
+                continue
+            try:
+                r.load_indexes(RefsDoc(packs=[name]))
+            except RemoteCorrupt as e:
+                problems.append(e.message)
+        for thread, tip in doc.threads.items():
+            if not r.has(tip):
+                problems.append(f"thread {thread!r} points at {tip}, which no pack holds")
+    finally:
+        r.close()
+    return {"remote": r.name, "url": r.url, "generation": doc.generation, "packs": len(doc.packs),
+            "threads": len(doc.threads), "problems": problems, "ok": not problems}

@@ -102,3 +102,13 @@ def test_delete_and_list(backend):
     backend.delete("packs/x.pack")
     backend.delete("packs/x.pack")  # absent: nothing to do
     assert list(backend.list("packs")) == ["packs/y.idx"] and backend.get("packs/x.pack") is None
+
+
+def test_a_read_unless_the_tag_is_the_same_sends_no_bytes_for_an_unchanged_key(backend):
+    tag = backend.put_if_match("refs.json", b'{"generation": 1}', None)
+    assert backend.get_unless("refs.json", tag) == (None, tag)  # unchanged: no bytes
+    assert backend.get_unless("refs.json", "not-its-tag") == (b'{"generation": 1}', tag)
+    tag2 = backend.put_if_match("refs.json", b'{"generation": 2}', tag)
+    assert backend.get_unless("refs.json", tag) == (b'{"generation": 2}', tag2)  # changed: the new bytes and tag
+    assert backend.get_unless("refs.json", tag2) == (None, tag2)
+    assert backend.get_unless("packs/nothing.idx", tag) is None

@@ -87,7 +87,7 @@ def remote_rename(old: str = typer.Argument(..., metavar="OLD"), new: str = type
 def _render(rep, *, json_: bool, quiet: bool, verb: str) -> None:
     if not output.report(rep, json_=json_, quiet=quiet):
         return
-    changed = [t for t in rep.threads if t["action"] not in ("same", "kept", "up-to-date", "behind")]
+    changed = rep.changed()  # (a no-op's rows are not even built)
     if not changed and not rep.bytes:
         output.line("Already up to date." if verb != "pushed" else "Everything up to date.")
         return

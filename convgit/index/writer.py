@@ -406,12 +406,7 @@ class IndexWriter(RunningTotals, TurnRows):
     def refresh(self) -> None:
         """Bring the index up to the refs on disk (a crash, a copy, another process): reads
         every ref (O(threads)); ``refresh_if_changed`` is the cheap form."""
-        base = self.repo.refs.threads_dir
-        dirs = [dp for dp, _, _ in os.walk(base)] or [str(base)]
-        dirs.append(str(self.repo.refs.packed_path))  # packed refs (a file: its mtime is watched too)
-        # Taken before the refs are read: a move made while they are read is seen next time.
-        ino, start = _journal_stat(self.repo.refs.journal_path)
-        state = self._new_state(start, self._ref_dirs_signature(dirs), ino)
+        state = self._fresh_state()  # (taken before the refs are read: a move made while they are read is seen next time)
         refs = self.repo.refs.read_all(broken={})  # an unreadable ref is left out (fsck names it)
         known = {n: (t, size) for n, t, size in self.db.execute("SELECT name, tip, reflog_size FROM threads")}
         if set(known) != set(refs) or any(
@@ -424,6 +419,16 @@ class IndexWriter(RunningTotals, TurnRows):
             self._catch_up(lambda: self.repo.refs.read_all(broken={}), state=state)
         else:
             self._store_state(state)
+
+    def _fresh_state(self) -> dict:
+        """The catch-up state of the refs as they are now: the journal's end, the ref
+        directories' and packed-refs' mtimes (what an index that has read every ref after
+        this holds)."""
+        base = self.repo.refs.threads_dir
+        dirs = [dp for dp, _, _ in os.walk(base)] or [str(base)]
+        dirs.append(str(self.repo.refs.packed_path))  # packed refs (a file: its mtime is watched too)
+        ino, start = _journal_stat(self.repo.refs.journal_path)
+        return self._new_state(start, self._ref_dirs_signature(dirs), ino)
 
     def _store_state(self, state: dict) -> None:
         """Best effort, outside a catch-up: one row, under ``index.lock`` if it is free at once
@@ -460,6 +465,14 @@ class IndexWriter(RunningTotals, TurnRows):
         state = self._load_state()
         ino, _ = _journal_stat(self.repo.refs.journal_path)
         if state is None or state.get("boot") != _boot_id() or state.get("ino") != ino:
+            if self.db.execute("SELECT 1 FROM threads LIMIT 1").fetchone() is None:
+                # A new index (a clone's first pull, the first writes of a new store): every
+                # thread is caught up, as refresh does, so the state can be stored with it and
+                # the next write is incremental (it used to refresh every thread).
+                state = self._fresh_state()  # (before the refs are read under index.lock)
+                self._catch_up(lambda: self.repo.refs.read_all(broken={}), cache=cache, commit=fast_forward,
+                               state=state, archives=list(archived))
+                return
             self._catch_up(lambda: self._read_refs(names), only=names, cache=cache, commit=fast_forward,
                            archives=list(archived))
             return

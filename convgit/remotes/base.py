@@ -17,6 +17,10 @@ class RemoteStore(Protocol):
     def get(self, key: str) -> tuple[bytes, str] | None:
         """The bytes under ``key`` and their tag (an ETag), or None if absent."""
 
+    def get_unless(self, key: str, tag: str) -> tuple[bytes | None, str] | None:
+        """``get``, unless ``key``'s tag is still ``tag``: then ``(None, tag)`` (S3: a
+        conditional GET, ``If-None-Match``, answered 304 with no body); None if absent."""
+
     def size(self, key: str) -> int | None:
         """The size of ``key`` in bytes, or None if absent (a HEAD request)."""
 

@@ -59,6 +59,12 @@ class DirectoryRemote:
             raise RemoteFailed(f"remote {self.url}: cannot read {key}: {e.strerror}") from e
         return data, tag_of(data)
 
+    def get_unless(self, key: str, tag: str) -> tuple[bytes | None, str] | None:
+        """``get``, or ``(None, tag)`` when the bytes still have tag ``tag`` (read and hashed:
+        a file has no cheaper version to compare)."""
+        got = self.get(key)
+        return (None, tag) if got is not None and got[1] == tag else got
+
     def size(self, key: str) -> int | None:
         """The size of ``key``, or None."""
         try:

@@ -89,6 +89,20 @@ class S3Remote:
             raise self._fail("read", key, e) from e
         return data, meta.get("e_tag") or ""
 
+    def get_unless(self, key: str, tag: str) -> tuple[bytes | None, str] | None:
+        """``get``, unless the ETag is still ``tag``: ``(None, tag)`` (``If-None-Match``: 304, no body)."""
+        try:
+            r = self._ob.get(self._store, key, options={"if_none_match": tag})
+            meta = r.meta
+            data = bytes(r.bytes())
+        except self._exc.NotModifiedError:
+            return None, tag
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            raise self._fail("read", key, e) from e
+        return data, meta.get("e_tag") or ""
+
     def size(self, key: str) -> int | None:
         """The size of ``key`` (a HEAD request), or None."""
         try:
