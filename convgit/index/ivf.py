@@ -13,10 +13,13 @@ and its list i is the contiguous rows ``[offsets[s][i], offsets[s][i+1])``. A qu
 the centroids, takes the ``nprobe`` best lists, and scores exactly (float32, slices of the
 memory-mapped matrix, adjacent slices merged: no copy) those lists in every segment plus
 the rows appended since the layout (the *tail* ``[rows, N)``, always scanned). Nothing is
-stored twice: the file is the centroids and the offsets (a few bytes a vector).
+stored twice: the file is the centroids and the offsets (a few bytes a vector). How many
+lists a query probes is calibrated at each layout (``calibrate``): the fewest that find
+``RECALL_TARGET`` of the exact top 10 of a sample of stored vectors.
 
     magic  b"CGIVF03\\n"
-    u32    header length, then the header (JSON): rows, trained, nlist, segments, dim, blake3
+    u32    header length, then the header (JSON): rows, trained, nlist, segments, dim,
+           nprobe (calibrated, ``calibrate``; absent in older files: 0), blake3
     f32    centroids (nlist × dim), then i64 offsets (segments × (nlist + 1)); ``blake3``
            hashes them
 
@@ -50,7 +53,9 @@ SAMPLE_MAX = 131_072
 ITERATIONS = 10
 BALANCE = 2.0  # a list holding more than this many times the mean share is split
 SLICE_VALUES = 1024 * 384  # values per matrix-vector product (dot_rows)
-PROBE_FRACTION = 0.25  # lists probed by default (docs/search.md "Scale", bench_semantic.py)
+PROBE_FRACTION = 0.25  # lists probed without a calibrated count (a file written before calibration)
+RECALL_TARGET = 0.95  # calibration: the recall@10 against exact search the probed lists must reach
+CALIBRATION_QUERIES = 256  # stored vectors used as queries to calibrate (a deterministic sample)
 _CACHE: dict[str, tuple[tuple, "Ivf"]] = {}
 
 
@@ -65,21 +70,23 @@ def path_for(dir_: Path, gen: int) -> Path:
     return dir_ / f"ivf-{gen}.bin"
 
 
-def default_nprobe(nlist: int) -> int:
-    """Lists probed when the setting is 0 (automatic): ``PROBE_FRACTION`` of them, at least
-    16. Measured in benchmarks/bench_semantic.py (docs/performance.md): recall@10 against
-    exact search 0.963 (100k) and 0.964 (1M) on real text, 1.000 on clustered vectors."""
+def default_nprobe(nlist: int, calibrated: int = 0) -> int:
+    """Lists probed when the setting is 0 (automatic): the count ``calibrate`` chose when the
+    lists were laid out, else (a file without one) ``PROBE_FRACTION`` of them, at least 16."""
+    if calibrated > 0:
+        return min(nlist, calibrated)
     return min(nlist, max(16, math.ceil(nlist * PROBE_FRACTION)))
 
 
 class Ivf:
     """Loaded lists: ``centroids`` (nlist × dim) and ``offsets`` (segments × (nlist + 1),
     absolute rows) over the first ``rows`` rows of the matrix; ``trained``: how many rows
-    k-means was trained on."""
+    k-means was trained on; ``nprobe``: the calibrated count of lists to probe (0: none)."""
 
-    def __init__(self, rows: int, trained: int, centroids, offsets) -> None:
+    def __init__(self, rows: int, trained: int, centroids, offsets, nprobe: int = 0) -> None:
         np = _numpy()
         self.rows, self.trained = rows, trained
+        self.nprobe = nprobe  # calibrated lists to probe (0: none stored, default_nprobe decides)
         self.centroids = centroids
         self.offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, len(centroids) + 1)
         self.nlist = len(centroids)
@@ -207,7 +214,8 @@ def _read(path: Path, dim: int) -> Ivf | None:
             return None
         if (offs[1:, 0] != offs[:-1, -1]).any():
             return None
-        return Ivf(rows, trained, cent, offs)
+        nprobe = int(h.get("nprobe", 0))  # absent from a file written before calibration
+        return Ivf(rows, trained, cent, offs, max(0, nprobe))
     except (OSError, ValueError, KeyError, TypeError, struct.error):
         return None
 
@@ -218,7 +226,7 @@ def write(path: Path, ivf: Ivf) -> None:
     payload = (np.ascontiguousarray(ivf.centroids, dtype="<f4").tobytes()
                + np.ascontiguousarray(ivf.offsets, dtype="<i8").tobytes())
     head = json.dumps({"rows": ivf.rows, "trained": ivf.trained, "nlist": ivf.nlist, "segments": ivf.segments,
-                       "dim": int(ivf.centroids.shape[1]), "blake3": blake3(payload).hexdigest()}).encode()
+                       "nprobe": ivf.nprobe, "dim": int(ivf.centroids.shape[1]), "blake3": blake3(payload).hexdigest()}).encode()
     fsio.replace_file(path, MAGIC + struct.pack("<I", len(head)) + head + payload, fsync=False)
 
 
@@ -314,14 +322,14 @@ def remap(ivf: Ivf, keep) -> Ivf:
     slot = (seg * ivf.nlist + ivf.labels())[keep[: ivf.rows]]
     flat = np.concatenate([[0], np.cumsum(np.bincount(slot, minlength=ivf.segments * ivf.nlist))])
     offsets = np.stack([flat[s * ivf.nlist : (s + 1) * ivf.nlist + 1] for s in range(ivf.segments)])
-    return Ivf(int(flat[-1]), ivf.trained, ivf.centroids, offsets)
+    return Ivf(int(flat[-1]), ivf.trained, ivf.centroids, offsets, ivf.nprobe)
 
 
 def plan(cur: Ivf | None, matrix, *, force: bool = False):
     """What to do for ``matrix`` given the current lists ``cur``: None (fresh) or (what,
-    centroids, trained, segments kept, start, labels of the rows ``[start, N)``): the
-    segments before ``start`` stay as they are, the rows from ``start`` on are laid out as
-    one new segment."""
+    centroids, trained, segments kept, start, labels of the rows ``[start, N)``, calibrated
+    nprobe): the segments before ``start`` stay as they are, the rows from ``start`` on are
+    laid out as one new segment; the lists to probe are calibrated on every row's list."""
     np = _numpy()
     n = matrix.shape[0]
     if cur is not None and not force and n <= 2 * cur.trained:
@@ -329,10 +337,48 @@ def plan(cur: Ivf | None, matrix, *, force: bool = False):
             return None
         keep = cur.segments if cur.segments < MAX_SEGMENTS else min(1, MAX_SEGMENTS - 1)
         start = int(cur.offsets[keep - 1, -1]) if keep else 0
-        labels = np.concatenate([cur.labels()[start:], assign(matrix, cur.centroids, cur.rows, n)])
-        return "extended", cur.centroids, cur.trained, cur.offsets[:keep], start, labels
+        every = np.concatenate([cur.labels(), assign(matrix, cur.centroids, cur.rows, n)])
+        nprobe = calibrate(matrix, cur.centroids, every)
+        return "extended", cur.centroids, cur.trained, cur.offsets[:keep], start, every[start:], nprobe
     cent, labels = build(matrix)
-    return "built", cent, n, np.zeros((0, len(cent) + 1), dtype=np.int64), 0, labels
+    nprobe = calibrate(matrix, cent, labels)
+    return "built", cent, n, np.zeros((0, len(cent) + 1), dtype=np.int64), 0, labels, nprobe
+
+
+def calibrate(matrix, centroids, labels, *, target: float = RECALL_TARGET, k: int = 10,
+              queries: int = CALIBRATION_QUERIES) -> int:
+    """The fewest lists to probe for recall@``k`` ≥ ``target`` against exact search, measured
+    on a deterministic sample of the stored vectors used as queries (each left out of its own
+    answers); ``labels``: the list of every row of ``matrix``. A neighbour is found exactly
+    when its list is among the probed ones (the probed rows are scored exactly), so one exact
+    top-``k`` per query and the rank of each neighbour's list give the recall at every count."""
+    np = _numpy()
+    n, nlist = matrix.shape[0], len(centroids)
+    if n <= k + 1 or nlist <= 1:
+        return nlist
+    rng = np.random.default_rng(2)
+    idx = np.sort(rng.choice(n, min(queries, n), replace=False))
+    qs = np.asarray(matrix[idx], dtype=np.float32)
+    s = len(idx)
+    top_s = np.full((s, k), -np.inf, dtype=np.float32)
+    top_r = np.zeros((s, k), dtype=np.int64)
+    qt = np.ascontiguousarray(qs.T)
+    step = 8192
+    for i in range(0, n, step):
+        j = min(n, i + step)
+        sc = (np.asarray(matrix[i:j]) @ qt).T  # (queries, rows)
+        mine = (idx >= i) & (idx < j)
+        sc[np.flatnonzero(mine), idx[mine] - i] = -np.inf  # a query is not its own neighbour
+        both_s = np.concatenate([top_s, sc], axis=1)
+        both_r = np.concatenate([top_r, np.broadcast_to(np.arange(i, j), sc.shape)], axis=1)
+        pick = np.argpartition(-both_s, k - 1, axis=1)[:, :k]
+        top_s = np.take_along_axis(both_s, pick, axis=1)
+        top_r = np.take_along_axis(both_r, pick, axis=1)
+    order = np.argsort(-(qs @ centroids.T), axis=1, kind="stable")  # ties: the lower list number
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(nlist), (s, nlist)), axis=1)
+    need = np.sort(np.take_along_axis(rank, labels[top_r], axis=1).ravel())  # probed count - 1 to find each
+    return int(need[max(0, math.ceil(target * len(need)) - 1)]) + 1
 
 
 def build(matrix, balance: float = BALANCE):

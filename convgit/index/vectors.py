@@ -222,9 +222,9 @@ class VectorStore:
             todo = IVF.plan(IVF.load(self._ivf_path(), self.dim, m.shape[0]), m, force=force)
             if todo is None:
                 return "fresh"
-            what, cent, trained, kept, start, labels = todo
+            what, cent, trained, kept, start, labels, nprobe = todo
             order, offsets = IVF.layout(labels, len(cent), start)
-            lists = IVF.Ivf(m.shape[0], trained, cent, np.concatenate([kept, offsets[None, :]]))
+            lists = IVF.Ivf(m.shape[0], trained, cent, np.concatenate([kept, offsets[None, :]]), nprobe)
             del m
             if start == 0:
                 rows = self.db.execute("SELECT row, mid, win FROM rows ORDER BY row").fetchall()
@@ -287,14 +287,17 @@ class VectorStore:
         fname = getattr(m, "filename", None)  # a matrix of another generation: its lists are gone
         if self._ann_wanted(n) and (fname is None or Path(fname) == self._matrix_path().resolve()):
             lists = IVF.load(self._ivf_path(), self.dim, n)
-            if lists is not None:
-                cand, scores = lists.score(m, q, self.nprobe or IVF.default_nprobe(lists.nlist))
-                if len(cand) >= 4 * k:  # else too few candidates: exact
-                    top = np.argpartition(-scores, k - 1)[:k]
-                    rows = cand.rows(top)
-                    order = np.lexsort((rows, -scores[top]))
-                    self.last_method = "approximate"
-                    return [(int(rows[i]), float(scores[top[i]])) for i in order]
+            probe = 0 if lists is None else self.nprobe or IVF.default_nprobe(lists.nlist, lists.nprobe)
+            while lists is not None and probe < lists.nlist:
+                cand, scores = lists.score(m, q, probe)
+                if len(cand) < 4 * k:  # too few candidates: more lists (all of them: exact)
+                    probe *= 4
+                    continue
+                top = np.argpartition(-scores, k - 1)[:k]
+                rows = cand.rows(top)
+                order = np.lexsort((rows, -scores[top]))
+                self.last_method = "approximate"
+                return [(int(rows[i]), float(scores[top[i]])) for i in order]
         scores = np.empty(n, dtype=np.float32)
         IVF.dot_rows(m, q, [0], [n], scores)  # one pass, in single-threaded slices
         k = min(k, len(scores))
