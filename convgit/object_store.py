@@ -438,10 +438,17 @@ class ObjectStore:
         """Write objects into one new pack (bulk import). Objects already stored are freshened
         instead. Durable on return. Returns the ids newly written."""
         data: dict[str, bytes] = {}
+        # The fan-out directories there are now: an object in none of them is not loose (one
+        # listing instead of a stat per object; one stored loose after it is stored twice, harmless).
+        try:
+            fanout = {d for d in os.listdir(self._root) if len(d) == 2}
+        except OSError:
+            fanout = None
         for oid, b in items:
             if oid in data:
                 continue
-            if oid not in missing and (self._freshen_loose(oid, len(b)) or self._freshen_packed(oid)):
+            if oid not in missing and (((fanout is None or oid[:2] in fanout) and self._freshen_loose(oid, len(b)))
+                                       or self._freshen_packed(oid)):
                 continue
             data[oid] = b
         if not data:
