@@ -17,7 +17,11 @@ fresh bare repository, with fsync on as convgit (core.fsync=committed) or off. `
 interleaves N imports of each (each round in another order) and reports medians and the
 ratio ``vs_git_fast_import`` (convgit / git wall time). ``--src DIR`` (repeatable) imports
 with another convgit source tree too, in the same rounds: a before/after in one run.
-``--keep DIR --reuse`` reuses an export generated there by an earlier run.
+``--keep DIR --reuse`` reuses an export generated there by an earlier run. ``--random-ids``:
+conversation ids are random uuids, as in a real ChatGPT export (each batch's new threads then
+land all over ``packed-refs`` and ``packed-logs``); by default they sort in import order.
+CPU seconds (``first_cpu_s``, ``cpu_tenths_s``, ``messages_per_cpu_s``) are the figures to
+compare on a shared machine, where wall time is mostly the other processes' load.
 """
 
 from __future__ import annotations
@@ -58,8 +62,10 @@ def node(nid, parent, children, role, content, t, model=None, recipient="all", h
         "recipient": recipient, "channel": None}, "parent": parent, "children": children}
 
 
-def conversation(rnd: random.Random, i: int) -> dict:
+def conversation(rnd: random.Random, i: int, random_ids: bool = False) -> dict:
     cid = f"{i:08x}-0000-4000-8000-{rnd.getrandbits(48):012x}"
+    if random_ids:  # as real exports: uuid4s in no order (the same content, from another stream)
+        cid = f"{random.Random(f'cid-{i}').getrandbits(32):08x}{cid[8:]}"
     t = 1.7e9 + i * 3600
     mapping: dict = {}
     ids = iter(f"{rnd.getrandbits(128):032x}" for _ in range(10_000))
@@ -126,7 +132,8 @@ def fast_import_stream(out, c: dict, i: int, mark: list[int]) -> None:
         out.write(b"reset refs/heads/c%d-alt-%d\nfrom :%d\n\n" % (i, k + 1, commit_of[nid]))
 
 
-def generate(path: Path, mb: int, seed: int = 7, count: int | None = None, stream: Path | None = None) -> tuple[int, int]:
+def generate(path: Path, mb: int, seed: int = 7, count: int | None = None, stream: Path | None = None,
+             random_ids: bool = False) -> tuple[int, int]:
     rnd = random.Random(seed)
     target = mb * 1_000_000
     n = nodes = 0
@@ -136,7 +143,7 @@ def generate(path: Path, mb: int, seed: int = 7, count: int | None = None, strea
         f.write("[")
         size = 1
         while (n < count) if count is not None else (size < target):
-            c = conversation(rnd, n)
+            c = conversation(rnd, n, random_ids)
             s = ("," if n else "") + json.dumps(c)  # ASCII with \\u escapes, as the real export
             f.write(s)
             size += len(s)
@@ -177,19 +184,23 @@ def child(store: str, export: str, src: str | None = None) -> None:
     repo = convgit.init(store)
     total = os.path.getsize(export)
     marks: list[float] = []  # the time each tenth of the export's bytes was read
+    cpu_marks: list[float] = []  # ... and the process's CPU time then (robust to a busy machine)
     done = [0]
 
     def progress(n: int) -> None:
         done[0] += n
         while len(marks) < 10 and done[0] >= total * (len(marks) + 1) / 10:
             marks.append(time.perf_counter())
+            cpu_marks.append(time.process_time())
 
-    t0, c0 = time.perf_counter(), os.times()
+    t0, c0, p0 = time.perf_counter(), os.times(), time.process_time()
     r1 = api.import_paths(repo, [export], progress=progress)
-    t1, c1 = time.perf_counter(), os.times()
+    t1, c1, p1 = time.perf_counter(), os.times(), time.process_time()
     while len(marks) < 10:
         marks.append(t1)
+        cpu_marks.append(p1)
     tenths = [round(b - a, 2) for a, b in zip([t0] + marks[:-1], marks)]
+    cpu_tenths = [round(b - a, 2) for a, b in zip([p0] + cpu_marks[:-1], cpu_marks)]
     r2 = api.import_paths(repo, [export])
     t2 = time.perf_counter()
     msgs = sum(c.messages for c in r1.conversations)
@@ -197,11 +208,17 @@ def child(store: str, export: str, src: str | None = None) -> None:
         "conversations": len(r1.conversations), "counts": r1.counts(), "messages": msgs,
         "new_messages": sum(c.new_messages for c in r1.conversations), "threads": len(repo.refs.read_all()),
         "first_s": round(t1 - t0, 2), "reimport_s": round(t2 - t1, 2),
-        "first_cpu_s": round(c1.user + c1.system - c0.user - c0.system, 2),  # (robust to a busy machine) "reimport_new_objects": r2.new_objects,
+        "first_cpu_s": round(c1.user + c1.system - c0.user - c0.system, 2),  # (robust to a busy machine)
+        "reimport_new_objects": r2.new_objects,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "tenths_s": tenths,
         "conversations_per_s_by_tenth": [round(len(r1.conversations) / 10 / t) if t else None for t in tenths],
         "last_tenth_vs_first": round(tenths[0] / tenths[-1], 2) if tenths[-1] else None,
+        # CPU seconds per tenth of the export's bytes (each tenth ends when its batch has run,
+        # so a small export's tenths are uneven: judge the constant rate at 20,000 conversations)
+        "cpu_tenths_s": cpu_tenths,
+        "cpu_last_tenth_vs_first": round(cpu_tenths[0] / cpu_tenths[-1], 2) if cpu_tenths[-1] else None,
+        "messages_per_cpu_s": round(msgs / (p1 - p0)) if p1 > p0 else None,
     }))
 
 
@@ -217,6 +234,8 @@ def main() -> int:
                     help="a convgit source tree to run (repeatable: each imports in turn, interleaved; "
                          "e.g. `git archive main | tar -x -C DIR` for a before/after in one run); default this one")
     ap.add_argument("--reuse", action="store_true", help="with --keep: reuse the export generated there before")
+    ap.add_argument("--random-ids", action="store_true",
+                    help="conversation ids random uuids, as real exports (default: in import order)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -231,7 +250,7 @@ def main() -> int:
     if a.reuse and meta.exists() and export.exists() and (stream is None or stream.exists()):
         n, nodes = json.loads(meta.read_text())
     else:
-        n, nodes = generate(export, a.mb, count=a.conversations, stream=stream)
+        n, nodes = generate(export, a.mb, count=a.conversations, stream=stream, random_ids=a.random_ids)
         meta.write_text(json.dumps([n, nodes]))
     gen_s = time.perf_counter() - t
     size = export.stat().st_size
@@ -259,7 +278,7 @@ def main() -> int:
             res["store_mb"] = round(sum(f.stat().st_size for f in store.rglob("*") if f.is_file()) / 1e6, 1)
             runs[who].append(res)
             print(json.dumps({"round": r, "src": label[who], "first_s": res["first_s"], "cpu_s": res["first_cpu_s"],
-                              "tenths_s": res["tenths_s"],
+                              "tenths_s": res["tenths_s"], "cpu_tenths_s": res["cpu_tenths_s"],
                               "git_s": git_s}), file=sys.stderr, flush=True)  # (as it goes: a long run cut short keeps these)
             shutil.rmtree(store.parent, ignore_errors=True)
     out = {}
@@ -274,6 +293,8 @@ def main() -> int:
                     "first_s_runs": [x["first_s"] for x in rs], "first_s_median": med,
                     "first_cpu_s_runs": [x["first_cpu_s"] for x in rs],
                     "first_cpu_s_median": statistics.median(x["first_cpu_s"] for x in rs),
+                    "cpu_last_tenth_vs_first_runs": [x["cpu_last_tenth_vs_first"] for x in rs],
+                    "messages_per_cpu_s_median": round(res["messages"] / statistics.median(x["first_cpu_s"] for x in rs)),
                     "last_tenth_vs_first_runs": [x["last_tenth_vs_first"] for x in rs],
                     "last_tenth_vs_first_median": statistics.median(tenth_ratios),
                     "messages_per_s": round(res["messages"] / med),

@@ -91,25 +91,30 @@ def _check_value(v: Any, depth: int = 0) -> None:
     """
     if depth > _MAX_DEPTH:
         raise EncodeError(f"value nested deeper than {_MAX_DEPTH} levels")
-    if isinstance(v, float):
+    t = type(v)
+    if t is dict:  # (the usual cases by exact type first: this runs for every stored value)
+        items = v.values()
+    elif t is list or t is tuple:
+        items = v
+    elif isinstance(v, float):
         if not math.isfinite(v):
             raise EncodeError("NaN and infinite numbers cannot be stored")
+        return
     elif isinstance(v, dict):
-        for x in v.values():
-            if isinstance(x, _CONTAINERS):
-                _check_value(x, depth + 1)
+        items = v.values()
     elif isinstance(v, (list, tuple)):
-        for x in v:
-            if isinstance(x, _CONTAINERS):
-                _check_value(x, depth + 1)
+        items = v
     elif isinstance(v, msgspec.Struct):
-        for f in v.__struct_fields__:
-            x = getattr(v, f)
-            if isinstance(x, _CONTAINERS):
-                _check_value(x, depth + 1)
+        items = [getattr(v, f) for f in v.__struct_fields__]
+    else:
+        return
+    for x in items:
+        if type(x) not in _LEAVES and isinstance(x, _CONTAINERS):
+            _check_value(x, depth + 1)
 
 
 _CONTAINERS = (float, dict, list, tuple, msgspec.Struct)
+_LEAVES = frozenset({str, int, bool, type(None), bytes})  # (exact types: never a container)
 
 
 def _check_message(m: Message) -> None:

@@ -110,8 +110,9 @@ class ObjectStore:
         self._by_age = (self._packs, order)
         return order
 
-    def _pack_with(self, oid: str) -> Pack | None:
-        packs = self.packs()
+    def _pack_with(self, oid: str, packs: list[Pack] | None = None) -> Pack | None:
+        if packs is None:
+            packs = self.packs()
         if len(packs) >= _FILTER_MIN_PACKS:
             f = self._filter_for(packs)
             if f is not None and not f.may_contain(oid):
@@ -345,9 +346,10 @@ class ObjectStore:
         oid, data = codec.encode_and_hash(obj)
         return oid, self.write_raw(oid, data)
 
-    def _freshen_packed(self, oid: str) -> bool:
-        """An object already in a pack: refresh the pack's mtime (gc's grace) and say so."""
-        p = self._pack_with(oid)
+    def _freshen_packed(self, oid: str, packs: list[Pack] | None = None) -> bool:
+        """An object already in a pack: refresh the pack's mtime (gc's grace) and say so.
+        ``packs``: the pack list to look in (default: read again)."""
+        p = self._pack_with(oid, packs)
         if p is None:
             return False
         fsio.freshen(p.pack_path)
@@ -438,10 +440,19 @@ class ObjectStore:
         """Write objects into one new pack (bulk import). Objects already stored are freshened
         instead. Durable on return. Returns the ids newly written."""
         data: dict[str, bytes] = {}
+        # The fan-out directories there are now: an object in none of them is not loose (one
+        # listing instead of a stat per object; one stored loose after it is stored twice, harmless).
+        # Likewise the pack list, looked at once (not a stat of the pack directory per object).
+        try:
+            fanout = {d for d in os.listdir(self._root) if len(d) == 2}
+        except OSError:
+            fanout = None
+        packs = self.packs()
         for oid, b in items:
             if oid in data:
                 continue
-            if oid not in missing and (self._freshen_loose(oid, len(b)) or self._freshen_packed(oid)):
+            if oid not in missing and (((fanout is None or oid[:2] in fanout) and self._freshen_loose(oid, len(b)))
+                                       or self._freshen_packed(oid, packs)):
                 continue
             data[oid] = b
         if not data:

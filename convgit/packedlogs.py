@@ -29,6 +29,7 @@ MAGIC = b"CGLOGS\x00\x01"
 TRAILER = struct.Struct(">QII32s")  # directory offset, directory length, threads, BLAKE3 of all before
 CHUNK_THREADS = 256  # threads per chunk (at most)
 CHUNK_BYTES = 64 * 1024  # uncompressed bytes per chunk (at most, but for one long log)
+CACHE_BYTES = 16 * 1024 * 1024  # decompressed chunks a reader keeps parsed (at most, but for one long log)
 LEVEL = 3  # zstd level: on reflog text it packs as small as 9 (and 19 saves ~5%), ~7x faster
 
 
@@ -176,6 +177,8 @@ class PackedLogsReader:
         self._zstd = zstandard
         self._read_at = read_at
         self._cache: dict[int, dict[str, PackedLog]] = {}
+        self._cache_sizes: dict[int, int] = {}  # chunk -> its decompressed bytes
+        self._cached_bytes = 0
         if size < len(MAGIC) + TRAILER.size or read_at(0, len(MAGIC)) != MAGIC:
             raise _corrupt("no packed-logs header")
         tr = read_at(size - TRAILER.size, TRAILER.size)
@@ -208,9 +211,16 @@ class PackedLogsReader:
             except self._zstd.ZstdError as e:
                 raise _corrupt(f"chunk {i} does not decompress ({e})") from None
             got = {e.name: e for e in parse_chunk(text)}
-            if len(self._cache) >= 8:
-                self._cache.pop(next(iter(self._cache)))
+            # Kept by size, not count: a bulk creation looks up names in every chunk, then
+            # rewrites every chunk it touched (random conversation ids touch them all), and
+            # with a few chunks kept it parsed each twice.
+            while self._cache and self._cached_bytes + len(text) > CACHE_BYTES:
+                k = next(iter(self._cache))
+                del self._cache[k]
+                self._cached_bytes -= self._cache_sizes.pop(k)
             self._cache[i] = got
+            self._cache_sizes[i] = len(text)
+            self._cached_bytes += len(text)
         return got
 
     def get(self, name: str) -> PackedLog | None:

@@ -115,7 +115,7 @@ class RefCreation:
             return False
         for base in (self.threads_dir, self.logs_dir):
             try:
-                os.lstat(base / name)
+                os.lstat(f"{base}/{name}")  # (a string: pathlib's join cost more than the lstat)
                 return False  # a file, a directory or a symlink there: not the fast path
             except FileNotFoundError:
                 pass
@@ -129,7 +129,7 @@ class RefCreation:
             ok = dirs.get(parent)
             if ok is None:
                 try:
-                    ok = stat.S_ISDIR(os.lstat(self.threads_dir / parent).st_mode)  # (not a thread, nor a symlink)
+                    ok = stat.S_ISDIR(os.lstat(f"{self.threads_dir}/{parent}").st_mode)  # (not a thread, nor a symlink)
                 except FileNotFoundError:
                     ok = True
                 except OSError:

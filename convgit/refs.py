@@ -668,9 +668,16 @@ class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation):
 
     def _check_df_conflict(self, path: Path, name: str) -> None:
         """``a`` and ``a/b`` cannot both be threads (one would be a file and a directory)."""
-        if path.is_dir() and path.is_symlink():  # never cleaned up (rmtree) nor written through
+        try:
+            os.lstat(path)
+            present = True
+        except FileNotFoundError:  # nothing there (the usual case): neither a directory nor a link
+            present = False
+        except OSError:
+            present = True
+        if present and path.is_dir() and path.is_symlink():  # never cleaned up (rmtree) nor written through
             raise UnsafeSymlink(f"{path} is a symlink to a directory: refused", path=str(path))
-        if path.is_dir():
+        if present and path.is_dir():
             if not any(
                 not (f.endswith(".lock") or f.startswith((fsio.TMP_PREFIX, ".")))
                 for _, _, files in os.walk(path) for f in files
@@ -678,12 +685,20 @@ class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation):
                 fsio.rmtree(path)  # only leftovers of deleted threads
                 return
             raise RefExists(f"thread {name!r} conflicts with threads named {name}/…", thread=name)
-        p = path.parent
-        while p != self.threads_dir and self.threads_dir in p.parents:
-            if p.is_file():
-                rel = p.relative_to(self.threads_dir).as_posix()
-                raise RefExists(f"thread {name!r} conflicts with thread {rel!r}", thread=name)
-            p = p.parent
+        base = os.fspath(self.threads_dir)
+        if os.fspath(path) == f"{base}/{name}":  # (as every caller names it: strings, not pathlib)
+            parts = name.split("/")
+            for k in range(len(parts) - 1, 0, -1):
+                rel = "/".join(parts[:k])
+                if os.path.isfile(f"{base}/{rel}"):
+                    raise RefExists(f"thread {name!r} conflicts with thread {rel!r}", thread=name)
+        else:
+            p = path.parent
+            while p != self.threads_dir and self.threads_dir in p.parents:
+                if p.is_file():
+                    rel = p.relative_to(self.threads_dir).as_posix()
+                    raise RefExists(f"thread {name!r} conflicts with thread {rel!r}", thread=name)
+                p = p.parent
         packed = self.packed()
         if packed:  # the same rule for packed threads
             if packed.has_under(name):

@@ -23,7 +23,7 @@ def dump_json(v) -> str | None:
     """A value as the index keeps JSON (sorted keys; bytes as base64), or None."""
     if v is None:
         return None
-    return json.dumps(v, ensure_ascii=False, sort_keys=True, default=_json_default)
+    return _ENCODER.encode(v)  # (json.dumps with these options made an encoder per call)
 
 
 def _json_default(v):
@@ -32,6 +32,9 @@ def _json_default(v):
 
         return base64.b64encode(v).decode()
     raise TypeError(type(v))
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, default=_json_default)
 
 
 def part_text(p, blob_text=None) -> str | None:

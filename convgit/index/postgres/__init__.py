@@ -229,6 +229,12 @@ class PgIndex(IndexLookups, IndexWriter):
             return self._built_turns.get(tid)
         return super()._turn_row(tid)
 
+    def _turn_rows(self, tids: list[str]) -> dict:
+        """``_turn_rows`` in bulk; while a rebuild fills its empty schema, from memory."""
+        if getattr(self, "_building", False):
+            return {t: self._built_turns[t] for t in tids if t in self._built_turns}
+        return super()._turn_rows(tids)
+
     def _turn_indexed(self, tid: str, rowid: int, thread: str | None) -> None:
         """While a rebuild fills its schema: remember the turn's row (``_turn_row``)."""
         if getattr(self, "_building", False):
