@@ -51,6 +51,7 @@ _EMBED_BACKOFF = (5.0, 300.0)  # seconds a failing provider is left alone: first
 _WARN_EVERY = 60.0  # the same kind of embedding warning at most this often in the server's log
 GC_CHECK_SECONDS = 30.0  # the committer looks at most this often whether gc --auto would act
 LOOSE_CHECK_SECONDS = 5.0  # ... and, when idle, at most this often whether loose objects should be packed
+HEAD_EVERY_SECONDS = 1.0  # HEAD follows the last call when idle, and at least this often under load
 
 
 class Recorder:
@@ -58,8 +59,13 @@ class Recorder:
     runs it). ``on_call(summary)`` is told about each call once it is recorded or refused."""
 
     def __init__(self, repo, *, on_call: Callable[[dict], None] | None = None,
-                 prebuilt: "Prebuilt | None" = None, cache: PrefixCache | None = None) -> None:
+                 prebuilt: "Prebuilt | None" = None, cache: PrefixCache | None = None,
+                 follow_head: bool = True) -> None:
         self.repo = repo
+        # HEAD follows the thread of the last call in each batch's transaction (True), or is
+        # left to the caller (False: the Committer moves it when idle, ``last_thread``).
+        self.follow_head = follow_head
+        self.last_thread: str | None = None  # the thread of the last call committed
         self.prebuilt = prebuilt if prebuilt is not None else Prebuilt()  # calls built by the proxy
         self.cache = cache if cache is not None else PrefixCache()  # prefixes parsed and hashed (prefix.py)
         self.on_call = on_call or (lambda doc: None)
@@ -154,6 +160,10 @@ class Recorder:
         self._hint([b for _, b in ok])
         results = self._commit_all([b for _, b in ok], blobs) if ok else []
         self._learn([b for _, b in ok], results)
+        for res in reversed(results):
+            if getattr(res, "thread", None):
+                self.last_thread = res.thread
+                break
         if any(getattr(res, "new_messages", 0) for res in results):
             self.unembedded = True
         res_of = {id(b): res for (_, b), res in zip(ok, results)}
@@ -210,13 +220,13 @@ class Recorder:
         follows the batch (``embed_written``), as for the calls committed together."""
         payload = api.to_payload(self.repo, b.payload)
         if b.thread is None:
-            return commit_payload(self.repo, payload, move_head=True)
+            return commit_payload(self.repo, payload, move_head=self.follow_head)
         try:
-            return commit_payload(self.repo, payload, thread=b.thread, on_conflict="fork", move_head=True)
+            return commit_payload(self.repo, payload, thread=b.thread, on_conflict="fork", move_head=self.follow_head)
         except (AmbiguousThread, RefExists):
             # The same messages in another order, or a name this store cannot take (``a`` beside
             # threads ``a/…``): never refused, the call is kept on a thread of its own.
-            return commit_payload(self.repo, payload, move_head=True)
+            return commit_payload(self.repo, payload, move_head=self.follow_head)
         except RETRY:
             raise
         except ConvgitError as e:
@@ -228,7 +238,7 @@ class Recorder:
         A call the batch cannot take (a named thread holding these messages in another order,
         a name in the way) makes each call commit alone, so the others are kept."""
         try:
-            return commit_many(self.repo, [b.payload for b in built], move_head=True,
+            return commit_many(self.repo, [b.payload for b in built], move_head=self.follow_head,
                                           threads=[b.thread for b in built], on_conflict="fork",
                                           chains=[b.chain for b in built], blobs=blobs)
         except RETRY:
@@ -393,9 +403,14 @@ class Committer:
             self.warn(f"the store cannot be opened ({e}); calls are spooled, not committed")
             self.drained_leftovers.set()
             return
-        recorder = Recorder(repo, on_call=self.on_call, prebuilt=self.prebuilt, cache=self.prefix)
+        # HEAD is moved by this thread when idle (``_follow_head``), not in every batch's
+        # transaction: under load the last call's thread changes from batch to batch, and
+        # each HEAD write is two syncs. Nothing durable depends on HEAD (docs/format.md §2.3).
+        recorder = Recorder(repo, on_call=self.on_call, prebuilt=self.prebuilt, cache=self.prefix,
+                            follow_head=False)
         try:
             self._drain_leftovers(recorder)
+            self._follow_head(repo, recorder)
             self.drained_leftovers.set()
             while True:
                 with self._cond:
@@ -423,6 +438,8 @@ class Committer:
                 self._auto_gc(repo, recorder)  # (after the embedding: the batch's own work first)
                 with self._cond:
                     idle = not self._queue and not self._stop
+                if idle or stop or time.monotonic() - self._head_at >= HEAD_EVERY_SECONDS:
+                    self._follow_head(repo, recorder)
                 if idle:
                     self._compact(repo)
         finally:
@@ -471,6 +488,32 @@ class Committer:
             with self._cond:
                 if self._stop:
                     stop = True
+
+    _head_at = float("-inf")  # (monotonic) when _follow_head last ran
+    _head_warned = False
+
+    def _follow_head(self, repo, recorder: Recorder) -> None:
+        """The HEAD rule for the calls committed since the last look: HEAD names the thread of
+        the last one (if it still exists), as a commit moving HEAD would have left it; written
+        only when it changes (the replace protocol, docs/format.md §2.3). A HEAD that cannot
+        be read or written is a warning (once): the calls are in the store either way."""
+        self._head_at = time.monotonic()
+        thread, recorder.last_thread = recorder.last_thread, None
+        if thread is None:
+            return
+        from ..transaction import move_head, thread_exists
+
+        try:
+            with repo.write_lock():  # (gc, which may delete the thread, waits)
+                head = repo.refs.read_head()
+                warning = move_head(repo, thread, head) if thread_exists(repo, thread) else None
+        except RETRY as e:
+            warning = f"HEAD not moved to {thread} ({getattr(e, 'message', e)})"
+        except ConvgitError as e:  # an unreadable HEAD: left as it is (convgit switch writes it)
+            warning = f"HEAD not moved to {thread}: {e.message}"
+        if warning and not self._head_warned:
+            self._head_warned = True
+            self.warn(warning)
 
     _gc_checked = float("-inf")  # (monotonic) when _auto_gc last looked
 
