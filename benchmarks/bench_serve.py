@@ -235,12 +235,15 @@ from convgit.serve.spool import read_frames
 store, frames, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
 records = [decode_record(f) for f in read_frames(Path(frames))]
 repo = Repository.open(Path(store) / ".convgit")
-rec = Recorder(repo)
-t = time.perf_counter()
+try:  # the serve committer's: HEAD left to it when idle (a code that has it)
+    rec = Recorder(repo, follow_head=False)
+except TypeError:
+    rec = Recorder(repo)
+t, c = time.perf_counter(), time.process_time()
 for i in range(0, len(records), batch):
     docs = rec.commit_batch(records[i:i + batch])
     assert all("not_recorded" not in d for d in docs), docs[0]
-print(len(records) / (time.perf_counter() - t))
+print(len(records) / (time.perf_counter() - t), (time.process_time() - c) * 1000 / len(records))
 """
 
 
@@ -314,7 +317,7 @@ print(len(rest) / el, loose)
 """
 
 
-def committer_rate(base: Path, work: Path, frames: Path, batch: int, code: str | None) -> float:
+def committer_rate(base: Path, work: Path, frames: Path, batch: int, code: str | None) -> tuple[float, float]:
     """Logging capacity: the committer alone (``Recorder.commit_batch``: build each record,
     commit the batch, fsync on) on spooled calls, in batches of ``batch`` (512: a committer
     behind a burst; 32: one keeping up with 32 clients), on a copy of ``base``; calls/s."""
@@ -324,7 +327,8 @@ def committer_rate(base: Path, work: Path, frames: Path, batch: int, code: str |
     p = subprocess.run([sys.executable, "-c", COMMITTER, str(work), str(frames), str(batch)], env=env,
                        capture_output=True, text=True, check=True, cwd=str(work.parent))
     shutil.rmtree(work)
-    return float(p.stdout.strip().splitlines()[-1])
+    rate, cpu = p.stdout.strip().splitlines()[-1].split()
+    return float(rate), float(cpu)
 
 
 def prefill(store: Path, conversations: int) -> None:
@@ -449,15 +453,17 @@ def main() -> None:
                 for rnd in range(args.rounds):
                     for batch in (512, 32):
                         for name, code in (codes if rnd % 2 == 0 else codes[::-1]):
-                            rate = committer_rate(tmp / f"base-{size}", tmp / "c", frames, batch, code)
-                            crates.setdefault((size, batch, name), []).append(rate)
+                            rate, cpu = committer_rate(tmp / f"base-{size}", tmp / "c", frames, batch, code)
+                            crates.setdefault((size, batch, name), []).append((rate, cpu))
                             print(json.dumps({"committer": name, "store_conversations": size, "batch": batch,
-                                              "calls_per_s": round(rate, 1)}), flush=True)
+                                              "calls_per_s": round(rate, 1), "cpu_ms_per_call": round(cpu, 3)}),
+                                  flush=True)
                 shutil.rmtree(tmp / f"base-{size}")
-            print("\n| store (conversations) | batch | code | runs | calls committed per s (median) |")
-            print("|---|---|---|---|---|")
+            print("\n| store (conversations) | batch | code | runs | calls committed per s (median) | CPU ms per call (median) |")
+            print("|---|---|---|---|---|---|")
             for (size, batch, name), xs in crates.items():
-                print(f"| {size:,} | {batch} | {name} | {len(xs)} | {statistics.median(xs):.0f} |")
+                print(f"| {size:,} | {batch} | {name} | {len(xs)} | {statistics.median(x[0] for x in xs):.0f} "
+                      f"| {statistics.median(x[1] for x in xs):.2f} |")
         if "packed" in parts:
             from convgit.serve.record import encode_record
             from convgit.serve.spool import frame
