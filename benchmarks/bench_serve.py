@@ -404,6 +404,7 @@ def main() -> None:
             # a store per size, copied for each run; raw bodies kept (the default), fsync on
             codes = [("after", None)] + ([("before", args.before)] if args.before else [])
             rates: dict[tuple[int, str], list[float]] = {}
+            cpus: dict[tuple[int, str], list[float]] = {}
             for size in (int(x) for x in args.sizes.split(",")):
                 prefill(tmp / f"base-{size}", size)
                 for rnd in range(args.rounds):
@@ -417,23 +418,29 @@ def main() -> None:
                         shutil.copytree(tmp / f"base-{size}", tmp / "s")
                         sp = ServeProcess(tmp / "s", up.url, env=serve_env(code))
                         url = sp.wait_listening()
+                        c0 = _cpu_of(sp.proc.pid)
                         answered = asyncio.run(sustained(url, 32, args.sustained))
                         t0 = time.perf_counter()
                         n = (args.sustained // 32) * 32
                         sp.wait_calls(n, timeout=600)
                         logged = answered + (time.perf_counter() - t0)
+                        cpu = (_cpu_of(sp.proc.pid) - c0) * 1000 / n  # the server process, all threads
                         sp.stop()
                         shutil.rmtree(tmp / "s")
                         rate = n / logged
                         rates.setdefault((size, name), []).append(rate)
+                        cpus.setdefault((size, name), []).append(cpu)
                         print(json.dumps({"code": name, "store_conversations": size, "sustained_calls": n,
                                           "answered_s": round(answered, 2), "all_logged_s": round(logged, 2),
-                                          "calls_per_s_logged": round(rate, 1)}), flush=True)
+                                          "calls_per_s_logged": round(rate, 1), "proxy_cpu_ms_per_call": round(cpu, 2)}),
+                              flush=True)
                 shutil.rmtree(tmp / f"base-{size}")
-            print("\n| store (conversations) | code | runs | calls/s logged (median) |")
-            print("|---|---|---|---|")
+            print("\n| store (conversations) | code | runs | calls/s logged (median) | proxy CPU ms per call (median) |")
+            print("|---|---|---|---|---|")
             for (size, name), xs in rates.items():
-                print(f"| {size:,} | {name} | {len(xs)} | {statistics.median(xs):.0f} |")
+                c = cpus.get((size, name))
+                print(f"| {size:,} | {name} | {len(xs)} | {statistics.median(xs):.0f} | "
+                      f"{statistics.median(c):.2f} |" if c else f"| {size:,} | {name} | {len(xs)} | {statistics.median(xs):.0f} | - |")
         if "relay" in parts:
             # Is the relaying the ceiling? In each round, in rotation: the upstream directly,
             # the proxy on a path it relays without logging (nothing spooled or committed),

@@ -51,7 +51,7 @@ _EMBED_BACKOFF = (5.0, 300.0)  # seconds a failing provider is left alone: first
 _WARN_EVERY = 60.0  # the same kind of embedding warning at most this often in the server's log
 GC_CHECK_SECONDS = 30.0  # the committer looks at most this often whether gc --auto would act
 LOOSE_CHECK_SECONDS = 5.0  # ... and, when idle, at most this often whether loose objects should be packed
-HEAD_EVERY_SECONDS = 1.0  # HEAD follows the last call when idle, and at least this often under load
+HEAD_EVERY_SECONDS = 1.0  # HEAD follows the last call at most this often (and this long after it at most)
 
 
 class Recorder:
@@ -403,9 +403,10 @@ class Committer:
             self.warn(f"the store cannot be opened ({e}); calls are spooled, not committed")
             self.drained_leftovers.set()
             return
-        # HEAD is moved by this thread when idle (``_follow_head``), not in every batch's
-        # transaction: under load the last call's thread changes from batch to batch, and
-        # each HEAD write is two syncs. Nothing durable depends on HEAD (docs/format.md §2.3).
+        # HEAD is moved by this thread at most once a HEAD_EVERY_SECONDS (``_follow_head``),
+        # not in every batch's transaction: under load the last call's thread changes from
+        # batch to batch, and each HEAD write is two syncs. Nothing durable depends on HEAD
+        # (docs/format.md §2.3).
         recorder = Recorder(repo, on_call=self.on_call, prebuilt=self.prebuilt, cache=self.prefix,
                             follow_head=False)
         try:
@@ -416,10 +417,17 @@ class Committer:
                 with self._cond:
                     while not self._queue and not self._stop:
                         self.idle.set()
-                        self._cond.wait()
+                        if recorder.last_thread is None:
+                            self._cond.wait()
+                            continue
+                        left = self._head_at + HEAD_EVERY_SECONDS - time.monotonic()
+                        if left <= 0:
+                            break  # a HEAD move is due
+                        self._cond.wait(left)
                     batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
                     stop = self._stop
                 if not batch:
+                    self._follow_head(repo, recorder)  # (due, or stopping)
                     if stop:
                         return
                     continue
@@ -438,7 +446,7 @@ class Committer:
                 self._auto_gc(repo, recorder)  # (after the embedding: the batch's own work first)
                 with self._cond:
                     idle = not self._queue and not self._stop
-                if idle or stop or time.monotonic() - self._head_at >= HEAD_EVERY_SECONDS:
+                if stop or time.monotonic() - self._head_at >= HEAD_EVERY_SECONDS:
                     self._follow_head(repo, recorder)
                 if idle:
                     self._compact(repo)
