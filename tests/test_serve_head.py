@@ -1,5 +1,5 @@
-"""HEAD while serving: the committer moves it to the thread of the last call recorded when it
-is idle (and at least once a second under load), not in every batch's transaction; a batch
+"""HEAD while serving: the committer moves it to the thread of the last call recorded at most
+once a second (within a second of the last call), not in every batch's transaction; a batch
 leaves HEAD alone. Through the real `convgit serve` on 127.0.0.1 and the fake upstream, and
 the committer in process."""
 

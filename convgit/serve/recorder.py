@@ -47,6 +47,12 @@ _HISTORY_CACHE = 4096
 _STORED_TIPS = 65536  # tips remembered as stored (the hole check's hint)
 _HINT_REACH = 16
 _MAX_BATCH = 512
+# A batch smaller than this waits up to GATHER_SECONDS for more calls before it is committed:
+# the clients were answered already (the spool holds their calls), and in one process with
+# the proxy every batch's fixed cost (a transaction, its syncs, the index) is CPU the relay
+# does not get; a committer that keeps up with small batches makes the proxy answer slower.
+GATHER_CALLS = 64
+GATHER_SECONDS = 0.05
 _EMBED_BACKOFF = (5.0, 300.0)  # seconds a failing provider is left alone: first, at most (doubling)
 _WARN_EVERY = 60.0  # the same kind of embedding warning at most this often in the server's log
 GC_CHECK_SECONDS = 30.0  # the committer looks at most this often whether gc --auto would act
@@ -63,7 +69,7 @@ class Recorder:
                  follow_head: bool = True) -> None:
         self.repo = repo
         # HEAD follows the thread of the last call in each batch's transaction (True), or is
-        # left to the caller (False: the Committer moves it when idle, ``last_thread``).
+        # left to the caller (False: the Committer moves it, at most once a second: ``last_thread``).
         self.follow_head = follow_head
         self.last_thread: str | None = None  # the thread of the last call committed
         self.prebuilt = prebuilt if prebuilt is not None else Prebuilt()  # calls built by the proxy
@@ -424,6 +430,12 @@ class Committer:
                         if left <= 0:
                             break  # a HEAD move is due
                         self._cond.wait(left)
+                    end = time.monotonic() + GATHER_SECONDS
+                    while self._queue and len(self._queue) < GATHER_CALLS and not self._stop:
+                        left = end - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)  # (deliver notifies: more calls came)
                     batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
                     stop = self._stop
                 if not batch:
