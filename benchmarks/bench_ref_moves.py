@@ -6,10 +6,13 @@ Each round (interleaved, medians and p90 over the rounds; ms per batch of ``--re
 
 - ``update_many, loose refs``: the real ``RefStore.update_many`` (fsync on) moving
   ``--refs`` existing threads once each with a rename per ref (a store that may not make
-  ``packed-refs``: locks, reflog lines, temp refs, syncfs, renames, syncfs);
+  ``packed-refs``: locks, reflog lines, temp refs, syncfs, renames, an fsync of the refs
+  directory);
 - ``update_many, packed-refs``: the same through ``packed-refs`` (docs/format.md §6.3: locks,
-  reflog lines, one new ``packed-refs``, syncfs, one rename, syncfs), what a committer batch
-  of 32 calls does once its threads were moved there;
+  reflog lines, one new ``packed-refs``, syncfs, one rename, the directories' fsyncs), what a
+  committer batch of 32 calls does once its threads were moved there;
+- ``..., second syncfs (before)``: both again with the renames made durable by a second
+  ``syncfs``, as before the directories' fsyncs replaced it (issue 12, session 8);
 - ``rename-over``: its file-system steps alone: a new temp file per ref, syncfs, a rename
   over each ref file, syncfs;
 - ``rename + fsync dir``: the same with an fsync of the refs directory in place of the
@@ -120,7 +123,16 @@ def main() -> None:
                     exchange(str(raw / f".spare{i}"), str(raw / f"r{i}"))
                 fsio.sync_filesystem(raw)
 
+            def second_syncfs(store):  # the batch's renames made durable as before: a second syncfs
+                store._renames_durable = lambda staged, repacked: fsio.sync_filesystem(store.root)
+                try:
+                    real(store)
+                finally:
+                    del store._renames_durable
+
             cells = [("update_many, loose refs", real), ("update_many, packed-refs", lambda: real(prefs)),
+                     ("update_many, loose refs, second syncfs (before)", lambda: second_syncfs(refs)),
+                     ("update_many, packed-refs, second syncfs (before)", lambda: second_syncfs(prefs)),
                      ("rename-over", rename_over),
                      ("rename + fsync dir", lambda: rename_over(True)), ("exchange", exch)]
             for k in sizes:

@@ -105,7 +105,10 @@ async def cell(direct: str, proxies: dict[str, str], *, stream: bool, conc: int,
     return out
 
 
-async def sustained(proxy: str, clients: int, calls: int) -> float:
+async def sustained(proxy: str, clients: int, calls: int, path: str = "/v1/chat/completions") -> float:
+    """Seconds for ``calls`` stateless calls by ``clients`` concurrent clients. ``path``
+    ``/v1/embeddings``: the same request bodies to a path the proxy relays and does not log
+    (the fake answers a short JSON; the client adds an answer of its own to the history)."""
     t0 = time.perf_counter()
     async with httpx.AsyncClient(timeout=60) as client:
         async def worker(k: int) -> None:
@@ -114,8 +117,10 @@ async def sustained(proxy: str, clients: int, calls: int) -> float:
                 hist += [{"role": "user", "content": f"c{k} warm {j}"}, {"role": "assistant", "content": f"a {j}"}]
             for i in range(calls // clients):
                 hist.append({"role": "user", "content": f"c{k} q{i}"})
-                r = await client.post(proxy + "/v1/chat/completions", json={"model": "gpt-fake", "messages": hist})
-                hist.append(r.json()["choices"][0]["message"])
+                r = await client.post(proxy + path, json={"model": "gpt-fake", "messages": hist})
+                assert r.status_code == 200, r.text
+                doc = r.json()
+                hist.append(doc["choices"][0]["message"] if "choices" in doc else {"role": "assistant", "content": f"r {i}"})
 
         await asyncio.gather(*(worker(k) for k in range(clients)))
     return time.perf_counter() - t0
@@ -235,12 +240,15 @@ from convgit.serve.spool import read_frames
 store, frames, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
 records = [decode_record(f) for f in read_frames(Path(frames))]
 repo = Repository.open(Path(store) / ".convgit")
-rec = Recorder(repo)
-t = time.perf_counter()
+try:  # the serve committer's: HEAD left to it when idle (a code that has it)
+    rec = Recorder(repo, follow_head=False)
+except TypeError:
+    rec = Recorder(repo)
+t, c = time.perf_counter(), time.process_time()
 for i in range(0, len(records), batch):
     docs = rec.commit_batch(records[i:i + batch])
     assert all("not_recorded" not in d for d in docs), docs[0]
-print(len(records) / (time.perf_counter() - t))
+print(len(records) / (time.perf_counter() - t), (time.process_time() - c) * 1000 / len(records))
 """
 
 
@@ -314,7 +322,7 @@ print(len(rest) / el, loose)
 """
 
 
-def committer_rate(base: Path, work: Path, frames: Path, batch: int, code: str | None) -> float:
+def committer_rate(base: Path, work: Path, frames: Path, batch: int, code: str | None) -> tuple[float, float]:
     """Logging capacity: the committer alone (``Recorder.commit_batch``: build each record,
     commit the batch, fsync on) on spooled calls, in batches of ``batch`` (512: a committer
     behind a burst; 32: one keeping up with 32 clients), on a copy of ``base``; calls/s."""
@@ -324,7 +332,8 @@ def committer_rate(base: Path, work: Path, frames: Path, batch: int, code: str |
     p = subprocess.run([sys.executable, "-c", COMMITTER, str(work), str(frames), str(batch)], env=env,
                        capture_output=True, text=True, check=True, cwd=str(work.parent))
     shutil.rmtree(work)
-    return float(p.stdout.strip().splitlines()[-1])
+    rate, cpu = p.stdout.strip().splitlines()[-1].split()
+    return float(rate), float(cpu)
 
 
 def prefill(store: Path, conversations: int) -> None:
@@ -342,6 +351,12 @@ def prefill(store: Path, conversations: int) -> None:
         repo.close()
 
 
+def _cpu_of(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used, all its threads (Linux /proc)."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def serve_env(code: str | None) -> dict | None:
     """The environment that makes the proxy run the convgit at ``code`` (a source tree)."""
     return None if code is None else {"PYTHONPATH": code}
@@ -352,7 +367,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=400, help="calls per latency cell (each made directly and via the proxy)")
     ap.add_argument("--sustained", type=int, default=2000, help="calls of the sustained-rate run")
     ap.add_argument("--parts", default="latency,sustained,capture",
-                    help="which parts to run (comma-separated: latency, sustained, committer, packed, growth, drain, capture, llm)")
+                    help="which parts to run (comma-separated: latency, sustained, relay, committer, packed, growth, drain, capture, llm)")
     ap.add_argument("--sizes", default="0", help="sustained: conversations already in the store (comma-separated)")
     ap.add_argument("--rounds", type=int, default=1, help="sustained: runs per size and code (interleaved; medians)")
     ap.add_argument("--before", default=None,
@@ -389,6 +404,7 @@ def main() -> None:
             # a store per size, copied for each run; raw bodies kept (the default), fsync on
             codes = [("after", None)] + ([("before", args.before)] if args.before else [])
             rates: dict[tuple[int, str], list[float]] = {}
+            cpus: dict[tuple[int, str], list[float]] = {}
             for size in (int(x) for x in args.sizes.split(",")):
                 prefill(tmp / f"base-{size}", size)
                 for rnd in range(args.rounds):
@@ -402,23 +418,61 @@ def main() -> None:
                         shutil.copytree(tmp / f"base-{size}", tmp / "s")
                         sp = ServeProcess(tmp / "s", up.url, env=serve_env(code))
                         url = sp.wait_listening()
+                        c0 = _cpu_of(sp.proc.pid)
                         answered = asyncio.run(sustained(url, 32, args.sustained))
                         t0 = time.perf_counter()
                         n = (args.sustained // 32) * 32
                         sp.wait_calls(n, timeout=600)
                         logged = answered + (time.perf_counter() - t0)
+                        cpu = (_cpu_of(sp.proc.pid) - c0) * 1000 / n  # the server process, all threads
                         sp.stop()
                         shutil.rmtree(tmp / "s")
                         rate = n / logged
                         rates.setdefault((size, name), []).append(rate)
+                        cpus.setdefault((size, name), []).append(cpu)
                         print(json.dumps({"code": name, "store_conversations": size, "sustained_calls": n,
                                           "answered_s": round(answered, 2), "all_logged_s": round(logged, 2),
-                                          "calls_per_s_logged": round(rate, 1)}), flush=True)
+                                          "calls_per_s_logged": round(rate, 1), "proxy_cpu_ms_per_call": round(cpu, 2)}),
+                              flush=True)
                 shutil.rmtree(tmp / f"base-{size}")
-            print("\n| store (conversations) | code | runs | calls/s logged (median) |")
-            print("|---|---|---|---|")
+            print("\n| store (conversations) | code | runs | calls/s logged (median) | proxy CPU ms per call (median) |")
+            print("|---|---|---|---|---|")
             for (size, name), xs in rates.items():
-                print(f"| {size:,} | {name} | {len(xs)} | {statistics.median(xs):.0f} |")
+                c = cpus.get((size, name))
+                print(f"| {size:,} | {name} | {len(xs)} | {statistics.median(xs):.0f} | "
+                      f"{statistics.median(c):.2f} |" if c else f"| {size:,} | {name} | {len(xs)} | {statistics.median(xs):.0f} | - |")
+        if "relay" in parts:
+            # Is the relaying the ceiling? In each round, in rotation: the upstream directly,
+            # the proxy on a path it relays without logging (nothing spooled or committed),
+            # and the proxy logging every call (until each one is committed).
+            relay: dict[str, list[tuple[float, float]]] = {}
+            n = (args.sustained // 32) * 32
+            for rnd in range(args.rounds):
+                convgit.init(tmp / "r").close()
+                sp = ServeProcess(tmp / "r", up.url)
+                url = sp.wait_listening()
+                pid = sp.proc.pid
+                kinds = [("direct", up.url, "/v1/chat/completions"), ("proxy, not logged", url, "/v1/embeddings"),
+                         ("proxy, logged", url, "/v1/chat/completions")]
+                for kind, target, path in (kinds if rnd % 2 == 0 else kinds[::-1]):
+                    c0, w0 = _cpu_of(pid), time.perf_counter()
+                    answered = asyncio.run(sustained(target, 32, args.sustained, path))
+                    if kind == "proxy, logged":
+                        sp.wait_calls(n, timeout=600)  # (the only logged calls of this server)
+                    el = time.perf_counter() - w0
+                    cpu = _cpu_of(pid) - c0 if target == url else 0.0
+                    relay.setdefault(kind, []).append((n / el, cpu * 1000 / n))
+                    print(json.dumps({"relay": kind, "round": rnd, "calls": n, "answered_s": round(answered, 2),
+                                      "done_s": round(el, 2), "calls_per_s": round(n / el, 1),
+                                      "proxy_cpu_ms_per_call": round(cpu * 1000 / n, 2)}), flush=True)
+                sp.stop()
+                sp = None
+                shutil.rmtree(tmp / "r")
+            print("\n| what | runs | calls/s (median) | proxy process CPU ms per call (median) |")
+            print("|---|---|---|---|")
+            for kind, xs in relay.items():
+                print(f"| {kind} | {len(xs)} | {statistics.median(x[0] for x in xs):.0f} | "
+                      f"{statistics.median(x[1] for x in xs):.2f} |")
         if "drain" in parts:
             codes = [("after", None)] + ([("before", args.before)] if args.before else [])
             records = sustained_records(args.sustained)
@@ -449,15 +503,17 @@ def main() -> None:
                 for rnd in range(args.rounds):
                     for batch in (512, 32):
                         for name, code in (codes if rnd % 2 == 0 else codes[::-1]):
-                            rate = committer_rate(tmp / f"base-{size}", tmp / "c", frames, batch, code)
-                            crates.setdefault((size, batch, name), []).append(rate)
+                            rate, cpu = committer_rate(tmp / f"base-{size}", tmp / "c", frames, batch, code)
+                            crates.setdefault((size, batch, name), []).append((rate, cpu))
                             print(json.dumps({"committer": name, "store_conversations": size, "batch": batch,
-                                              "calls_per_s": round(rate, 1)}), flush=True)
+                                              "calls_per_s": round(rate, 1), "cpu_ms_per_call": round(cpu, 3)}),
+                                  flush=True)
                 shutil.rmtree(tmp / f"base-{size}")
-            print("\n| store (conversations) | batch | code | runs | calls committed per s (median) |")
-            print("|---|---|---|---|---|")
+            print("\n| store (conversations) | batch | code | runs | calls committed per s (median) | CPU ms per call (median) |")
+            print("|---|---|---|---|---|---|")
             for (size, batch, name), xs in crates.items():
-                print(f"| {size:,} | {batch} | {name} | {len(xs)} | {statistics.median(xs):.0f} |")
+                print(f"| {size:,} | {batch} | {name} | {len(xs)} | {statistics.median(x[0] for x in xs):.0f} "
+                      f"| {statistics.median(x[1] for x in xs):.2f} |")
         if "packed" in parts:
             from convgit.serve.record import encode_record
             from convgit.serve.spool import frame

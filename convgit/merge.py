@@ -504,7 +504,7 @@ class _RollbackFailed(Exception):
 
 
 def _apply(tx, plan) -> None:
-    """Move every ref of the plan, in batches (RefStore.update_many: two syncfs per 256
+    """Move every ref of the plan, in batches (RefStore.update_many: a syncfs and the directories' fsyncs per 256
     threads, not four fsyncs per move); on failure, put back the ones already moved."""
     moves = [m for m in (_move_for(tx.repo, e) for e in plan) if m is not None]
     first, rest = [NOT_APPLIED] * len(moves[:1]), [NOT_APPLIED] * len(moves[1:])

@@ -196,6 +196,9 @@ class PackedLogsReader:
                 raise _corrupt("a directory line does not parse")
             self.chunks.append((int(f[0]), int(f[1]), int(f[2]), f[3], f[4]))
         self._firsts = [c[3].encode() for c in self.chunks]
+        # name -> (text length, its entry without the text) of every entry of a chunk read so
+        # far, kept when the chunk's text is dropped: sizing a thread's log needs no chunk again.
+        self._heads: dict[str, tuple[int, PackedLog] | None] = {}
 
     def __del__(self) -> None:
         close, self._close = getattr(self, "_close", None), None
@@ -211,6 +214,8 @@ class PackedLogsReader:
             except self._zstd.ZstdError as e:
                 raise _corrupt(f"chunk {i} does not decompress ({e})") from None
             got = {e.name: e for e in parse_chunk(text)}
+            for e in got.values():
+                self._heads[e.name] = (len(e.data), PackedLog(e.name, b"", e.ino, e.absorbed, e.digest))
             # Kept by size, not count: a bulk creation looks up names in every chunk, then
             # rewrites every chunk it touched (random conversation ids touch them all), and
             # with a few chunks kept it parsed each twice.
@@ -230,6 +235,14 @@ class PackedLogsReader:
         if i < 0 or key > self.chunks[i][4].encode():
             return None
         return self._chunk(i).get(name)
+
+    def head(self, name: str) -> tuple[int, PackedLog] | None:
+        """(length of the packed text, the entry with its text left out) of thread ``name``,
+        or None: its chunk is read once per reader, not again when its text is dropped."""
+        if name not in self._heads:
+            if self.get(name) is None:
+                self._heads[name] = None
+        return self._heads[name]
 
     def __iter__(self) -> Iterator[PackedLog]:
         for i in range(len(self.chunks)):

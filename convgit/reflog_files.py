@@ -97,15 +97,48 @@ class ReflogFiles:
             pl = now  # replaced while the loose file was read: again, with the new one
 
     def log_size(self, name: str) -> int:
-        """The byte length of ``log_bytes(name)`` (what the index remembers it has read)."""
-        if self.packed_logs() is None:
-            try:
-                size = os.stat(self.log_path(name)).st_size
-            except (FileNotFoundError, NotADirectoryError):
-                size = 0
-            if self.packed_logs() is None:  # (still none: no packing took the file meanwhile)
-                return size
-        return len(self.log_bytes(name))
+        """The byte length of ``log_bytes(name)`` (what the index remembers it has read),
+        reading none of its lines (``log_tail`` from past the end)."""
+        return self.log_tail(name, 1 << 62)[1]
+
+    def log_tail(self, name: str, offset: int) -> tuple[bytes, int]:
+        """(``log_bytes(name)[offset:]``, ``len(log_bytes(name))``), reading of the loose file
+        only that tail: what the index reads after a move (it remembers how far it read), so
+        indexing a move of a thread with a long reflog costs its new lines, not the whole
+        reflog (O(new turns), not O(calls the thread ever had)). The same one-instant rule
+        as ``log_bytes``: ``packed-logs`` looked at before and after the loose file is read,
+        again if it was replaced in between. The packed part is the packed entry's text (its
+        chunk decompressed, as ``log_bytes`` does) when the tail starts in it; else only its
+        length is needed, which the reader keeps once it has read the chunk."""
+        pl = self.packed_logs()
+        while True:
+            head = pl.head(name) if pl is not None else None
+            plen, packed = head if head is not None else (0, None)
+            tail, loose_len = self._loose_tail(name, packed, max(0, offset - plen))
+            now = self.packed_logs()
+            if now is pl:
+                if offset < plen:  # (a catch-up from before the packing: its text is needed)
+                    tail = pl.get(name).data[offset:] + tail
+                return tail, plen + loose_len
+            pl = now  # replaced while the loose file was read: again, with the new one
+
+    def _loose_tail(self, name: str, packed: PackedLog | None, offset: int) -> tuple[bytes, int]:
+        """(the loose reflog of ``name`` from byte ``offset`` of what it adds to ``packed``,
+        the length of what it adds): its bytes past the first ``absorbed`` when ``packed``
+        absorbed this very file (their digest decides, as in ``log_bytes``); only those read."""
+        try:
+            with open(self.log_path(name), "rb") as f:
+                st = os.fstat(f.fileno())
+                skip = 0
+                if packed is not None and packed.ino and st.st_ino == packed.ino:
+                    skip = absorbed_skip(packed, st.st_ino, f.read(packed.absorbed))
+                if skip + offset >= st.st_size:  # nothing past it (a size asked: log_size)
+                    return b"", max(0, st.st_size - skip)
+                f.seek(skip + offset)
+                tail = f.read()  # to the end as it is now (an append may be under way)
+                return tail, offset + len(tail)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return b"", 0
 
     def has_log(self, name: str) -> bool:
         """Whether thread ``name`` has a live reflog (loose or packed)."""

@@ -62,6 +62,7 @@ JOURNAL_ROTATE = 8 * 1024 * 1024  # a refs journal longer than this: the next wr
 # replaces (benchmarks/bench_ref_moves.py: a 1 MB packed-refs ~4-8 ms, a rename 0.2-1.2 ms).
 PACKED_MOVES_MIN = 4
 PACKED_BYTES_PER_MOVE = 64 * 1024
+RENAME_DIRS_MAX = 4  # a batch's renames in at most this many directories: fsynced each, else a syncfs
 
 
 @dataclass(frozen=True)
@@ -361,7 +362,8 @@ class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation):
 
         Each batch of up to BATCH_REFS threads is locked (in name order), checked, and given
         its reflog lines and temp ref files; one syncfs makes those durable; the temp files
-        are renamed over the refs; one more syncfs makes the renames durable. So every ref
+        are renamed over the refs; an fsync of each directory they are in (one more syncfs
+        when they are in more than RENAME_DIRS_MAX) makes the renames durable. So every ref
         file is whole at any instant (its content was durable before its rename) and a power
         loss keeps, per thread, the old tip or the new one; a reflog line may name a move a
         power loss undid, as with a single update. Two syncs per batch instead of four fsyncs
@@ -515,13 +517,32 @@ class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation):
                     for path, old in repacked[4]:
                         fsio.unlink(path)
                         repacked[3].append((path, old))
-                fsio.sync_filesystem(self.root)  # the renames durable
+                self._renames_durable(staged, repacked)
                 crash_point("ref_after_rename")
             except StorageFailed:
                 self._undo_batch(moves, staged, logged, repacked)
                 for i in batch:
                     results[i] = NOT_APPLIED
                 raise
+
+    def _renames_durable(self, staged, repacked) -> None:
+        """The commit point of a batch: its renames (and unlinks) made durable. Everything
+        else they depend on (reflog lines, temp refs, packed-refs, new directories) was made
+        durable by the batch's syncfs before them, so what is left is directory entries: an
+        fsync of each directory they changed, as a single move does (docs/format.md §6.2),
+        when they are few (RENAME_DIRS_MAX: a batch of flat thread names changes one or
+        two); else one more syncfs. A syncfs also flushes every other writer's dirty data on
+        the file system, which a directory fsync does not wait for: on a loaded disk it is
+        the costlier of the two (docs/performance.md "Fifth version")."""
+        dirs = {str(path.parent) for _, path, *_ in staged}
+        if repacked:
+            dirs.add(str(self.root))  # packed-refs
+            dirs.update(str(path.parent) for path, _ in repacked[4])  # unlinked loose refs
+        if len(dirs) > RENAME_DIRS_MAX:
+            fsio.sync_filesystem(self.root)
+            return
+        for d in sorted(dirs):
+            fsio.fsync_dir(d)
 
     def _stage_loose(self, moves, i: int, path: Path, old: str | None, staged: list) -> None:
         """The temp ref file of move ``i``, renamed over its ref after the batch's syncfs."""

@@ -50,6 +50,21 @@ def all_logs(repo) -> dict[str, list]:
     return {n: repo.refs.read_log(n) for n in repo.refs.iter_names()}
 
 
+def tails_disagree(repo) -> list:
+    """Where ``log_tail`` (what the index reads after a move) differs from the whole log cut
+    at that byte: at every line boundary, mid-line, at the end and past it. Empty: none."""
+    bad = []
+    for n in repo.refs.live_log_names():
+        data = repo.refs.log_bytes(n)
+        cuts = {0, 1, len(data) // 2, len(data), len(data) + 7} | {i + 1 for i, b in enumerate(data) if b == 10}
+        for k in sorted(cuts):
+            if repo.refs.log_tail(n, k) != (data[k:], len(data)):
+                bad.append((n, k))
+        if repo.refs.log_size(n) != len(data):
+            bad.append((n, "size"))
+    return bad
+
+
 # -- the packing ------------------------------------------------------------------------------------
 
 
@@ -144,6 +159,7 @@ def test_a_kill_at_every_step_of_the_packing_loses_nothing(tmp_path, point):
     with Repository.open(tmp_path / "s" / ".convgit") as repo:
         assert repo.refs.read_all() == tips
         assert all_logs(repo) == logs  # every line once: none lost, none read twice
+        assert tails_disagree(repo) == []  # (after pack_logs_after_rename: absorbed loose files)
         assert [p.message for p in fsck(repo).errors] == []
         t = commit(repo, {"messages": conv("c", "c2")}, thread="c").tip
         logs["c"] = repo.refs.read_log("c")
@@ -267,6 +283,51 @@ def test_a_reader_paused_across_two_packings_reads_the_log_as_it_was_at_one_inst
     assert paused and msgs in (["m0", "m1"], ["m0", "m1", "m2"]), msgs
     assert [e.message for e in reader.refs.read_log("a")] == ["m0", "m1", "m2"]
     assert reader.refs.log_size("a") == len(repo.refs.log_bytes("a"))
+
+
+@pytest.mark.parametrize("offset", ["start", "end_of_m0"])
+@pytest.mark.parametrize("pause", ["after_loose_read", "before_loose_read"])
+def test_a_tail_reader_paused_across_two_packings_reads_the_tail_of_one_instant(repo, monkeypatch, offset, pause):
+    """The same pause for ``log_tail`` (the index's read after a move): paused just before or
+    after it reads the loose file's tail, across a packing, a move and another packing. The tail it
+    returns, and the length, are those of the log at one instant of its read: from the start
+    m0 m1 or m0 m1 m2; from the end of m0's line m1 or m1 m2; never a line twice."""
+    t1 = commit(repo, {"messages": conv("a")}, thread="a").tip
+    t2 = commit(repo, {"messages": conv("a", "2")}, thread="a").tip
+    repo.refs.update("a", None, message="x")
+    repo.refs.update("a", t1, expected=None, message="m0")
+    with repo.exclusive_lock():
+        repo.pack_refs()  # m0 packed
+    k = 0 if offset == "start" else len(repo.refs.log_bytes("a"))
+    repo.refs.update("a", t2, message="m1")  # m1 in a loose file
+    reader = Repository.open(repo.path)
+    real = reader.refs._loose_tail
+    paused = []
+
+    def meanwhile() -> None:
+        paused.append(True)
+        with repo.exclusive_lock():
+            repo.pack_refs()  # m1 absorbed, its loose file unlinked
+        repo.refs.update("a", t1, message="m2")  # a new loose file
+        with repo.exclusive_lock():
+            repo.pack_refs()  # m2 absorbed: the marker names the new file
+
+    def loose_tail(*a):
+        if not paused and pause == "before_loose_read":
+            meanwhile()
+        got = real(*a)
+        if not paused and pause == "after_loose_read":
+            meanwhile()
+        return got
+
+    monkeypatch.setattr(reader.refs, "_loose_tail", loose_tail)
+    tail, size = reader.refs.log_tail("a", k)
+    msgs = [e.message for e in convgit.refs.parse_log(tail)]
+    want = (["m0", "m1"], ["m0", "m1", "m2"]) if k == 0 else (["m1"], ["m1", "m2"])
+    assert paused and msgs in want, msgs
+    assert size == k + len(tail)
+    assert tails_disagree(reader) == []
+    reader.close()
 
 
 def _writer(path: str, me: int, rounds: int, q) -> None:
@@ -405,6 +466,7 @@ def test_pack_and_unpack_of_refs_and_reflogs_in_a_store_is_lossless(tmp_path_fac
             assert [e.message for e in convgit.refs.read_log_file(archived)] == want.pop(name) + [f"d{i}"]
         for n, msgs in want.items():
             assert [e.message for e in repo.refs.read_log(n)] == msgs
+        assert tails_disagree(repo) == []
     assert sorted(n for n in repo.refs.iter_names() if not n.startswith("seed-")) == sorted(want)
     repo.close()
 

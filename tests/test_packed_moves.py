@@ -117,21 +117,27 @@ def test_a_failing_sync_leaves_every_thread_and_reflog_as_it_was(tmp_path, monke
     before, loose_before = _state(repo), _loose(repo)
     pr = repo.path / "packed-refs"
     packed_before = pr.read_bytes() if pr.exists() else None
-    real = fsio.sync_filesystem
+    real, real_dir = fsio.sync_filesystem, fsio.fsync_dir
     calls = []
 
-    def failing(path):
-        calls.append(path)
-        if len(calls) == 2:  # the sync after the renames: packed-refs is already renamed in
-            raise StorageFailed("injected: syncfs failed")
-        return real(path)
+    def renamed_in() -> bool:  # every temp file of the batch renamed in (packed-refs, or refs)
+        return not [p for p in repo.path.rglob("*") if p.name.startswith(fsio.TMP_PREFIX)]
+
+    def failing(path, kind="syncfs"):
+        calls.append(kind)
+        if "syncfs" in calls[:-1] and renamed_in():  # the sync after the renames (a directory's fsync, or a syncfs)
+            calls.append("failed")
+            raise StorageFailed(f"injected: {kind} failed")
+        return (real if kind == "syncfs" else real_dir)(path)
 
     monkeypatch.setattr(fsio, "sync_filesystem", failing)
+    monkeypatch.setattr(fsio, "fsync_dir", lambda path: failing(path, "fsync_dir"))
     with pytest.raises(StorageFailed):
         repo.refs.update_many([refs_mod.RefMove(f"p{j}", repo.refs.read(f"p{(j + 1) % 8}"), expected=repo.refs.read(f"p{j}"),
                                                 message="swap") for j in range(8)])
     monkeypatch.setattr(fsio, "sync_filesystem", real)
-    assert len(calls) == 2
+    monkeypatch.setattr(fsio, "fsync_dir", real_dir)
+    assert calls[-1] == "failed" and "syncfs" in calls[:-2], calls  # (after the batch's syncfs)
     assert (pr.read_bytes() if pr.exists() else None) == packed_before and _loose(repo) == loose_before
     assert _state(repo) == before
     assert not [p for p in repo.path.rglob("*") if p.name.startswith(fsio.TMP_PREFIX)]

@@ -651,13 +651,18 @@ class IndexWriter(RunningTotals, TurnRows):
 
     def _index_thread(self, reader: "Reader", name: str, tip: str, log_offset: int) -> None:
         db = self.db
-        size = self._log_size(name)
+        written = getattr(self, "_written", {}).get(name)
+        if written is not None:  # just created by this transaction: its whole reflog, in memory
+            tail, size = written[1][log_offset:], len(written[1])
+        else:  # only what was appended since the index last read it (O(new lines), not O(reflog))
+            tail, size = self.repo.refs.log_tail(name, log_offset)
         if size < log_offset:  # rewritten (expired) reflog: read it all again
             log_offset = 0
+            tail = written[1] if written is not None else self.repo.refs.log_tail(name, 0)[0]
         first_time = None
         if log_offset == 0:
             db.execute("DELETE FROM threads WHERE name=?", (name,))
-        entries, consumed = self._index_log(reader, name, None, log_offset)  # (a live reflog: read by name)
+        entries, consumed = self._index_log(reader, name, None, log_offset, raw=tail)  # (a live reflog)
         self._note_renames(entries)
         size = log_offset + consumed
         row = self._thread_row(name)
@@ -708,18 +713,21 @@ class IndexWriter(RunningTotals, TurnRows):
                 name = new
         return name
 
-    def _index_log(self, reader: "Reader", thread: str | None, path: Path, offset: int):
-        """Index the turns a reflog names, from byte ``offset``. Returns (entries, bytes used).
+    def _index_log(self, reader: "Reader", thread: str | None, path: Path, offset: int, *, raw: bytes | None = None):
+        """Index the turns a reflog names, from byte ``offset`` (``raw``: its bytes from there,
+        already read). Returns (entries, bytes used).
 
         A writer appends its reflog line *before* it renames the ref, so the newest lines may
         describe moves not visible yet. Lines are used up to the last one whose new tip is
         indexed; the rest wait for the next catch-up (their messages are not indexed yet, so
         their turns could not be placed on them).
         """
-        if thread is not None and thread in getattr(self, "_written", ()):
+        if raw is not None:
+            pass
+        elif thread is not None and thread in getattr(self, "_written", ()):
             raw = self._written[thread][1][offset:]  # just created by this transaction (record_moves)
         elif thread is not None:
-            raw = self.repo.refs.log_bytes(thread)[offset:]  # a live reflog: packed part, then loose
+            raw = self.repo.refs.log_tail(thread, offset)[0]  # a live reflog: packed part, then loose
         else:
             try:
                 with open(path, "rb") as f:

@@ -47,10 +47,17 @@ _HISTORY_CACHE = 4096
 _STORED_TIPS = 65536  # tips remembered as stored (the hole check's hint)
 _HINT_REACH = 16
 _MAX_BATCH = 512
+# A batch smaller than this waits up to GATHER_SECONDS for more calls before it is committed:
+# the clients were answered already (the spool holds their calls), and in one process with
+# the proxy every batch's fixed cost (a transaction, its syncs, the index) is CPU the relay
+# does not get; a committer that keeps up with small batches makes the proxy answer slower.
+GATHER_CALLS = 64
+GATHER_SECONDS = 0.05
 _EMBED_BACKOFF = (5.0, 300.0)  # seconds a failing provider is left alone: first, at most (doubling)
 _WARN_EVERY = 60.0  # the same kind of embedding warning at most this often in the server's log
 GC_CHECK_SECONDS = 30.0  # the committer looks at most this often whether gc --auto would act
 LOOSE_CHECK_SECONDS = 5.0  # ... and, when idle, at most this often whether loose objects should be packed
+HEAD_EVERY_SECONDS = 1.0  # HEAD follows the last call at most this often (and this long after it at most)
 
 
 class Recorder:
@@ -58,8 +65,13 @@ class Recorder:
     runs it). ``on_call(summary)`` is told about each call once it is recorded or refused."""
 
     def __init__(self, repo, *, on_call: Callable[[dict], None] | None = None,
-                 prebuilt: "Prebuilt | None" = None, cache: PrefixCache | None = None) -> None:
+                 prebuilt: "Prebuilt | None" = None, cache: PrefixCache | None = None,
+                 follow_head: bool = True) -> None:
         self.repo = repo
+        # HEAD follows the thread of the last call in each batch's transaction (True), or is
+        # left to the caller (False: the Committer moves it, at most once a second: ``last_thread``).
+        self.follow_head = follow_head
+        self.last_thread: str | None = None  # the thread of the last call committed
         self.prebuilt = prebuilt if prebuilt is not None else Prebuilt()  # calls built by the proxy
         self.cache = cache if cache is not None else PrefixCache()  # prefixes parsed and hashed (prefix.py)
         self.on_call = on_call or (lambda doc: None)
@@ -154,6 +166,10 @@ class Recorder:
         self._hint([b for _, b in ok])
         results = self._commit_all([b for _, b in ok], blobs) if ok else []
         self._learn([b for _, b in ok], results)
+        for res in reversed(results):
+            if getattr(res, "thread", None):
+                self.last_thread = res.thread
+                break
         if any(getattr(res, "new_messages", 0) for res in results):
             self.unembedded = True
         res_of = {id(b): res for (_, b), res in zip(ok, results)}
@@ -210,13 +226,13 @@ class Recorder:
         follows the batch (``embed_written``), as for the calls committed together."""
         payload = api.to_payload(self.repo, b.payload)
         if b.thread is None:
-            return commit_payload(self.repo, payload, move_head=True)
+            return commit_payload(self.repo, payload, move_head=self.follow_head)
         try:
-            return commit_payload(self.repo, payload, thread=b.thread, on_conflict="fork", move_head=True)
+            return commit_payload(self.repo, payload, thread=b.thread, on_conflict="fork", move_head=self.follow_head)
         except (AmbiguousThread, RefExists):
             # The same messages in another order, or a name this store cannot take (``a`` beside
             # threads ``a/…``): never refused, the call is kept on a thread of its own.
-            return commit_payload(self.repo, payload, move_head=True)
+            return commit_payload(self.repo, payload, move_head=self.follow_head)
         except RETRY:
             raise
         except ConvgitError as e:
@@ -228,7 +244,7 @@ class Recorder:
         A call the batch cannot take (a named thread holding these messages in another order,
         a name in the way) makes each call commit alone, so the others are kept."""
         try:
-            return commit_many(self.repo, [b.payload for b in built], move_head=True,
+            return commit_many(self.repo, [b.payload for b in built], move_head=self.follow_head,
                                           threads=[b.thread for b in built], on_conflict="fork",
                                           chains=[b.chain for b in built], blobs=blobs)
         except RETRY:
@@ -393,18 +409,37 @@ class Committer:
             self.warn(f"the store cannot be opened ({e}); calls are spooled, not committed")
             self.drained_leftovers.set()
             return
-        recorder = Recorder(repo, on_call=self.on_call, prebuilt=self.prebuilt, cache=self.prefix)
+        # HEAD is moved by this thread at most once a HEAD_EVERY_SECONDS (``_follow_head``),
+        # not in every batch's transaction: under load the last call's thread changes from
+        # batch to batch, and each HEAD write is two syncs. Nothing durable depends on HEAD
+        # (docs/format.md §2.3).
+        recorder = Recorder(repo, on_call=self.on_call, prebuilt=self.prebuilt, cache=self.prefix,
+                            follow_head=False)
         try:
             self._drain_leftovers(recorder)
+            self._follow_head(repo, recorder)
             self.drained_leftovers.set()
             while True:
                 with self._cond:
                     while not self._queue and not self._stop:
                         self.idle.set()
-                        self._cond.wait()
+                        if recorder.last_thread is None:
+                            self._cond.wait()
+                            continue
+                        left = self._head_at + HEAD_EVERY_SECONDS - time.monotonic()
+                        if left <= 0:
+                            break  # a HEAD move is due
+                        self._cond.wait(left)
+                    end = time.monotonic() + GATHER_SECONDS
+                    while self._queue and len(self._queue) < GATHER_CALLS and not self._stop:
+                        left = end - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)  # (deliver notifies: more calls came)
                     batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
                     stop = self._stop
                 if not batch:
+                    self._follow_head(repo, recorder)  # (due, or stopping)
                     if stop:
                         return
                     continue
@@ -423,6 +458,8 @@ class Committer:
                 self._auto_gc(repo, recorder)  # (after the embedding: the batch's own work first)
                 with self._cond:
                     idle = not self._queue and not self._stop
+                if stop or time.monotonic() - self._head_at >= HEAD_EVERY_SECONDS:
+                    self._follow_head(repo, recorder)
                 if idle:
                     self._compact(repo)
         finally:
@@ -471,6 +508,32 @@ class Committer:
             with self._cond:
                 if self._stop:
                     stop = True
+
+    _head_at = float("-inf")  # (monotonic) when _follow_head last ran
+    _head_warned = False
+
+    def _follow_head(self, repo, recorder: Recorder) -> None:
+        """The HEAD rule for the calls committed since the last look: HEAD names the thread of
+        the last one (if it still exists), as a commit moving HEAD would have left it; written
+        only when it changes (the replace protocol, docs/format.md §2.3). A HEAD that cannot
+        be read or written is a warning (once): the calls are in the store either way."""
+        self._head_at = time.monotonic()
+        thread, recorder.last_thread = recorder.last_thread, None
+        if thread is None:
+            return
+        from ..transaction import move_head, thread_exists
+
+        try:
+            with repo.write_lock():  # (gc, which may delete the thread, waits)
+                head = repo.refs.read_head()
+                warning = move_head(repo, thread, head) if thread_exists(repo, thread) else None
+        except RETRY as e:
+            warning = f"HEAD not moved to {thread} ({getattr(e, 'message', e)})"
+        except ConvgitError as e:  # an unreadable HEAD: left as it is (convgit switch writes it)
+            warning = f"HEAD not moved to {thread}: {e.message}"
+        if warning and not self._head_warned:
+            self._head_warned = True
+            self.warn(warning)
 
     _gc_checked = float("-inf")  # (monotonic) when _auto_gc last looked
 

@@ -153,15 +153,18 @@ class SpoolWriter:
 
     def committed(self, segment: Segment | None, ids: list[str]) -> None:
         """The calls ``ids`` of ``segment`` are in the store: noted in its sidecar (so a server
-        that dies before the segment goes does not commit them again), counted."""
+        that dies before the segment goes skips them without building them again), counted.
+        The note is not fsynced: it is a shortcut, never what decides. A leftover segment's
+        calls are always committed with the store's own check (``Recorder.recorded_already``:
+        the ``call:<id>`` alias, the reflogs read back from the tips), so a note a power loss
+        took only costs that check; a note that survived the loss of what it names cannot
+        exist, since it is written after the batch's commit point (kill -9 loses neither)."""
         if segment is None or not ids:
             return
         try:
             fd = os.open(done_path(segment.path), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
             try:
                 os.write(fd, "".join(f"{i}\n" for i in ids).encode())
-                if self.fsync:
-                    fsio.fsync_fd(fd, segment.path)
             finally:
                 os.close(fd)
         except Exception as e:  # the store's own check (the call:<id> alias) still holds
