@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from .errors import (InvalidRefName, NotFound, ObjectCorrupt, ObjectMissing, Ref
 from .ids import check_thread_name, is_oid, short
 from .packedlogs import PACKED_LOGS, PackedLogsReader
 from .ref_create import BULK_CREATE_MIN, RefCreation
+from .ref_journal import JOURNAL, JOURNAL_ARCHIVE, RefJournal  # noqa: F401 (re-exported)
 from .ref_packing import RefPacking
 from .reflog_files import ReflogFiles
 from .ref_renames import RENAME_INTENT, RefRenames  # noqa: F401 (RENAME_INTENT re-exported)
@@ -50,8 +50,6 @@ from .refformat import (  # noqa: F401 (re-exported: the formats live in refform
 )
 
 ANY = object()  # "do not check the old value"
-JOURNAL = "journal"  # logs/journal: the names of threads about to change, one per line
-JOURNAL_ARCHIVE = "archive "  # a journal line naming a reflog about to be archived (RefStore.journal_archive)
 BATCH_REFS = 256  # threads locked and moved together by update_many
 NOT_APPLIED = object()  # update_many: a move not made
 AUTO_PACK_LOOSE = 1024  # more loose refs than this after a write: the writer packs them (§6.4)
@@ -82,7 +80,7 @@ class RefMove:
     steps: tuple[tuple[str, str | None, str], ...] = ()
 
 
-class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation):
+class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation, RefJournal):
     """The refs of one store: a file per thread under ``refs/threads/``, HEAD, and a reflog
     per thread. Every move is a compare-and-swap under the thread's lock (docs/format.md §6.2)."""
 
@@ -736,49 +734,6 @@ class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation):
         t = time_ms if time_ms is not None else int(time.time() * 1000)
         self.journal([name])
         fsio.append_line(self.log_path(name), format_reflog_line(old, new, t, turn, message), fsync=self.fsync)
-
-    def journal(self, names) -> None:
-        """Note in ``logs/journal`` that these threads are about to change (docs/format.md
-        §4): appended before the reflog line and the ref move, so that the index, which
-        remembers how much of the journal it has read, finds what moved in O(changes) instead
-        of reading every ref. Not fsynced: within one boot every process sees the line (the
-        page cache), and after a reboot (a power loss could have dropped it) the index reads
-        every ref once (Index.refresh_if_changed)."""
-        names = list(names)
-        if names:
-            self._append_journal("".join(f"{n}\n" for n in names))
-
-    def journal_archive(self, path: Path) -> None:
-        """Note in ``logs/journal`` that a reflog is about to be archived as ``path`` (under
-        ``logs/deleted``): a line ``archive <path under logs/deleted>`` (names hold no spaces,
-        so it is never a thread's), appended before the archive is written, so that the index
-        reads the turns it names as a rebuild does (docs/format.md §4 Journal). The path is
-        also kept for this thread's transaction (``take_archived``), which hands it to the
-        index itself: another process's catch-up may read the line before the file exists."""
-        rel = path.relative_to(self.deleted_logs_dir).as_posix()
-        self._append_journal(f"{JOURNAL_ARCHIVE}{rel}\n")
-        self._archived.setdefault(threading.get_ident(), []).append(rel)
-
-    def take_archived(self) -> list[str]:
-        """The reflogs this thread archived (paths under ``logs/deleted``) since it last asked."""
-        return self._archived.pop(threading.get_ident(), [])
-
-    def _append_journal(self, text: str) -> None:
-        fsio.append_line(self.journal_path, text, fsync=False)
-        me = threading.get_ident()  # (per thread: another thread's lines are another writer's)
-        self._journal_bytes[me] = self._journal_bytes.get(me, 0) + len(text.encode("utf-8"))
-
-    @property
-    def journal_bytes(self) -> int:
-        """Bytes this thread appended to the journal through this RefStore (a transaction's own
-        lines are the difference between two looks)."""
-        return self._journal_bytes.get(threading.get_ident(), 0)
-
-    def rotate_journal(self) -> None:
-        """Start an empty journal (gc, under the exclusive store lock: no writer runs). Its
-        new inode tells every index to read every ref once."""
-        if self.journal_path.exists():
-            fsio.replace_file(self.journal_path, b"", fsync=False)
 
     def restore(self, name: str, tip: str, archive: Path, *, message: str, time_ms: int | None = None,
                 exists: Callable[[str], bool] | None = None) -> None:
