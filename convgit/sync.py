@@ -130,6 +130,9 @@ def add_remote(repo, name: str, url: str, *, endpoint: str | None = None, region
     if profile is not None and (kind != "s3" or not _PROFILE_RE.match(profile)):
         raise InvalidInput(f"--profile {profile!r}: " + ("only s3:// remotes read AWS profiles" if kind != "s3"
                                                          else "not a profile name"))
+    for opt, value in (("--endpoint", endpoint), ("--region", region)):
+        if value is not None and kind != "s3":  # stored and never read: say so rather than keep it
+            raise InvalidInput(f"{opt} {value!r}: only s3:// remotes have one ({url} is a directory remote)")
     if name in load_remotes(_config(repo)):
         raise RefExists(f"remote {name!r} exists already", remote=name)
     values = {"url": url, "endpoint": endpoint, "region": region, "profile": profile}

@@ -1,13 +1,18 @@
 """Progress bars with counts for the long maintenance work (issue 11): gc, a store or bundle
 merge, bundle create/verify, reindex and export report ``(done, total)`` through the public
-API, and the CLI draws a bar from it on a terminal only (never piped, never with --json)."""
+API, and the CLI draws a bar from it on a terminal only (never piped, never with --json).
+The bars are seen through a pseudo-terminal (python's pty, tests/test_cli_terminal.run_pty)."""
 
 from __future__ import annotations
+
+import re
+import shutil
+import subprocess
 
 import pytest
 
 import convgit
-from cli_helpers import cli, dumps, env, ok, proj, run  # noqa: F401
+from cli_helpers import PY, cli, dumps, env, ok, proj, run  # noqa: F401
 from test_cli_terminal import _big_jsonl, run_pty
 
 
@@ -44,30 +49,60 @@ def test_long_operations_report_counts(cli, proj, tmp_path):
         repo.close()
 
 
-def _big_store(cli, tmp_path):
-    ok(cli("import", "-q", _big_jsonl(tmp_path / "many.jsonl", 700)))  # > 2000 objects: worth a bar
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """A store worth a bar (> 2000 objects: 700 conversations of 2 messages and a turn, their
+    text ~1.5 KB each so that their llm logs.db passes 1 MiB), a bundle and an llm logs.db of
+    it; built once through the library (tests copy what they change)."""
+    base = tmp_path_factory.mktemp("bars")
+    repo = convgit.init(base / "proj")
+    try:
+        convgit.import_paths(repo, [_big_jsonl(base / "many.jsonl", 700, 1500)])
+        convgit.bundle_create(repo, base / "c.db")
+        convgit.export_llm_db(repo, sorted(repo.refs.read_all()), base / "l.db")
+    finally:
+        repo.close()
+    return base
 
 
-def test_bundle_create_draws_a_bar_on_a_terminal_only(cli, proj, env, tmp_path, run):
-    _big_store(cli, tmp_path)
-    rc, out = run_pty(["bundle", "create", tmp_path / "c.db"], cwd=proj, env=env)
-    assert rc == 0 and "writing" in out and "/" in out.split("writing", 1)[1][:200], out[-2000:]
-    r = ok(run("bundle", "create", tmp_path / "d.db"))  # piped: nothing of it
-    assert "writing" not in r.err and "\x1b" not in r.err
+def _bar_seen(out: str, label: str) -> bool:
+    """``label`` drawn with a count (``12/2100``, ``0.5/1.2 MB``) after it."""
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out)  # colours and cursor moves
+    return label in plain and bool(re.search(r"\d/\d", plain.split(label, 1)[1][:400]))
 
 
-@pytest.mark.slow
-def test_every_long_operation_draws_a_bar_on_a_terminal(cli, proj, env, tmp_path):
-    _big_store(cli, tmp_path)
-    ok(cli("bundle", "create", tmp_path / "c.db"))
-    for args, label in ((["bundle", "verify", tmp_path / "c.db"], "verifying"),
-                        (["reindex"], "rebuilding the index"),
-                        (["export", "--all", "-f", "jsonl", "-o", tmp_path / "all.jsonl"], "exporting threads"),
-                        (["gc"], "gc: marking and packing objects")):
-        rc, out = run_pty(args, cwd=proj, env=env)
-        assert rc == 0 and label in out and "/" in out.split(label, 1)[1][:200], (args, out[-2000:])
-    ok(cli("init", cwd=tmp_path / "other"))
-    rc, out = run_pty(["merge", tmp_path / "c.db"], cwd=tmp_path / "other", env=env)
-    assert rc == 0 and "merging objects" in out, out[-2000:]
-    rc, out = run_pty(["reindex", "--json"], cwd=proj, env=env)
-    assert rc == 0 and "rebuilding" not in out
+def test_every_long_operation_draws_a_bar_on_a_terminal_only(big, env, tmp_path):
+    """gc, reindex, bundle create and verify, export (jsonl and llm-db) and merge (a store,
+    a bundle, an llm logs.db) draw a bar on a terminal (a pty), and nothing of it when stderr
+    is piped."""
+    proj = tmp_path / "proj"
+    shutil.copytree(big / "proj", proj)
+    for name in ("c.db", "l.db"):
+        shutil.copy(big / name, tmp_path / name)
+    for name in ("a", "b", "c"):
+        convgit.init(tmp_path / name).close()
+    # relative paths: the labels name the files, and a long path would leave the 120-column
+    # terminal no room for the count (rich cuts it to "20…")
+    steps = [  # (args, cwd, label); gc last: it packs what the others read
+        (["bundle", "create", "../n.db"], proj, "writing"),
+        (["bundle", "verify", "../c.db"], proj, "verifying"),
+        (["reindex"], proj, "rebuilding the index"),
+        (["export", "--all", "-f", "jsonl", "-o", "../all.jsonl"], proj, "exporting threads"),
+        (["export", "--all", "-f", "llm-db", "-o", "../back.db"], proj, "exporting threads"),
+        (["merge", "../c.db"], tmp_path / "a", "merging objects"),
+        (["merge", "../proj"], tmp_path / "b", "merging objects"),
+        (["merge", "../l.db"], tmp_path / "c", "merging"),
+        (["gc"], proj, "gc: marking and packing objects"),
+    ]
+    for args, cwd, label in steps:
+        rc, out = run_pty(args, cwd=cwd, env=env)
+        assert rc == 0 and _bar_seen(out, label), (args, out[-2000:])
+    # piped (stderr not a terminal): the same work draws nothing
+    for name in ("a", "b", "c"):
+        shutil.rmtree(tmp_path / name)
+        convgit.init(tmp_path / name).close()
+    (tmp_path / "n.db").unlink()
+    (tmp_path / "back.db").unlink()
+    for args, cwd, label in steps:
+        p = subprocess.run([PY, "-m", "convgit", *map(str, args)], cwd=cwd, env=env, capture_output=True, timeout=120)
+        assert p.returncode == 0 and label.encode() not in p.stderr and b"\x1b" not in p.stderr, (args, p.stderr[-2000:])

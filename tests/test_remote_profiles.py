@@ -14,7 +14,7 @@ import pytest
 from convgit.config import AwsEnv
 from convgit.errors import InvalidInput, NotFound
 from convgit.remotes.awsprofile import read_profile, s3_settings
-from cli_helpers import assert_error, env, ok, run  # noqa: F401 (fixtures)
+from cli_helpers import assert_error, cli, env, ok, proj, run  # noqa: F401 (fixtures)
 from s3_helpers import ACCESS_KEY, SECRET_KEY
 
 H = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
@@ -126,3 +126,15 @@ def test_what_wins(tmp_path):
     (d / "config").write_text("region = nowhere\n[broken\n")
     with pytest.raises(InvalidInput, match="does not parse"):
         s3_settings(env=_env(d))
+
+
+@pytest.mark.parametrize("opt,value", [("--endpoint", "http://nas:8333"), ("--region", "us-east-1"), ("--profile", "nas")])
+def test_s3_options_on_a_directory_remote_are_refused(cli, proj, tmp_path, opt, value):
+    """A directory remote has no endpoint, region or profile: each is refused (once,
+    --endpoint was stored and never read), and nothing is written."""
+    cfg = proj / ".convgit" / "config.toml"
+    before = cfg.read_bytes()
+    r = cli("remote", "add", "origin", str(tmp_path / "nas"), opt, value)
+    assert_error(r, "invalid_input")
+    assert "only s3:// remotes" in r.err and cfg.read_bytes() == before
+    ok(cli("remote", "add", "origin", str(tmp_path / "nas")))
