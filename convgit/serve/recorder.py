@@ -611,19 +611,12 @@ def real_turns(repo, name: str) -> list[str]:
 
     A writer killed between appending its reflog lines and renaming the ref in leaves lines
     for moves that never happened (one, or several for a thread a bulk commit moved more than
-    once). The moves that happened form a chain ending at the ref's tip, so the walk goes
-    from the newest line back: a line is real when it ends where the next real line starts
-    (the last one: at the tip); the others are left out."""
+    once): they are left out (refformat.applied_entries, as ``reflog`` shows them)."""
+    from ..refformat import applied_entries
+
     try:
         text = repo.refs.log_bytes(name).decode("utf-8", "replace")  # packed part, then loose
     except (OSError, ConvgitError):
         return []
     entries = [e for e in (parse_reflog_line(ln) for ln in text.splitlines(keepends=True)) if e is not None]
-    at = repo.refs.read(name)
-    out = []
-    for e in reversed(entries):
-        if e.new == at:
-            if e.turn:
-                out.append(e.turn)
-            at = e.old
-    return out[::-1]
+    return [e.turn for e in applied_entries(entries, repo.refs.read(name)) if e.turn]
