@@ -5,7 +5,7 @@
 For each size: the synthetic store of bench_search.py (``build``; kept under the system temp
 directory as ``convgit-bench-pg/store-<N>``), a twin of it (the same objects, refs and
 reflogs) whose config says ``[index] backend = "postgres"``, a real PostgreSQL server started
-for the run (tests/pg_server.py: initdb in a temp directory, 127.0.0.1, fsync off). Measured:
+for the run (tests/helpers/pg.py: initdb in a temp directory, 127.0.0.1, fsync off). Measured:
 ``reindex`` of each (in-process), then top-20 searches of bench_search's query shapes,
 in-process, SQLite and PostgreSQL interleaved query by query, the median of ``--reps`` runs
 each (after one warm-up). Every query's hits are checked identical on both before timing.
@@ -32,7 +32,7 @@ import convgit  # noqa: E402
 from convgit.repository import Repository  # noqa: E402
 
 import bench_search  # noqa: E402
-from pg_server import PgServer  # noqa: E402
+from helpers.pg import PgServer  # noqa: E402
 
 QUERIES = [
     ("rare word", bench_search.RARE, {}),

@@ -148,7 +148,7 @@ def main() -> None:
         results.append(run("dir", str(tmp / "remote-dir"), repo, tmp, args.conversations, None))
         print(json.dumps(results[-1]), flush=True)
         if not args.no_s3:
-            from s3_helpers import Weed
+            from helpers.s3 import Weed
 
             w = Weed(tmp / "weed")
             try:

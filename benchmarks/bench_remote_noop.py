@@ -135,7 +135,7 @@ def main() -> None:
             results.append(run("dir", str(tmp / f"remote-{n}"), n, tmp, None, args.profile))
             print(json.dumps(results[-1]), flush=True)
         if args.s3:
-            from s3_helpers import Weed
+            from helpers.s3 import Weed
 
             w = Weed(tmp / "weed")
             try:

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_serve.py                 # defaults: 400 calls per cell
     .venv/bin/python benchmarks/bench_serve.py --calls 1000
 
-The upstream is the tests' fake provider (tests/serve_helpers.py: a real HTTP server on
+The upstream is the tests' fake provider (tests/helpers/serve.py: a real HTTP server on
 127.0.0.1, threaded, answering at once), in its own process; the proxy is the real ``convgit serve`` process on a
 fresh store with fsync on. In the same run, each cell makes the same calls to the upstream
 directly and through the proxy (alternating, so both see the same machine load) with httpx's
@@ -54,10 +54,10 @@ sys.path.insert(0, str(HERE))
 import httpx  # noqa: E402
 
 import convgit  # noqa: E402
-from serve_helpers import ServeProcess  # noqa: E402
+from helpers.serve import ServeProcess  # noqa: E402
 
 
-UPSTREAM = "from serve_helpers import FakeUpstream; import time; u = FakeUpstream().start(); print(u.url, flush=True); time.sleep(1e9)"
+UPSTREAM = "from helpers.serve import FakeUpstream; import time; u = FakeUpstream().start(); print(u.url, flush=True); time.sleep(1e9)"
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -153,7 +153,7 @@ def llm_rate(tmp: Path, calls: int, clients: int = 32) -> dict:
     ``Response.log_to_db`` (benchmarks/llm_driver.py ``stateless``: one ``model.prompt(messages=
     history)`` + ``log_to_db`` per call, a logs.db opened as the llm CLI opens it), in its venv."""
     from bench_scale import ensure_llm, llm_drive
-    from serve_helpers import FakeUpstream
+    from helpers.serve import FakeUpstream
 
     py = ensure_llm()
     if py is None:
@@ -187,7 +187,7 @@ def sustained_records(calls: int, clients: int = 32) -> list:
     import uuid
 
     from convgit.serve.record import CallRecord
-    from serve_helpers import FakeUpstream
+    from helpers.serve import FakeUpstream
 
     fake = FakeUpstream()
     hists = []

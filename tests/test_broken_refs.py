@@ -11,7 +11,7 @@ import time
 import pytest
 
 import convgit
-from cli_helpers import assert_error, cli, conv, dumps, env, object_ids, ok, proj  # noqa: F401
+from helpers.cli import assert_error, cli, conv, dumps, env, object_ids, ok, proj  # noqa: F401
 
 
 def _two_threads(cli) -> dict[str, str]:

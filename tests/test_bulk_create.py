@@ -26,7 +26,7 @@ from convgit.index import writer as index_writer
 from convgit.refs import RefMove
 from convgit.repository import Repository
 
-from store_helpers import NOW, conv
+from helpers.store import NOW, conv
 
 
 def _items(prefix: str, n: int, k: int = 0) -> list[dict]:

@@ -14,7 +14,7 @@ import convgit
 from convgit.capture import capture, flush
 
 sys.path.insert(0, str(Path(__file__).parent))
-from serve_helpers import FakeUpstream  # noqa: E402
+from helpers.serve import FakeUpstream  # noqa: E402
 from test_serve import _conversation, _threads, _turns  # noqa: E402
 
 openai = pytest.importorskip("openai")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from cli_helpers import (  # noqa: F401  (fixtures)
+from helpers.cli import (  # noqa: F401  (fixtures)
     assert_error,
     cli,
     conv,
@@ -461,7 +461,7 @@ def test_rev_parse(cli, forks, proj):
     assert ok(cli("rev-parse", "main", "side", "--json")).json() == [main, forks["side"]]
     assert ok(cli("rev-parse", "main", "--json")).json() == main
     # Unique prefixes of 4+ hex; fewer is not a prefix.
-    from cli_helpers import unique_prefix
+    from helpers.cli import unique_prefix
 
     p = unique_prefix(store, main)
     assert rev(cli, p) == main and rev(cli, main[:12]) == main

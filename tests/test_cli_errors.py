@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import (  # noqa: F401  (fixtures)
+from helpers.cli import (  # noqa: F401  (fixtures)
     ERRORS,
     assert_error,
     cli,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import (assert_error, cli, cli_env, conv, default_store, dumps, env, ok, proj, run,  # noqa: F401
+from helpers.cli import (assert_error, cli, cli_env, conv, default_store, dumps, env, ok, proj, run,  # noqa: F401
                          store_state)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ import select
 import subprocess
 from pathlib import Path
 
-from cli_helpers import PY, cli, cli_env, conv, dumps, env, ok, proj, run  # noqa: F401  (fixtures)
+from helpers.cli import PY, cli, cli_env, conv, dumps, env, ok, proj, run  # noqa: F401  (fixtures)
 
 FMT = Path(__file__).resolve().parent / "data" / "formats"
 

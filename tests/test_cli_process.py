@@ -13,7 +13,7 @@ import blake3
 import pytest
 
 import convgit
-from cli_helpers import (  # noqa: F401  (fixtures)
+from helpers.cli import (  # noqa: F401  (fixtures)
     PY,
     ancestor_store,
     assert_error,

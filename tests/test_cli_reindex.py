@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli_helpers import cli, conv, dumps, env, ok, proj  # noqa: F401  (fixtures)
+from helpers.cli import cli, conv, dumps, env, ok, proj  # noqa: F401  (fixtures)
 
 COMMANDS = [
     ["log", "--json"],

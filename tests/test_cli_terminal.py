@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import PY, cli, cli_env, conv, dumps, env, ok, proj, run  # noqa: F401
+from helpers.cli import PY, cli, cli_env, conv, dumps, env, ok, proj, run  # noqa: F401
 
 from convgit.cli import progress
 
@@ -185,7 +185,7 @@ def test_completion_of_commands_threads_and_revisions(cli, proj, env):
 
 
 def test_completion_outside_a_store_offers_nothing_and_creates_nothing(env, tmp_path):
-    from cli_helpers import default_store
+    from helpers.cli import default_store
 
     here = tmp_path / "nowhere"
     here.mkdir()

@@ -16,7 +16,7 @@ from convgit import errors
 from convgit.objects import AttachmentPart, Blob, Message, TextPart, ToolCallPart, ToolResultPart, Turn
 from convgit.repository import Repository
 
-from store_helpers import NOW, conv, fast_repo, object_ids, objects_by_type, set_config, tree_state
+from helpers.store import NOW, conv, fast_repo, object_ids, objects_by_type, set_config, tree_state
 
 
 def commit(repo, data, **kw):

@@ -13,7 +13,7 @@ import convgit
 from convgit.commit import commit_many
 from convgit.serve.recorder import real_turns
 
-from store_helpers import NOW, conv
+from helpers.store import NOW, conv
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,7 +86,7 @@ def test_a_crash_before_the_rename_leaves_lines_the_drain_does_not_count(tmp_pat
     script = f"""
 import convgit
 from convgit.commit import commit_many
-from store_helpers import conv
+from helpers.store import conv
 repo = convgit.open_repo({str(tmp_path / 's')!r})
 texts = ["q0", "a0"]
 items, threads = [], []

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import convgit
-from cli_helpers import assert_error, env, ok, run, store_state  # noqa: F401  (fixtures)
-from store_helpers import NOW, conv, fast_repo
+from helpers.cli import assert_error, env, ok, run, store_state  # noqa: F401  (fixtures)
+from helpers.store import NOW, conv, fast_repo
 
 
 def _doc(*texts, response=None, parent=None):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import convgit
-from cli_helpers import assert_error, cli, conv, dumps, env, ok, proj, run  # noqa: F401
+from helpers.cli import assert_error, cli, conv, dumps, env, ok, proj, run  # noqa: F401
 from convgit import api, codec, graph
 from convgit.gc import gc
 from convgit.repository import Repository
@@ -291,7 +291,7 @@ def _two_threads(cli) -> tuple[str, str]:
 def _error_last(r, code: str) -> tuple[list, dict]:
     """stdout is one valid JSON array (or the -u object) whose last element is the error
     document; the exit code is the error's; stderr says so too."""
-    from cli_helpers import ERRORS
+    from helpers.cli import ERRORS
 
     assert r.rc == ERRORS[code].exit_code and "Traceback" not in r.err, r
     doc = json.loads(r.out)
@@ -347,7 +347,7 @@ def test_log_json_streams_in_a_real_process(run, cli, proj):
     and goes away still got valid rows, and a damaged walk ends the array validly."""
     import subprocess
 
-    from cli_helpers import PY, cli_env
+    from helpers.cli import PY, cli_env
 
     for i in range(40):
         ok(cli("commit", "-", "--thread", f"t{i:03d}", input=dumps(conv(f"q{i}", f"a{i}"))))

@@ -15,7 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from cli_helpers import cli, cli_env, conv, dumps, env, ok, proj  # noqa: F401
+from helpers.cli import cli, cli_env, conv, dumps, env, ok, proj  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "index.md"

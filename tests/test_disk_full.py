@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import (  # noqa: F401  (fixtures)
+from helpers.cli import (  # noqa: F401  (fixtures)
     assert_error,
     cli,
     cli_env,

@@ -5,7 +5,7 @@ shown; what it cannot run is what this file checks.
 - a *syntax form* (``convgit remote add NAME URL [--endpoint URL]``, ``convgit log THREAD``),
 - a span that only *names* a command needing an argument (``convgit mcp grant``),
 
-each read from the markdown by tests/doc_commands.py, is parsed by the real CLI with its
+each read from the markdown by tests/helpers/doc_commands.py, is parsed by the real CLI with its
 metavariables filled in: its command exists and every option it uses is one that command
 takes (a renamed or removed option fails here).
 """
@@ -17,8 +17,8 @@ import shlex
 
 import pytest
 
-import doc_commands as dc
-from cli_helpers import cli, env  # noqa: F401  (fixtures)
+from helpers import doc_commands as dc
+from helpers.cli import cli, env  # noqa: F401  (fixtures)
 
 FORMS = sorted({(page, c) for page, kind, c in dc.shown() if kind in ("syntax", "name")})
 

@@ -1,5 +1,5 @@
 """Every command README.md, docs/*.md and examples/README.md show is run, and its output
-checked (issue 11). The commands are read from the markdown (tests/doc_commands.py says what
+checked (issue 11). The commands are read from the markdown (tests/helpers/doc_commands.py says what
 counts), never copied here: a command a page gains is run by ``test_block`` or
 ``test_inline_command`` and fails there until ``CHECKS`` says what its output must hold.
 
@@ -12,7 +12,7 @@ an MCP session), then stopped. Inline commands run one by one in a copy of a pre
 The prepared store (built once per module, copied with ``shutil.copytree``): the six
 examples/ conversations, a ``main`` thread about GPUs (docs/search.md's example), llm's
 sample logs.db merged, the Claude Code fixture sessions imported, an origin remote on a real
-S3 server (SeaweedFS, tests/s3_helpers.py) with the store pushed, and the fast ``hash``
+S3 server (SeaweedFS, tests/helpers/s3.py) with the store pushed, and the fast ``hash``
 embedding provider in config.toml (the local model is tested by test_semantic.py).
 
 The only rewrites of a command, each narrow and for a stated reason (``rewrite``):
@@ -52,8 +52,8 @@ from typing import Callable
 
 import pytest
 
-import doc_commands as dc
-from cli_helpers import PY, cli_env, run_in_process
+from helpers import doc_commands as dc
+from helpers.cli import PY, cli_env, run_in_process
 
 ROOT = dc.ROOT
 LLM_DB = ROOT.parent / "shared" / "fixtures" / "llm" / "sample-logs.db"
@@ -367,7 +367,7 @@ def rich(prepared, tmp_path) -> Sandbox:
 
 @pytest.fixture
 def upstream():
-    from serve_helpers import FakeUpstream
+    from helpers.serve import FakeUpstream
 
     u = FakeUpstream().start()
     yield u

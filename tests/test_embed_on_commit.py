@@ -10,9 +10,9 @@ import json
 
 import convgit
 
-from cli_helpers import cli, env, ok, proj  # noqa: F401  (fixtures)
-from fake_embeddings import FakeEmbeddings
-from store_helpers import NOW, conv, fast_repo, set_config
+from helpers.cli import cli, env, ok, proj  # noqa: F401  (fixtures)
+from helpers.embeddings import FakeEmbeddings
+from helpers.store import NOW, conv, fast_repo, set_config
 
 ON = "[core]\nfsync = false\n[embed]\nprovider = \"hash\"\non_commit = true\n"
 

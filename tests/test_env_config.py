@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from cli_helpers import (  # noqa: F401  (fixtures)
+from helpers.cli import (  # noqa: F401  (fixtures)
     assert_error,
     cli,
     dumps,

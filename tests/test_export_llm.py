@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import assert_error, cli, cli_env, dumps, env, ok, proj, run  # noqa: F401
+from helpers.cli import assert_error, cli, cli_env, dumps, env, ok, proj, run  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 LLM_DB = ROOT.parent / "shared" / "fixtures" / "llm" / "sample-logs.db"

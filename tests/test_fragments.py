@@ -4,7 +4,7 @@ config.toml [fragments], or the stored text's id) keeps the messages that hold i
 
 from __future__ import annotations
 
-from cli_helpers import assert_error, cli, dumps, env, ok, proj  # noqa: F401
+from helpers.cli import assert_error, cli, dumps, env, ok, proj  # noqa: F401
 
 DOC = "".join(f"Section {i}: the pelican's pouch holds up to eleven litres of water. " for i in range(600))  # > 32 KiB
 

@@ -2,7 +2,7 @@
 something to do starts it detached, in the background; `convgit serve` runs it in its
 committer thread. Real processes throughout: the store's threshold is lowered in its
 config.toml so that every process sees it, and the suite's ``CONVGIT_GC_AUTO=0``
-(tests/conftest.py, tests/cli_helpers.py) is turned back on only here.
+(tests/conftest.py, tests/helpers/cli.py) is turned back on only here.
 
 Every test that may have started a background gc waits for it (``wait_for_gc``: gc.lock is
 held by the background gc from before it starts until it exits), so none outlives its test.
@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 import convgit
-from cli_helpers import cli_env, run_process
+from helpers.cli import cli_env, run_process
 from convgit import fsio
 from convgit.gc_auto import AUTO_LOG, estimate_loose, sample_dirs
-from store_helpers import conv
+from helpers.store import conv
 
 ON = {"CONVGIT_GC_AUTO": "1", "CONVGIT_FSYNC": "0"}
 THRESHOLD = 12
@@ -278,7 +278,7 @@ def test_serve_keeps_its_store_packed(tmp_path):
     """A running `convgit serve` runs gc --auto in its committer thread after a batch."""
     pytest.importorskip("uvicorn")
     import httpx
-    from serve_helpers import FakeUpstream, ServeProcess
+    from helpers.serve import FakeUpstream, ServeProcess
 
     store = tmp_path / "s"
     with convgit.init(store) as repo:

@@ -13,7 +13,7 @@ import pytest
 
 import convgit
 from convgit import errors, fsio
-from cli_helpers import assert_error, cli, conv, dumps, env, ok, proj, run, store_state, write_json  # noqa: F401
+from helpers.cli import assert_error, cli, conv, dumps, env, ok, proj, run, store_state, write_json  # noqa: F401
 
 FIXTURE = Path("/work/shared/fixtures/chatgpt/librechat-chatgpt-tree.json")
 

@@ -15,7 +15,7 @@ import convgit
 from convgit import api, codec
 from convgit.objects import (AttachmentPart, Message, OpaquePart, ReasoningPart, TextPart, ToolCallPart,
                              ToolResultPart, Turn)
-from store_helpers import NOW, fast_repo, object_ids, tree_state
+from helpers.store import NOW, fast_repo, object_ids, tree_state
 
 LATER = NOW + 10**12  # an import happens after the conversations it brings (2055)
 
@@ -482,7 +482,7 @@ def test_one_bad_conversation_among_good_ones(store, tmp_path):
 
 
 def test_limits_from_config(tmp_path):
-    from store_helpers import set_config
+    from helpers.store import set_config
 
     r = set_config(fast_repo(tmp_path / "s"), "[core]\nfsync = false\n[limits]\nmax_messages = 3\n")
     rep = imp(r, write(tmp_path, "c.json", [chatgpt_conv()]))

@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from cli_helpers import assert_error, cli, env, ok, proj, store_state  # noqa: F401
+from helpers.cli import assert_error, cli, env, ok, proj, store_state  # noqa: F401
 from test_import import chatgpt_conv
 
 BIG = 2**64

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from cli_helpers import cli, env, ok, proj  # noqa: F401
+from helpers.cli import cli, env, ok, proj  # noqa: F401
 from test_import import _node, _text, chatgpt_conv, fx, needs_fixtures
 
 

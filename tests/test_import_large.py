@@ -16,7 +16,7 @@ import random
 
 import pytest
 
-from cli_helpers import assert_error, cli, env, ok, proj, store_state, write_json  # noqa: F401
+from helpers.cli import assert_error, cli, env, ok, proj, store_state, write_json  # noqa: F401
 from convgit.errors import InvalidInput
 from convgit.ingest import jsonsplit
 from convgit.ingest.jsonsplit import Skipped, iter_array

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import assert_error, cli, env, ok, proj, run, store_state  # noqa: F401
+from helpers.cli import assert_error, cli, env, ok, proj, run, store_state  # noqa: F401
 from convgit.ingest.sources import Rejected, detect, iter_path
 from test_import import FIX, chatgpt_conv, fx, needs_fixtures
 from test_import_formats import _claude_conv

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from convgit import api
 from convgit.errors import ALL_ERRORS, ConvgitError
 from convgit.objects import Message
-from store_helpers import NOW, fast_repo, object_ids, tree_state
+from helpers.store import NOW, fast_repo, object_ids, tree_state
 
 KNOWN = {c.code for c in ALL_ERRORS}
 

@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from cli_helpers import cli, env, ok, proj  # noqa: F401  (fixtures)
+from helpers.cli import cli, env, ok, proj  # noqa: F401  (fixtures)
 from test_import_sessions import CODEX_FILE, FMT, _webui_db, imp, texts
 
 CODEX_OLDER = next((FMT / "codex-older").glob("rollout-*.jsonl"))

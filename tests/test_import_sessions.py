@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 
 
-from cli_helpers import assert_error, cli, cli_env, env, ok, proj  # noqa: F401
+from helpers.cli import assert_error, cli, cli_env, env, ok, proj  # noqa: F401
 
 FMT = Path(__file__).parent / "data" / "formats"
 ST = FMT / "sillytavern-seraphina.jsonl"

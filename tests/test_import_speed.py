@@ -21,7 +21,7 @@ from convgit.fsck import fsck
 from convgit.packedlogs import PackedLog, PackedLogsReader, format_packed_logs
 from convgit.refformat import PACKED_HEADER, open_packed_refs
 
-from cli_helpers import cli, env, ok  # noqa: F401
+from helpers.cli import cli, env, ok  # noqa: F401
 
 NOW = 1_750_000_000_000
 

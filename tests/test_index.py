@@ -16,7 +16,7 @@ from convgit import errors
 from convgit.objects import TEXT_BLOB_THRESHOLD, Message, TextPart
 from convgit.repository import Repository
 
-from store_helpers import NOW, api_view, conv
+from helpers.store import NOW, api_view, conv
 
 HISTORY = conv("What is convgit?", "Git for conversations.", "Does it dedup?", "Yes, by content hash.")
 LONG = "A long message.\n" + "0123456789 ✓ " * (TEXT_BLOB_THRESHOLD // 10)

@@ -12,7 +12,7 @@ from blake3 import blake3
 
 import convgit
 
-from store_helpers import NOW, conv, fast_repo
+from helpers.store import NOW, conv, fast_repo
 
 PROC_IO = Path("/proc/self/io")
 

@@ -13,7 +13,7 @@ import pytest
 
 import convgit
 from convgit.remotes import open_remote
-from cli_helpers import assert_error, cli, env, ok  # noqa: F401 (fixtures)
+from helpers.cli import assert_error, cli, env, ok  # noqa: F401 (fixtures)
 
 
 def _noise(seed: str, n: int = 12) -> str:

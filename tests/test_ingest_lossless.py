@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import convgit
-from cli_helpers import cli, env, ok, proj  # noqa: F401
+from helpers.cli import cli, env, ok, proj  # noqa: F401
 from test_import import fx, needs_fixtures
 
 NOW = 1_733_040_000_000

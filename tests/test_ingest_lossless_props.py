@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import convgit
-from store_helpers import fast_repo
+from helpers.store import fast_repo
 
 NOW = 1_733_040_000_000
 

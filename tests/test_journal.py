@@ -19,7 +19,7 @@ from convgit import index as index_mod
 from convgit.index import writer as index_writer
 from convgit import refs as refs_mod
 from convgit.refs import RefStore
-from store_helpers import NOW, conv, fast_repo
+from helpers.store import NOW, conv, fast_repo
 
 
 def _store(tmp_path, n: int, name: str = "s"):

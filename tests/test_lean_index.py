@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from cli_helpers import env, ok, run  # noqa: F401  (fixtures)
+from helpers.cli import env, ok, run  # noqa: F401  (fixtures)
 from convgit.objects import TEXT_BLOB_THRESHOLD
 
 LONG = ("a very long answer about velvet quokkas " * (TEXT_BLOB_THRESHOLD // 30 + 10)).strip()

@@ -12,8 +12,8 @@ from convgit.index import filters as query
 from convgit.index import log as index_log
 from convgit.views import code_blocks, truncate
 
-from cli_helpers import assert_error, cli, dumps, env, ok, proj  # noqa: F401  (fixtures)
-from store_helpers import NOW, conv, fast_repo
+from helpers.cli import assert_error, cli, dumps, env, ok, proj  # noqa: F401  (fixtures)
+from helpers.store import NOW, conv, fast_repo
 
 DAY = 86_400_000
 CODE = "Here:\n\n```python\nprint('first')\n```\n\nand\n\n~~~\nsecond()\n~~~\n"

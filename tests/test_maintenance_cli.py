@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from cli_helpers import assert_error, cli, cli_env, conv, dumps, env, ok, proj, store_state  # noqa: F401
+from helpers.cli import assert_error, cli, cli_env, conv, dumps, env, ok, proj, store_state  # noqa: F401
 
 
 def _files(store: Path) -> dict:

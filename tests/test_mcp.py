@@ -333,7 +333,7 @@ def test_read_scope_and_grants(store, tmp_path):
 
 
 def test_saves_embed_their_new_chunks_once_the_store_uses_semantic_search(tmp_path):
-    from store_helpers import set_config
+    from helpers.store import set_config
 
     repo = set_config(convgit.init(tmp_path / "sem"), '[embed]\nprovider = "hash"\n')
     hub = hub_for(repo)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import assert_error, cli, dumps, env, native, ok, proj, write_json  # noqa: F401
+from helpers.cli import assert_error, cli, dumps, env, native, ok, proj, write_json  # noqa: F401
 
 
 def _chatgpt_node(nid, parent, role, text, t, children=()):

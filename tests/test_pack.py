@@ -15,7 +15,7 @@ from convgit import api, errors
 from convgit.codec import hash_bytes
 from convgit.pack import CHUNK_TARGET, Pack, write_pack
 
-from cli_helpers import cli_env, run_process
+from helpers.cli import cli_env, run_process
 
 
 def _pack(tmp_path, blobs: list[bytes], **kw) -> tuple[Pack, list[str]]:

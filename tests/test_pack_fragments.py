@@ -22,7 +22,7 @@ import convgit
 from convgit import api, codec, objects
 from convgit.errors import ObjectCorrupt
 from convgit.pack import CHUNK_TARGET, FRAGMENT_MIN, Pack, fragment_id, write_pack
-from cli_helpers import cli_env, run_process
+from helpers.cli import cli_env, run_process
 
 
 def _doc(seed: int, size: int = 4000) -> str:

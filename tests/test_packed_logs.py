@@ -26,8 +26,8 @@ from convgit.packedlogs import PACKED_LOGS, PackedLog, PackedLogsReader, format_
 from convgit.refformat import format_reflog_line, open_packed_refs, format_packed_refs
 from convgit.repository import Repository
 
-from cli_helpers import cli, env, ok  # noqa: F401  (fixtures)
-from store_helpers import NOW, conv
+from helpers.cli import cli, env, ok  # noqa: F401  (fixtures)
+from helpers.store import NOW, conv
 
 PY = sys.executable
 HERE = Path(__file__).parent

@@ -22,7 +22,7 @@ from convgit.fsck import fsck
 from convgit.gc import gc
 from convgit.repository import Repository
 
-from store_helpers import NOW, conv
+from helpers.store import NOW, conv
 
 
 def _store(path: Path, threads: int = 8, *, packed: bool = True) -> Repository:

@@ -21,8 +21,8 @@ from convgit.gc import gc
 from convgit.refs import PACKED_HEADER, PACKED_REFS, parse_packed_refs
 from convgit.repository import Repository
 
-from cli_helpers import cli, env, proj  # noqa: F401  (fixtures)
-from store_helpers import NOW, conv
+from helpers.cli import cli, env, proj  # noqa: F401  (fixtures)
+from helpers.store import NOW, conv
 
 from test_refs import (  # noqa: F401  (re-run here with every ref packed: the `tips` fixture below)
     test_cas_create_absent, test_cas_create_existing_is_ref_exists, test_cas_delete_missing_is_not_found,

@@ -1,5 +1,5 @@
 """The PostgreSQL index (``[index] backend = "postgres"``) against a real server started by the
-tests (tests/pg_server.py): the same query battery answers byte for byte as the SQLite index
+tests (tests/helpers/pg.py): the same query battery answers byte for byte as the SQLite index
 does for the same objects, before and after more writes and a reindex; two stores share one
 database apart; an unreachable server is ``index_unavailable`` with nothing written; dropped
 tables are rebuilt from the objects."""

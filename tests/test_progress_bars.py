@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 import convgit
-from cli_helpers import PY, cli, dumps, env, ok, proj, run  # noqa: F401
+from helpers.cli import PY, cli, dumps, env, ok, proj, run  # noqa: F401
 from test_cli_terminal import _big_jsonl, run_pty
 
 

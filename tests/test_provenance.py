@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import cli, dumps, env, ok, proj, write_json  # noqa: F401 (fixtures)
+from helpers.cli import cli, dumps, env, ok, proj, write_json  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT.parent / "shared" / "fixtures"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import convgit
 from convgit import api
 from convgit.errors import ConvgitError
-from store_helpers import NOW, fast_repo
+from helpers.store import NOW, fast_repo
 
 TEXTS = ["hi", "q", "a", "more", "why?"]
 

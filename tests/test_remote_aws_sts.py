@@ -18,8 +18,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from cli_helpers import assert_error, env, ok, run  # noqa: F401 (fixtures)
-from s3_helpers import ACCESS_KEY, SECRET_KEY
+from helpers.cli import assert_error, env, ok, run  # noqa: F401 (fixtures)
+from helpers.s3 import ACCESS_KEY, SECRET_KEY
 
 pytest.importorskip("botocore")
 

@@ -18,8 +18,8 @@ import pytest
 
 from convgit.errors import RemoteFailed
 from convgit.remotes.awsprofile import CredentialProcess, read_profile
-from cli_helpers import assert_error, env, ok, run  # noqa: F401 (fixtures)
-from s3_helpers import ACCESS_KEY, SECRET_KEY
+from helpers.cli import assert_error, env, ok, run  # noqa: F401 (fixtures)
+from helpers.s3 import ACCESS_KEY, SECRET_KEY
 
 H = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
 

@@ -14,8 +14,8 @@ import pytest
 from convgit.config import AwsEnv
 from convgit.errors import InvalidInput, NotFound
 from convgit.remotes.awsprofile import read_profile, s3_settings
-from cli_helpers import assert_error, cli, env, ok, proj, run  # noqa: F401 (fixtures)
-from s3_helpers import ACCESS_KEY, SECRET_KEY
+from helpers.cli import assert_error, cli, env, ok, proj, run  # noqa: F401 (fixtures)
+from helpers.s3 import ACCESS_KEY, SECRET_KEY
 
 H = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
 

@@ -10,7 +10,7 @@ import hashlib
 from pathlib import Path
 
 import convgit
-from cli_helpers import cli, env, ok, run  # noqa: F401 (fixtures)
+from helpers.cli import cli, env, ok, run  # noqa: F401 (fixtures)
 from test_cli_terminal import run_pty
 
 

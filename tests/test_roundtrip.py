@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import assert_error, cli, env, ok, proj  # noqa: F401
+from helpers.cli import assert_error, cli, env, ok, proj  # noqa: F401
 from test_import import FIX, chatgpt_conv, needs_fixtures
 
 FIXTURES = sorted(str(p.relative_to(FIX)) for p in FIX.rglob("*") if p.is_file() and p.name != "README.md") \

@@ -12,8 +12,8 @@ import convgit
 from convgit import errors
 from convgit.index.fts import find_matches, parse, prepare, snippet
 
-from cli_helpers import assert_error, cli, dumps, env, ok, proj  # noqa: F401  (fixtures)
-from store_helpers import NOW, conv, fast_repo
+from helpers.cli import assert_error, cli, dumps, env, ok, proj  # noqa: F401  (fixtures)
+from helpers.store import NOW, conv, fast_repo
 
 DAY = 86_400_000
 

@@ -23,9 +23,9 @@ from convgit import errors
 from convgit.embedders import HashProvider, hash_features
 from convgit.index import chunks as C
 
-from cli_helpers import PY, assert_error, cli, cli_env, env, ok, proj  # noqa: F401  (fixtures)
-from fake_embeddings import FakeEmbeddings
-from store_helpers import NOW, conv, fast_repo, set_config
+from helpers.cli import PY, assert_error, cli, cli_env, env, ok, proj  # noqa: F401  (fixtures)
+from helpers.embeddings import FakeEmbeddings
+from helpers.store import NOW, conv, fast_repo, set_config
 
 SET = Path(__file__).parent / "data" / "retrieval_set.json"
 HASH = "[core]\nfsync = false\n[embed]\nprovider = \"hash\"\n"

@@ -1,6 +1,6 @@
 """`convgit serve`, for real: the server is the `convgit serve` process on 127.0.0.1 (an
 ephemeral port), the upstream a real HTTP server playing OpenAI and Anthropic
-(tests/serve_helpers.py), the clients httpx and the official `openai` / `anthropic` SDKs.
+(tests/helpers/serve.py), the clients httpx and the official `openai` / `anthropic` SDKs.
 
 What is checked: bytes relayed unchanged (streamed and not, against the upstream called
 directly), what each call stores (a stateless history writes only its new tail; a retry no
@@ -29,7 +29,7 @@ from convgit.errors import InvalidInput
 from convgit.objects import Message, Turn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from serve_helpers import FakeUpstream, ServeProcess  # noqa: E402
+from helpers.serve import FakeUpstream, ServeProcess  # noqa: E402
 
 KEY = "sk-test-SECRETKEY-0123456789abcdef"
 ANT_KEY = "sk-ant-SECRETKEY-fedcba9876543210"

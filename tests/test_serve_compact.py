@@ -14,7 +14,7 @@ from convgit.repository import Repository
 from convgit.serve.compact import compact, geometric_split
 
 sys.path.insert(0, str(Path(__file__).parent))
-from serve_helpers import FakeUpstream, ServeProcess  # noqa: E402
+from helpers.serve import FakeUpstream, ServeProcess  # noqa: E402
 
 
 def test_geometric_split_keeps_each_pack_twice_the_one_below():

@@ -3,9 +3,9 @@ what each batch added right after its commit point, so the calls are found by me
 no `convgit embed`; a failing or missing provider never fails a call nor the write (the
 chunks stay failed or pending, a warning in the server's log, `convgit embed` takes them).
 
-The server is the real `convgit serve` process on 127.0.0.1 (tests/serve_helpers.py), the
+The server is the real `convgit serve` process on 127.0.0.1 (tests/helpers/serve.py), the
 upstream the fake OpenAI/Anthropic server, the embeddings provider `hash` or the fake
-OpenAI-compatible embeddings server (tests/fake_embeddings.py), both real HTTP servers.
+OpenAI-compatible embeddings server (tests/helpers/embeddings.py), both real HTTP servers.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import pytest
 import convgit
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fake_embeddings import FakeEmbeddings  # noqa: E402
-from serve_helpers import FakeUpstream, ServeProcess  # noqa: E402
+from helpers.embeddings import FakeEmbeddings  # noqa: E402
+from helpers.serve import FakeUpstream, ServeProcess  # noqa: E402
 
 HASH_ON = '[embed]\nprovider = "hash"\non_commit = true\n'
 

@@ -20,7 +20,7 @@ from convgit.serve.record import CallRecord
 from convgit.serve.recorder import Recorder
 
 sys.path.insert(0, str(Path(__file__).parent))
-from serve_helpers import FakeUpstream, ServeProcess  # noqa: E402
+from helpers.serve import FakeUpstream, ServeProcess  # noqa: E402
 
 
 def _head(store: Path) -> str:

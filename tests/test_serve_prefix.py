@@ -1,6 +1,6 @@
 """The serve prefix cache (convgit/serve/prefix.py) and the committer's stored-tip hint.
 
-Through the real `convgit serve` (127.0.0.1, the fake upstream of tests/serve_helpers.py):
+Through the real `convgit serve` (127.0.0.1, the fake upstream of tests/helpers/serve.py):
 every recorded call's chain is the one computed from its bodies without any cache (edited
 histories and values equal in Python but not in JSON — ``1``, ``1.0``, ``true`` — included),
 and a gc that pruned a history the server had cached and committed makes the next call
@@ -29,7 +29,7 @@ from convgit.serve.prefix import PrefixCache
 from convgit.serve.recorder import Recorder
 
 sys.path.insert(0, str(Path(__file__).parent))
-from serve_helpers import FakeUpstream, ServeProcess  # noqa: E402
+from helpers.serve import FakeUpstream, ServeProcess  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 import convgit
-from serve_helpers import FakeUpstream, ServeProcess  # noqa: E402
+from helpers.serve import FakeUpstream, ServeProcess  # noqa: E402
 
 
 def _mount(*args: str) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import PY, cli, cli_env, env, ok, proj, run  # noqa: F401  (fixtures)
+from helpers.cli import PY, cli, cli_env, env, ok, proj, run  # noqa: F401  (fixtures)
 
 # Run convgit as `python -m convgit ARGS` would, then write the names of the loaded modules.
 PROBE = """

@@ -9,8 +9,8 @@ import convgit
 from convgit import api
 from convgit.repository import Repository
 
-from cli_helpers import cli, dumps, env, ok, proj  # noqa: F401  (fixtures)
-from store_helpers import conv, fast_repo
+from helpers.cli import cli, dumps, env, ok, proj  # noqa: F401  (fixtures)
+from helpers.store import conv, fast_repo
 
 
 def _store(tmp_path):

@@ -17,7 +17,7 @@ from convgit.index import Index
 from convgit.index.schema import TOTALS, count_totals, read_totals
 from convgit.repository import Repository
 
-from store_helpers import NOW, conv, fast_repo
+from helpers.store import NOW, conv, fast_repo
 
 _seq = itertools.count()
 

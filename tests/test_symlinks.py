@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import assert_error, cli, conv, dumps, env, ok, proj, store_state  # noqa: F401
+from helpers.cli import assert_error, cli, conv, dumps, env, ok, proj, store_state  # noqa: F401
 
 LOGS_DB = Path("/work/shared/fixtures/llm/sample-logs.db")
 NAMES = ["we#ird.db", "a?b.db", "50%.db", "with space.db", "team#2.db", "%23x.db"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 import convgit
-from cli_helpers import assert_error, cli, conv, dumps, env, ok, proj  # noqa: F401
+from helpers.cli import assert_error, cli, conv, dumps, env, ok, proj  # noqa: F401
 
 
 def _commit(cli, thread: str, *texts: str) -> str:

@@ -19,8 +19,8 @@ from convgit import index as index_mod
 from convgit.errors import RefStale, StorageFailed
 from convgit.objects import Message, TextPart
 from convgit.refs import RefStore
-from cli_helpers import env, ok, run  # noqa: F401  (fixtures)
-from store_helpers import NOW, conv, fast_repo
+from helpers.cli import env, ok, run  # noqa: F401  (fixtures)
+from helpers.store import NOW, conv, fast_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 # The ref store's moves, and the modules that may call them.

@@ -4,7 +4,7 @@ its prompt and answer under that model, and is listed (with its tokens) as a cal
 
 from __future__ import annotations
 
-from cli_helpers import cli, dumps, env, ok, proj  # noqa: F401
+from helpers.cli import cli, dumps, env, ok, proj  # noqa: F401
 
 REQ = [{"role": "user", "content": "Which bird fishes with a pouch?"}]
 ANS = {"role": "assistant", "content": "The pelican."}

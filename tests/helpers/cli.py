@@ -7,7 +7,7 @@ Two ways to run a command, with one result type:
   ``CONVGIT_GC_AUTO=0`` (no background gc; tests/test_gc_auto.py turns it on).
 - ``cli``: the same command in-process through typer's CliRunner (fast, for bulk cases).
 
-Test modules import what they need: ``from cli_helpers import cli, run, proj, ...``
+Test modules import what they need: ``from helpers.cli import cli, run, proj, ...``
 (pytest picks up fixtures imported into a test module).
 """
 

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # (the repository: tests/helpers/ is two below it)
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md", ROOT / "examples" / "README.md"]
 SHELL_LANGS = ("sh", "bash", "shell", "console")
 # an upper-case word of 2+ letters (NAME, FILE, REMOTE), an option's one-letter metavar
