@@ -244,6 +244,45 @@ def test_a_reader_racing_the_packing_never_sees_a_line_twice_or_misses_one(repo)
     assert all(len(repo.refs.read_log(n)) == count[n] for n in names)
 
 
+def _paused_across_two_packings(repo, monkeypatch, pause: str, read: str, *, offset: str = "start"):
+    """Thread ``a`` with m0 packed and m1 in a loose file, and a second handle on the store
+    whose loose-file read ``read`` (``_loose_log`` or ``_loose_tail``) pauses once, just
+    before or just after it reads (``pause``), while the first handle packs (m1 absorbed,
+    its loose file unlinked), moves once more (m2, a new loose file) and packs again.
+    Returns (that handle, with ``.paused`` set once it paused; the byte offset of the end of
+    m0's line when ``offset`` is "end_of_m0", else 0)."""
+    t1 = commit(repo, {"messages": conv("a")}, thread="a").tip
+    t2 = commit(repo, {"messages": conv("a", "2")}, thread="a").tip
+    repo.refs.update("a", None, message="x")
+    repo.refs.update("a", t1, expected=None, message="m0")
+    with repo.exclusive_lock():
+        repo.pack_refs()  # m0 packed
+    k = 0 if offset == "start" else len(repo.refs.log_bytes("a"))
+    repo.refs.update("a", t2, message="m1")  # m1 in a loose file
+    reader = Repository.open(repo.path)
+    real = getattr(reader.refs, read)
+    reader.paused = []
+
+    def meanwhile() -> None:
+        reader.paused.append(True)
+        with repo.exclusive_lock():
+            repo.pack_refs()  # m1 absorbed, its loose file unlinked
+        repo.refs.update("a", t1, message="m2")  # a new loose file
+        with repo.exclusive_lock():
+            repo.pack_refs()  # m2 absorbed: the marker names the new file
+
+    def paused_read(*a):
+        if not reader.paused and pause == "before_loose_read":
+            meanwhile()
+        got = real(*a)
+        if not reader.paused and pause == "after_loose_read":
+            meanwhile()
+        return got
+
+    monkeypatch.setattr(reader.refs, read, paused_read)
+    return reader, k
+
+
 @pytest.mark.parametrize("pause", ["after_loose_read", "before_loose_read"])
 def test_a_reader_paused_across_two_packings_reads_the_log_as_it_was_at_one_instant(repo, monkeypatch, pause):
     """The race the test above catches only under load, made certain: a reader is paused just
@@ -251,36 +290,9 @@ def test_a_reader_paused_across_two_packings_reads_the_log_as_it_was_at_one_inst
     and packed again. What it returns must be the log at some instant of its read: m0 m1, or
     m0 m1 m2; never m1 twice (the second packing's marker names another loose file than the
     one the reader read), never m1 missing."""
-    t1 = commit(repo, {"messages": conv("a")}, thread="a").tip
-    t2 = commit(repo, {"messages": conv("a", "2")}, thread="a").tip
-    repo.refs.update("a", None, message="x")
-    repo.refs.update("a", t1, expected=None, message="m0")
-    with repo.exclusive_lock():
-        repo.pack_refs()  # m0 packed
-    repo.refs.update("a", t2, message="m1")  # m1 in a loose file
-    reader = Repository.open(repo.path)
-    real = reader.refs._loose_log
-    paused = []
-
-    def meanwhile() -> None:
-        paused.append(True)
-        with repo.exclusive_lock():
-            repo.pack_refs()  # m1 absorbed, its loose file unlinked
-        repo.refs.update("a", t1, message="m2")  # a new loose file
-        with repo.exclusive_lock():
-            repo.pack_refs()  # m2 absorbed: the marker names the new file
-
-    def loose_log(name):
-        if not paused and pause == "before_loose_read":
-            meanwhile()
-        got = real(name)
-        if not paused and pause == "after_loose_read":
-            meanwhile()
-        return got
-
-    monkeypatch.setattr(reader.refs, "_loose_log", loose_log)
+    reader, _ = _paused_across_two_packings(repo, monkeypatch, pause, "_loose_log")
     msgs = [e.message for e in reader.refs.read_log("a")]
-    assert paused and msgs in (["m0", "m1"], ["m0", "m1", "m2"]), msgs
+    assert reader.paused and msgs in (["m0", "m1"], ["m0", "m1", "m2"]), msgs
     assert [e.message for e in reader.refs.read_log("a")] == ["m0", "m1", "m2"]
     assert reader.refs.log_size("a") == len(repo.refs.log_bytes("a"))
 
@@ -292,39 +304,11 @@ def test_a_tail_reader_paused_across_two_packings_reads_the_tail_of_one_instant(
     after it reads the loose file's tail, across a packing, a move and another packing. The tail it
     returns, and the length, are those of the log at one instant of its read: from the start
     m0 m1 or m0 m1 m2; from the end of m0's line m1 or m1 m2; never a line twice."""
-    t1 = commit(repo, {"messages": conv("a")}, thread="a").tip
-    t2 = commit(repo, {"messages": conv("a", "2")}, thread="a").tip
-    repo.refs.update("a", None, message="x")
-    repo.refs.update("a", t1, expected=None, message="m0")
-    with repo.exclusive_lock():
-        repo.pack_refs()  # m0 packed
-    k = 0 if offset == "start" else len(repo.refs.log_bytes("a"))
-    repo.refs.update("a", t2, message="m1")  # m1 in a loose file
-    reader = Repository.open(repo.path)
-    real = reader.refs._loose_tail
-    paused = []
-
-    def meanwhile() -> None:
-        paused.append(True)
-        with repo.exclusive_lock():
-            repo.pack_refs()  # m1 absorbed, its loose file unlinked
-        repo.refs.update("a", t1, message="m2")  # a new loose file
-        with repo.exclusive_lock():
-            repo.pack_refs()  # m2 absorbed: the marker names the new file
-
-    def loose_tail(*a):
-        if not paused and pause == "before_loose_read":
-            meanwhile()
-        got = real(*a)
-        if not paused and pause == "after_loose_read":
-            meanwhile()
-        return got
-
-    monkeypatch.setattr(reader.refs, "_loose_tail", loose_tail)
+    reader, k = _paused_across_two_packings(repo, monkeypatch, pause, "_loose_tail", offset=offset)
     tail, size = reader.refs.log_tail("a", k)
     msgs = [e.message for e in convgit.refs.parse_log(tail)]
     want = (["m0", "m1"], ["m0", "m1", "m2"]) if k == 0 else (["m1"], ["m1", "m2"])
-    assert paused and msgs in want, msgs
+    assert reader.paused and msgs in want, msgs
     assert size == k + len(tail)
     assert tails_disagree(reader) == []
     reader.close()
