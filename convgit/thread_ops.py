@@ -235,8 +235,12 @@ def reflog(repo: Repository, thread: str | None = None) -> dict:
     name = repo.refs.read_head() if thread is None else thread
     check_thread_name(name)
     deleted = False
-    tip = repo.refs.read(name)
-    if tip is None:
+    unreadable = False
+    try:
+        tip = repo.refs.read(name)
+    except ObjectCorrupt:  # an unreadable ref: its reflog tells where it was (shown whole)
+        tip, unreadable = None, True
+    if tip is None and not unreadable:
         archives = _archived_logs(repo, name)
         if not archives:
             raise NotFound(f"thread {name!r} has no reflog (no such thread, live or deleted)", thread=name)
@@ -246,7 +250,7 @@ def reflog(repo: Repository, thread: str | None = None) -> dict:
     else:
         logged = repo.refs.read_log(name)  # its packed part, then its loose file
     # A move cut short by a crash left its line: not shown (it never happened; the line stays).
-    entries = applied_entries(logged, tip)
+    entries = logged if unreadable else applied_entries(logged, tip)
     rows = []
     for i, e in enumerate(reversed(entries)):
         turn = _turn_or_none(repo, e.turn)

@@ -120,6 +120,11 @@ def test_reflog_leaves_out_a_move_a_crash_cut_short(cli, run, proj):
     doc = ok(cli("reflog", "--json")).json()
     assert [(e["old"], e["new"]) for e in doc["entries"]] == [(first, again), (None, first)]
     assert doc["interrupted"] == 1 and ok(cli("rev-parse", "main")).out.strip() == again
+    # an unreadable ref: its reflog is still shown whole (it tells where the thread was)
+    (proj / ".convgit" / "refs" / "threads" / "main").write_text("garbage\n")
+    doc = ok(cli("reflog", "main", "--json")).json()
+    assert [e["new"] for e in doc["entries"]][::2] == [again, first] and len(doc["entries"]) == 3
+    assert doc["interrupted"] == 0
 
 
 def test_restore_a_deleted_thread_with_its_history(cli, proj):
