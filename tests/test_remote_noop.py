@@ -24,14 +24,21 @@ def _count_ref_reads(monkeypatch) -> dict[str, int]:
     return seen
 
 
+def _pushed_and_cloned(tmp_path, url: str, n: int, *, width: int = 0):
+    """Store ``a`` with ``n`` one-message threads (``t0``.., or ``t00``.. with ``width=2``),
+    pushed to ``url`` as ``origin``; store ``b`` cloned from it. Returns (a, b)."""
+    a = convgit.init(tmp_path / "a")
+    for i in range(n):
+        convgit.commit(a, {"messages": [{"role": "user", "content": f"question {i}"}]}, thread=f"t{i:0{width}d}")
+    convgit.add_remote(a, "origin", url)
+    convgit.push(a)
+    b, _ = convgit.clone(url, tmp_path / "b")
+    return a, b
+
+
 def test_a_noop_sync_reads_no_ref_file_per_thread(tmp_path, monkeypatch):
     remote = str(tmp_path / "remote")
-    a = convgit.init(tmp_path / "a")
-    for i in range(30):
-        convgit.commit(a, {"messages": [{"role": "user", "content": f"question {i}"}]}, thread=f"t{i:02d}")
-    convgit.add_remote(a, "origin", remote)
-    convgit.push(a)
-    b, _ = convgit.clone(remote, tmp_path / "b")
+    a, b = _pushed_and_cloned(tmp_path, remote, 30, width=2)
     ix = convgit.init(tmp_path / "ix")
     convgit.add_remote(ix, "origin", remote)
     convgit.index_sync(ix)
@@ -104,12 +111,7 @@ def test_a_noop_sync_parses_no_refs_document_and_reads_no_refs(tmp_path, monkeyp
     import json
 
     remote = tmp_path / "remote"
-    a = convgit.init(tmp_path / "a")
-    for i in range(12):
-        convgit.commit(a, {"messages": [{"role": "user", "content": f"question {i}"}]}, thread=f"t{i:02d}")
-    convgit.add_remote(a, "origin", str(remote))
-    convgit.push(a)
-    b, _ = convgit.clone(str(remote), tmp_path / "b")
+    a, b = _pushed_and_cloned(tmp_path, str(remote), 12, width=2)
     ops = {"push a": lambda: convgit.push(a), "fetch a": lambda: convgit.fetch(a), "pull a": lambda: convgit.pull(a),
            "fetch b": lambda: convgit.fetch(b), "pull b": lambda: convgit.pull(b), "push b": lambda: convgit.push(b)}
     for op in ops.values():
@@ -189,12 +191,7 @@ def test_a_noop_sync_asks_for_the_refs_document_only_if_it_changed(tmp_path, mon
     is unchanged; once another store moved it, the new bytes come and are parsed."""
     from convgit.remotes import directory, s3
 
-    a = convgit.init(tmp_path / "a")
-    for i in range(5):
-        convgit.commit(a, {"messages": [{"role": "user", "content": f"question {i}"}]}, thread=f"t{i}")
-    convgit.add_remote(a, "origin", remote_url)
-    convgit.push(a)
-    b, _ = convgit.clone(remote_url, tmp_path / "b")
+    a, b = _pushed_and_cloned(tmp_path, remote_url, 5)
     for op in (lambda: convgit.fetch(a), lambda: convgit.pull(b), lambda: convgit.push(b)):
         op()
 
