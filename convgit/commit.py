@@ -228,6 +228,7 @@ def commit_payload(
     with repo.transaction(fast_forward=True) as tx:
         if move_head:
             tx.read_head()
+            tx.head_follows_moves = True  # (HEAD's new content staged before the move's syncfs)
         result = _commit_one(tx, payload, chain, thread, on_conflict, now)
         if move_head:
             tx.follow(result.thread)

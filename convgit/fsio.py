@@ -22,10 +22,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import itertools
 import os
 import random
 import stat
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,6 +101,18 @@ def fsync_fd(fd: int, path: os.PathLike | str = "?") -> None:
         raise _storage_error("fsync", path, e) from e
 
 
+def fsync_file(path: os.PathLike | str) -> None:
+    """fsync the file ``path`` (its data; not its name: that is its directory's)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+    except OSError as e:
+        raise _storage_error("open", path, e) from e
+    try:
+        fsync_fd(fd, path)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(path: os.PathLike | str) -> None:
     """fsync the directory ``path``, so the entries renamed or created in it are durable."""
     try:
@@ -113,13 +127,77 @@ def fsync_dir(path: os.PathLike | str) -> None:
 
 _libc = None
 
+# Syncs owed (docs/format.md §6.1 step 6): directory entries this process made (objects renamed
+# into their fan-out directories) that a later ``sync_filesystem`` of the same file system is
+# to make durable before anything that names them counts. Keyed by the file system's st_dev;
+# the value is when the debt was taken (a counter), so that a syncfs that began earlier does
+# not pay it (another thread's).
+_owed: dict[int, int] = {}
+_owed_lock = threading.Lock()
+_sync_clock = itertools.count(1)
+
+
+def owe_sync(path: os.PathLike | str) -> None:
+    """Record that entries just made under ``path`` are not yet durable: the next
+    ``sync_filesystem`` of its file system (which the ref move of the same transaction makes
+    anyway, docs/format.md §6.2 step 4) or ``settle`` makes them so. Call it after the last
+    of those entries is made."""
+    dev = os.stat(path).st_dev
+    with _owed_lock:
+        _owed[dev] = next(_sync_clock)
+
+
+def owes_sync(path: os.PathLike | str) -> bool:
+    """Whether entries made under ``path``'s file system by this process still wait for a sync."""
+    if not _owed:
+        return False
+    return os.stat(path).st_dev in _owed
+
+
+def settle(path: os.PathLike | str) -> bool:
+    """Pay a sync owed on ``path``'s file system (one ``sync_filesystem``), if one is.
+    Returns whether it synced. Called before a write that names the objects and is durable
+    by itself (an fsync of one file: a reflog line recording a turn without moving the ref),
+    and when a transaction ends."""
+    if not owes_sync(path):
+        return False
+    sync_filesystem(path)
+    return True
+
+
+def sync_mark() -> int:
+    """A point in this process's sequence of syncs, for ``synced_since``."""
+    return next(_sync_clock)
+
+
+def synced_since(path: os.PathLike | str, mark: int) -> bool:
+    """Whether a ``sync_filesystem`` of ``path``'s file system that began after ``mark`` has
+    completed: what was written there before ``mark`` is durable."""
+    return _synced.get(os.stat(path).st_dev, 0) > mark
+
+
+_synced: dict[int, int] = {}  # st_dev -> when the last completed sync_filesystem there began
+
 
 def sync_filesystem(path: os.PathLike | str) -> None:
-    """Flush every dirty file and directory entry of the file system holding ``path``.
+    """Flush every dirty file and directory entry of the file system holding ``path``; this
+    pays the syncs owed there (``owe_sync``) before it began.
 
     Used by bulk writers instead of one fsync per file: one syncfs(2) makes thousands of
     objects durable at once. Linux reports writeback errors from syncfs since 5.8.
     """
+    started = next(_sync_clock)
+    _syncfs(path)
+    dev = os.stat(path).st_dev
+    with _owed_lock:
+        if _owed.get(dev, started) < started:
+            del _owed[dev]
+        if _synced.get(dev, 0) < started:
+            _synced[dev] = started
+
+
+def _syncfs(path: os.PathLike | str) -> None:
+    """syncfs(2) of the file system holding ``path`` (the primitive; tests replace it)."""
     global _libc
     if sys.platform.startswith("linux"):
         if _libc is None:

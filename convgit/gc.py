@@ -34,6 +34,7 @@ from .graph import keep_recording_turns, mark_reachable
 from .ids import check_thread_name, is_oid
 from .objects import Message, Turn
 from .pack import PackWriter
+from .refformat import applied_entries
 from .refs import broken_ref_fix, format_reflog_line, parse_log, parse_rename
 from .remotes.tracking import TrackingRefs, remote_names
 
@@ -264,12 +265,19 @@ def _roots(repo, now: float, expire_s: float):
         if len(entries) != sum(1 for ln in lines if ln.strip()):
             raise GcRefused(f"gc refused: reflog {path} has unreadable lines")
         keep = []
+        # A move a crash cut short (not on the chain of moves ending at the tip,
+        # refformat.applied_entries) may name objects a power loss kept from the store: their
+        # sync was the ref move's (docs/format.md §6.2). It roots what of it is stored.
+        applied = {id(e) for e in applied_entries(entries, tips.get(name))}
         for e in entries:
             # A rename is history too: it is how a fork names its source after a rebuild.
             live = e.turn is not None or parse_rename(e.message) is not None or (now * 1000 - e.time_ms) < expire_s * 1000
             if not live:
                 continue
             keep.append(e)
+            if id(e) not in applied:
+                roots.extend(o for o in (e.new, e.old, e.turn) if o is not None and repo.objects.contains(o))
+                continue
             for oid in (e.new, e.old, e.turn):
                 if oid is not None:
                     roots.append(oid)

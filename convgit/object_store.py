@@ -355,11 +355,15 @@ class ObjectStore:
         fsio.freshen(p.pack_path)
         return True
 
-    def write_many(self, items: Iterable[tuple[str, bytes]], *, missing: frozenset[str] | set[str] = frozenset()) -> int:
+    def write_many(self, items: Iterable[tuple[str, bytes]], *, missing: frozenset[str] | set[str] = frozenset(),
+                   defer_entries: bool = False) -> int:
         """Write objects, durable before returning (with ``fsync``). Returns how many were new.
 
         Small batches are loose files, staged and made durable with two syncs in all
-        (``_write_staged``, docs/format.md §6.1); larger ones are one pack. Without ``fsync``
+        (``_write_staged``, docs/format.md §6.1); larger ones are one pack. ``defer_entries``
+        (a repository transaction, which moves a ref next): the second sync, of the loose
+        files' new entries, is owed instead (``fsio.owe_sync``): the ref move's own syncfs
+        pays it, and the transaction pays it when it ends without one. Without ``fsync``
         (throw-away stores, or a caller that flushes the file system itself): loose files,
         nothing synced.
         ``missing``: ids the caller has just seen absent (their existence probe is skipped).
@@ -380,7 +384,7 @@ class ObjectStore:
             return len(self.write_packed(items, missing=missing))
         has_packs = bool(self.packs())
         if self.fsync:
-            return self._write_staged(items, missing, has_packs)
+            return self._write_staged(items, missing, has_packs, defer_entries=defer_entries)
         new = 0
         for oid, data in items:
             if oid not in missing and has_packs and not os.path.exists(self._file(oid)) and self._freshen_packed(oid):
@@ -389,11 +393,13 @@ class ObjectStore:
                 new += 1
         return new
 
-    def _write_staged(self, items: list[tuple[str, bytes]], missing, has_packs: bool) -> int:
+    def _write_staged(self, items: list[tuple[str, bytes]], missing, has_packs: bool, *,
+                      defer_entries: bool = False) -> int:
         """A few objects, durable with two syncs (docs/format.md §6.1): each new object's
         bytes go to a temp file ``objects/tmp_*`` (one directory for all of them); one
         syncfs makes the bytes durable; the temp files are renamed into their fan-out
-        directories in dependency order; one more syncfs makes the entries durable.
+        directories in dependency order; one more syncfs makes the entries durable (or,
+        ``defer_entries``, is owed: the next syncfs of the file system pays it).
 
         Every rename leaves the same directory, whose entries a power loss keeps only as a
         prefix (and a rename between directories lands in both or neither): an object's
@@ -429,7 +435,10 @@ class ObjectStore:
                 fsio.rename(tmp, f)
                 staged.pop(0)
                 crash_point("object_after_rename")
-            fsio.sync_filesystem(self._root)  # their entries
+            if defer_entries:
+                fsio.owe_sync(self._root)  # their entries: paid by the ref move's syncfs
+            else:
+                fsio.sync_filesystem(self._root)  # their entries
         except BaseException:
             for tmp, _ in staged:
                 fsio.unlink_quiet(tmp)

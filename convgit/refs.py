@@ -80,6 +80,20 @@ class RefMove:
     steps: tuple[tuple[str, str | None, str], ...] = ()
 
 
+
+@dataclass
+class StagedHead:
+    """HEAD's next content in a temp file (RefStore.stage_head): the thread it names, the temp
+    file, and the point in the process's syncs after which it was written (fsio.sync_mark)."""
+
+    name: str
+    tmp: Path
+    mark: int
+
+    def discard(self) -> None:
+        """Remove the temp file (HEAD moved elsewhere, or not at all)."""
+        fsio.unlink_quiet(self.tmp)
+
 class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation, RefJournal):
     """The refs of one store: a file per thread under ``refs/threads/``, HEAD, and a reflog
     per thread. Every move is a compare-and-swap under the thread's lock (docs/format.md §6.2)."""
@@ -241,10 +255,35 @@ class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation, RefJournal):
                                 "convgit switch NAME points it at a thread again)")
         return raw[len(prefix):]
 
-    def write_head(self, name: str) -> None:
-        """Point HEAD at thread ``name``."""
+    def write_head(self, name: str, staged: "StagedHead | None" = None) -> None:
+        """Point HEAD at thread ``name``. ``staged``: its new content, written before the ref
+        move it follows (``stage_head``); when a syncfs has made those bytes durable since,
+        HEAD costs only its rename and the store directory's fsync (docs/format.md §2.3)."""
         check_thread_name(name)
-        fsio.replace_file(self.root / "HEAD", f"ref: {THREADS}/{name}\n".encode(), fsync=self.fsync)
+        if staged is None or staged.name != name or not self.fsync:
+            if staged is not None:
+                staged.discard()
+            fsio.replace_file(self.root / "HEAD", f"ref: {THREADS}/{name}\n".encode(), fsync=self.fsync)
+            return
+        try:
+            if not fsio.synced_since(self.root, staged.mark):
+                fsio.fsync_file(staged.tmp)  # (no syncfs since it was written: its own fsync)
+            fsio.rename(staged.tmp, self.root / "HEAD")
+        except BaseException:
+            staged.discard()
+            raise
+        fsio.fsync_dir(self.root)
+
+    def stage_head(self, name: str) -> "StagedHead | None":
+        """HEAD's next content (naming thread ``name``) written to a temp file now, not synced,
+        before a ref move whose syncfs (docs/format.md §6.2 step 4) makes it durable;
+        ``write_head(name, staged)`` renames it in after the commit point. None without fsync."""
+        check_thread_name(name)
+        if not self.fsync:
+            return None
+        tmp = self.root / f"{fsio.TMP_PREFIX}HEAD.{os.getpid()}.{time.monotonic_ns()}"
+        fsio.write_new_file(tmp, f"ref: {THREADS}/{name}\n".encode())
+        return StagedHead(name, tmp, fsio.sync_mark())
 
     # -- updating ---------------------------------------------------------------------------
 
@@ -732,6 +771,10 @@ class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation, RefJournal):
 
     def _append_log(self, name, old, new, turn, message, time_ms=None) -> None:
         t = time_ms if time_ms is not None else int(time.time() * 1000)
+        if self.fsync:
+            # This line is durable by itself (no ref moves after it): the objects it names
+            # must be first, so a sync their writer owes is paid before it (docs/format.md §6.2).
+            fsio.settle(self.root)
         self.journal([name])
         fsio.append_line(self.log_path(name), format_reflog_line(old, new, t, turn, message), fsync=self.fsync)
 

@@ -35,7 +35,7 @@ import os
 from contextlib import ExitStack
 from typing import Iterable
 
-from . import codec
+from . import codec, fsio
 from .config import crash_point
 from .errors import ConvgitError, ObjectCorrupt, StorageFailed
 from .refs import ANY, RefMove
@@ -81,6 +81,8 @@ class Transaction:
         self._journal_at = 0  # the refs journal's size when the transaction began
         self._journal_own = 0  # ... and how much of it is this transaction's (RefStore.journal_bytes)
         self._written: dict[str, tuple[str, bytes]] = {}  # threads created: name -> (tip, reflog), for the index
+        self.head_follows_moves = False  # HEAD is to follow the thread moved (commit): staged before the move
+        self._staged_head = None  # HEAD's next content, written before the move's syncfs (RefStore.stage_head)
 
     @property
     def warnings(self) -> list[str]:
@@ -113,6 +115,18 @@ class Transaction:
     def __exit__(self, exc_type, exc, tb) -> None:
         stack, self._stack = self._stack, None
         try:
+            self._exit(stack, exc_type)
+        finally:
+            if self._staged_head is not None:  # (not used: HEAD did not move to it)
+                self._staged_head.discard()
+                self._staged_head = None
+
+    def _exit(self, stack: ExitStack, exc_type) -> None:
+        try:
+            if exc_type is None:
+                # Objects written and no ref move made them durable (a sync owed): now, before
+                # the index or the caller is told of them.
+                fsio.settle(self.repo.objects.path)
             if exc_type is None and not self.index_after_unlock:
                 self._finish()
         finally:
@@ -148,7 +162,9 @@ class Transaction:
         objs = list(objs)
         if not objs:
             return 0
-        n = self.repo.objects.write_many(objs, missing=missing)
+        # The new entries' sync is owed to the ref move that follows (its syncfs comes before
+        # its commit point), or paid when the transaction ends (docs/format.md §6.1-6.2).
+        n = self.repo.objects.write_many(objs, missing=missing, defer_entries=True)
         self._keep(objs, decoded)
         return n
 
@@ -179,6 +195,8 @@ class Transaction:
         must name a stored object."""
         exists = self.repo.objects.contains if check_exists else None
         self._written.pop(name, None)
+        if self.head_follows_moves and new is not None and self.head is not None and name != self.head:
+            self._stage_head(name)
         try:
             return self.repo.refs.update(name, new, expected=expected, message=message, turn=turn, exists=exists,
                                          time_ms=time_ms)
@@ -314,6 +332,20 @@ class Transaction:
         if thread is not None:
             self._follow = thread
 
+    def _stage_head(self, name: str) -> None:
+        """Write HEAD's content for ``name`` before the move's syncfs makes it durable, so that
+        moving HEAD after the commit point costs a rename and one directory fsync."""
+        staged = self._staged_head
+        if staged is not None:
+            if staged.name == name:
+                return
+            staged.discard()
+            self._staged_head = None
+        try:
+            self._staged_head = self.repo.refs.stage_head(name)
+        except (StorageFailed, ConvgitError):
+            self._staged_head = None  # HEAD is then written whole after the commit point
+
     def _read_head_quietly(self) -> str | None:
         try:
             return self.repo.refs.read_head()
@@ -329,7 +361,8 @@ class Transaction:
                 target = max(left, key=lambda r: (r["updated_ms"] or 0, r["name"]))["name"]
         if target is None or self.head is None or not thread_exists(repo, target):
             return
-        warning = move_head(repo, target, self.head)
+        staged, self._staged_head = self._staged_head, None
+        warning = move_head(repo, target, self.head, staged)
         if warning:
             self.head_warning = warning
         elif target != self.head:
@@ -382,14 +415,19 @@ def _size(path) -> int:
         return 0
 
 
-def move_head(repo, thread: str, head: str) -> str | None:
+def move_head(repo, thread: str, head: str, staged=None) -> str | None:
     """Point HEAD (``head`` as read before the write) at ``thread`` after a write that
-    stands. Returns a warning instead of raising when HEAD cannot be written."""
+    stands (``staged``: its content written before the move, RefStore.stage_head). Returns a
+    warning instead of raising when HEAD cannot be written."""
     if thread == head:
+        if staged is not None:
+            staged.discard()
         return None
     try:
-        repo.refs.write_head(thread)
+        repo.refs.write_head(thread, staged)
     except (StorageFailed, OSError) as e:
+        if staged is not None:
+            staged.discard()
         why = e.message if isinstance(e, StorageFailed) else (e.strerror or str(e))
         try:
             now = repo.refs.read_head()

@@ -182,7 +182,7 @@ def test_an_index_failure_after_the_commit_point_is_a_warning(tmp_path, monkeypa
 def test_a_head_failure_after_the_commit_point_is_a_warning(tmp_path, monkeypatch):
     repo = _store(tmp_path, 2)
 
-    def broken(self, name):
+    def broken(self, name, staged=None):
         raise StorageFailed("No space left on device")
 
     monkeypatch.setattr(RefStore, "write_head", broken)
@@ -190,6 +190,7 @@ def test_a_head_failure_after_the_commit_point_is_a_warning(tmp_path, monkeypatc
     assert repo.refs.read("elsewhere") == out.tip
     assert any("HEAD could not be moved" in w for w in out.warnings), out.warnings
     assert repo.refs.read_head() != "elsewhere"
+    assert not list(repo.path.glob("tmp_HEAD*"))  # HEAD's content staged before the move is not left behind
 
 
 def test_the_library_and_the_cli_leave_head_alike(tmp_path, run):

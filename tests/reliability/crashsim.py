@@ -259,7 +259,7 @@ class Recorder:
 
     def install(self, mp) -> None:
         mp.setattr(fsio, "os", self)
-        mp.setattr(fsio, "sync_filesystem", self._syncfs)
+        mp.setattr(fsio, "_syncfs", self._syncfs)  # (sync_filesystem keeps its bookkeeping of owed syncs)
 
     def _syncfs(self, path) -> None:
         self.ops.append(("syncfs",))
@@ -578,4 +578,4 @@ class FailingFsync:
 
     def install(self, mp) -> None:
         mp.setattr(fsio, "os", self)
-        mp.setattr(fsio, "sync_filesystem", self._syncfs)
+        mp.setattr(fsio, "_syncfs", self._syncfs)  # (sync_filesystem keeps its bookkeeping of owed syncs)

@@ -11,9 +11,10 @@
 - Single calls (a stateless continuation of two new messages, a stateless new thread): every
   crash state of every workload of up to 2 of them (with a nested new thread and gc).
 - Mutations (each must produce failing states): each sync of the single-commit sequence
-  (docs/format.md §6.1-6.2) left out in turn, object temp files staged in their fan-out
-  directories instead of one directory, no directory fsync at the commit point, a large batch
-  written loose.
+  (docs/format.md §6.1-6.2) left out in turn, a retry's reflog line made durable before the
+  entry of the turn it names, HEAD renamed in without its bytes synced, object temp files
+  staged in their fan-out directories instead of one directory, no directory fsync at the
+  commit point, a large batch written loose.
 - EIO from the n-th fsync (n = 1..k): the operation raises StorageFailed, refs unchanged, no
   temp file left, the next commit works.
 """
@@ -112,6 +113,9 @@ def _run_op(repo, op: str, step: int, source: Path):
     if op == "call a":  # a stateless call continuing a: its history, a question and the answer
         r = convgit.commit(repo, {"messages": history(repo, "a") + [user(f"q{step}"), assistant(f"r{step}")]},
                            now_ms=NOW + step)
+        return (r.thread, r.turn)
+    if op == "retry a":  # a stateless call re-sent whole (a retry): no message, its turn recorded on a
+        r = convgit.commit(repo, {"messages": history(repo, "a"), "model": "m"}, now_ms=NOW + step)
         return (r.thread, r.turn)
     if op == "call new":  # a stateless call starting a thread (auto-named; HEAD moves)
         r = convgit.commit(repo, {"messages": [user(f"new q{step}"), assistant(f"new r{step}")]}, now_ms=NOW + step)
@@ -393,6 +397,8 @@ def _skip_syncfs(marker: str):
 
         def _syncfs(self, path):
             f = sys._getframe(1)
+            while f.f_code.co_filename == fsio.__file__:  # (called through fsio.sync_filesystem)
+                f = f.f_back
             if marker in linecache.getline(f.f_code.co_filename, f.f_lineno):
                 return
             real(self, path)
@@ -405,7 +411,7 @@ def _staged_in_fanout_dirs(m):
     entries of two new messages then survive a power loss independently."""
     from convgit.object_store import ObjectStore
 
-    def _write_staged(self, items, missing, has_packs):
+    def _write_staged(self, items, missing, has_packs, **kw):
         staged = []
         for i, (oid, data) in enumerate(items):
             f = self._file(oid)
@@ -432,15 +438,40 @@ def _large_batches_loose_then_syncfs(m):
 
     real = ObjectStore.write_many
 
-    def write_many(self, items, *, missing=frozenset()):
+    def write_many(self, items, *, missing=frozenset(), **kw):
         items = list(items)
         if not self.fsync or len(items) <= 16:
-            return real(self, items, missing=missing)
+            return real(self, items, missing=missing, **kw)
         new = sum(fsio.write_object_file(self._file(o), d, fsync=False) for o, d in items)
         fsio.sync_filesystem(self.path)
         return new
 
     m.setattr(ObjectStore, "write_many", write_many)
+
+
+def _retry_line_before_its_turn(m):
+    """A call that records a turn without moving its thread (a retry) appends its reflog line
+    without first paying the sync its turn object's entry is owed (docs/format.md §6.2)."""
+    from convgit import refs as refs_mod
+
+    m.setattr(refs_mod.fsio, "settle", lambda path: False)
+
+
+def _head_not_synced(m):
+    """HEAD's new content renamed in after the commit point with no sync of its bytes (as if
+    it were staged after the move's syncfs)."""
+    from convgit.refs import RefStore
+
+    real = RefStore.write_head
+
+    def write_head(self, name, staged=None):
+        if staged is not None:
+            staged.discard()
+        staged = self.stage_head(name)
+        m.setattr(fsio, "synced_since", lambda path, mark: True)
+        return real(self, name, staged)
+
+    m.setattr(RefStore, "write_head", write_head)
 
 
 def _unordered_prune(m):
@@ -460,7 +491,8 @@ MUTATIONS = {
     "gc_prunes_in_any_order": (_unordered_prune, ("delete and gc",)),
     "gc_acts_before_earlier_writes_are_durable": (_skip_syncfs("# writers' earlier work"), ("delete and gc",)),
     "objects_renamed_before_their_bytes_sync": (_skip_syncfs("# the objects' bytes"), ("commit a",)),
-    "object_entries_not_synced_before_the_reflog": (_skip_syncfs("# their entries"), ("call a",)),
+    "retry_line_durable_before_its_turn": (_retry_line_before_its_turn, ("retry a",)),
+    "head_renamed_in_before_its_bytes_sync": (_head_not_synced, ("call new",)),
     "objects_staged_in_their_fanout_dirs": (_staged_in_fanout_dirs, ("call a",)),
     "ref_renamed_before_reflog_and_temp_ref_sync": (_skip_syncfs("# the reflog line and the temp ref"), ("call new",)),
     "no_dir_fsync": (_no_dir_fsync, ("commit a",)),
@@ -469,14 +501,15 @@ MUTATIONS = {
 
 
 def test_single_calls_survive_power_loss(stores, monkeypatch, capsys):
-    """The single-call path (docs/format.md §6.1-6.2, four syncs): a stateless continuation of
-    two new messages and a stateless new thread, alone and after one another (and after a
-    nested new thread and gc): every crash state is clean."""
-    stats, failures = sweep(stores, monkeypatch, depth=2, ops=("call a", "call new", "commit b", "gc"))
+    """The single-call path (docs/format.md §6.1-6.2: three syncs, four with HEAD): a stateless
+    continuation of two new messages, a stateless new thread and a retry (a turn recorded, no
+    message), alone and after one another (and after a nested new thread and gc): every crash
+    state is clean, a move a crash cut short (its reflog line durable, its objects not) included."""
+    stats, failures = sweep(stores, monkeypatch, depth=2, ops=("call a", "call new", "retry a", "commit b", "gc"))
     with capsys.disabled():
         print(f"\n[T5.1 calls] {stats['workloads']} workloads, {stats['states']} crash states, {stats['failing']} failing")
     assert failures == [], failures[:5]
-    assert stats["workloads"] == 4 + 16
+    assert stats["workloads"] == 5 + 25
 
 
 def test_ref_edits_survive_power_loss(stores, monkeypatch, capsys):
