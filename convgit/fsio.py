@@ -103,22 +103,19 @@ def fsync_fd(fd: int, path: os.PathLike | str = "?") -> None:
 
 def fsync_file(path: os.PathLike | str) -> None:
     """fsync the file ``path`` (its data; not its name: that is its directory's)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | NOFOLLOW)
-    except OSError as e:
-        raise _storage_error("open", path, e) from e
-    try:
-        fsync_fd(fd, path)
-    finally:
-        os.close(fd)
+    _fsync_path(path, NOFOLLOW, "open")
 
 
 def fsync_dir(path: os.PathLike | str) -> None:
     """fsync the directory ``path``, so the entries renamed or created in it are durable."""
+    _fsync_path(path, os.O_DIRECTORY, "open directory")
+
+
+def _fsync_path(path: os.PathLike | str, flags: int, what: str) -> None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(path, os.O_RDONLY | flags)
     except OSError as e:
-        raise _storage_error("open directory", path, e) from e
+        raise _storage_error(what, path, e) from e
     try:
         fsync_fd(fd, path)
     finally:
