@@ -115,7 +115,7 @@ def rewrite_packed_logs(old: "PackedLogsReader | None", changes: dict[str, "Pack
             out.extend(frame)
             count += n_entries
             continue
-        entries = dict(old._chunk(i))
+        entries = dict(old._chunk(i, check_names=True))
         for n in mine:
             if changes[n] is None:
                 entries.pop(n, None)
@@ -141,8 +141,10 @@ def _corrupt(why: str) -> ObjectCorrupt:
     return ObjectCorrupt(f"{PACKED_LOGS} is corrupt: {why} (run convgit fsck)")
 
 
-def parse_chunk(text: bytes) -> list[PackedLog]:
-    """The entries of one decompressed chunk, in order."""
+def parse_chunk(text: bytes, *, check_names: bool = True) -> list[PackedLog]:
+    """The entries of one decompressed chunk, in order. ``check_names``: each thread name is
+    checked as a ref name (§5; a reader looking one thread up by its own, valid, name leaves
+    that to whoever lists them: ``_check_names``)."""
     out = []
     pos = 0
     while pos < len(text):
@@ -152,10 +154,8 @@ def parse_chunk(text: bytes) -> list[PackedLog]:
         f = text[pos + 2:end].decode("utf-8", "replace").split(" ")
         if len(f) != 5 or not all(x.isdigit() for x in (f[1], f[2], f[4])):
             raise _corrupt("a chunk entry header does not parse")
-        try:
-            check_thread_name(f[0])
-        except InvalidRefName:
-            raise _corrupt("a chunk entry names an invalid thread") from None
+        if check_names:
+            _check_names((f[0],))
         n = int(f[4])
         data = text[end + 1:end + 1 + n]
         if len(data) != n:
@@ -163,6 +163,14 @@ def parse_chunk(text: bytes) -> list[PackedLog]:
         out.append(PackedLog(f[0], data, int(f[1]), int(f[2]), f[3]))
         pos = end + 1 + n
     return out
+
+
+def _check_names(names: Iterable[str]) -> None:
+    for name in names:
+        try:
+            check_thread_name(name)
+        except InvalidRefName:
+            raise _corrupt("a chunk entry names an invalid thread") from None
 
 
 class PackedLogsReader:
@@ -205,27 +213,33 @@ class PackedLogsReader:
         if close is not None:
             close()
 
-    def _chunk(self, i: int) -> dict[str, PackedLog]:
+    def _chunk(self, i: int, *, check_names: bool = False) -> dict[str, PackedLog]:
+        """Chunk ``i``, name -> entry (kept by size). Its names are checked only with
+        ``check_names`` (listing, fsck): one thread looked up by name (a commit's reflog tail,
+        at 100,000 threads a chunk of ~230) does not pay a name check for each of the others."""
         got = self._cache.get(i)
-        if got is None:
-            off, length = self.chunks[i][:2]
-            try:
-                text = self._zstd.ZstdDecompressor().decompress(self._read_at(off, length))
-            except self._zstd.ZstdError as e:
-                raise _corrupt(f"chunk {i} does not decompress ({e})") from None
-            got = {e.name: e for e in parse_chunk(text)}
-            for e in got.values():
-                self._heads[e.name] = (len(e.data), PackedLog(e.name, b"", e.ino, e.absorbed, e.digest))
-            # Kept by size, not count: a bulk creation looks up names in every chunk, then
-            # rewrites every chunk it touched (random conversation ids touch them all), and
-            # with a few chunks kept it parsed each twice.
-            while self._cache and self._cached_bytes + len(text) > CACHE_BYTES:
-                k = next(iter(self._cache))
-                del self._cache[k]
-                self._cached_bytes -= self._cache_sizes.pop(k)
-            self._cache[i] = got
-            self._cache_sizes[i] = len(text)
-            self._cached_bytes += len(text)
+        if got is not None:
+            if check_names:
+                _check_names(got)
+            return got
+        off, length = self.chunks[i][:2]
+        try:
+            text = self._zstd.ZstdDecompressor().decompress(self._read_at(off, length))
+        except self._zstd.ZstdError as e:
+            raise _corrupt(f"chunk {i} does not decompress ({e})") from None
+        got = {e.name: e for e in parse_chunk(text, check_names=check_names)}
+        for e in got.values():
+            self._heads[e.name] = (len(e.data), PackedLog(e.name, b"", e.ino, e.absorbed, e.digest))
+        # Kept by size, not count: a bulk creation looks up names in every chunk, then
+        # rewrites every chunk it touched (random conversation ids touch them all), and
+        # with a few chunks kept it parsed each twice.
+        while self._cache and self._cached_bytes + len(text) > CACHE_BYTES:
+            k = next(iter(self._cache))
+            del self._cache[k]
+            self._cached_bytes -= self._cache_sizes.pop(k)
+        self._cache[i] = got
+        self._cache_sizes[i] = len(text)
+        self._cached_bytes += len(text)
         return got
 
     def get(self, name: str) -> PackedLog | None:
@@ -246,7 +260,7 @@ class PackedLogsReader:
 
     def __iter__(self) -> Iterator[PackedLog]:
         for i in range(len(self.chunks)):
-            yield from self._chunk(i).values()
+            yield from self._chunk(i, check_names=True).values()
 
     def names(self) -> list[str]:
         """Every thread with a packed reflog (reads every chunk)."""
@@ -266,7 +280,7 @@ def verify(data: bytes) -> list[str]:
     seen: list[str] = []
     try:
         for i, (_, _, n, first, last) in enumerate(r.chunks):
-            names = list(r._chunk(i))
+            names = list(r._chunk(i, check_names=True))
             if not names or names[0] != first or names[-1] != last or len(names) != n:
                 problems.append(f"{PACKED_LOGS}: chunk {i} does not hold the names its directory says")
             seen += names

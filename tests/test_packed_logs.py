@@ -495,3 +495,23 @@ def test_a_packing_recompresses_only_the_chunks_it_lands_in():
     kept = {data[o:o + n] for o, n, *_ in r.chunks} & {out[o:o + n] for o, n, *_ in r2.chunks}
     assert len(kept) == len(r.chunks) - 2  # every chunk but the two changed, copied as it was
     assert sorted(e.name for e in r2) == sorted([e.name for e in entries if e.name != "t00007"] + [new.name])
+
+
+def test_one_thread_looked_up_pays_no_name_check_but_a_listing_and_fsck_still_refuse_a_bad_name(monkeypatch):
+    """A commit's reflog tail reads one packed thread's entry: the other names of its chunk
+    are not checked then (at 100,000 threads a chunk holds ~230); listing them, rewriting the
+    chunk and verify (fsck) still find a name no thread can have."""
+    from convgit import packedlogs
+
+    line = format_reflog_line(None, "a" * 64, NOW, None, "commit").encode()
+    data = format_packed_logs([PackedLog("good", line, 0, 0, "-"), PackedLog("zz..bad", line, 0, 0, "-")])
+    checked = []
+    real = packedlogs.check_thread_name
+    monkeypatch.setattr(packedlogs, "check_thread_name", lambda n: (checked.append(n), real(n))[1])
+    r = PackedLogsReader(lambda o, n: data[o:o + n], len(data))
+    assert r.get("good").data == line and checked == []
+    with pytest.raises(convgit.errors.ObjectCorrupt):
+        r.names()
+    with pytest.raises(convgit.errors.ObjectCorrupt):
+        packedlogs.rewrite_packed_logs(r, {"good": None})
+    assert any("invalid thread" in p for p in verify(data))
