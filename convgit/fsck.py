@@ -21,6 +21,7 @@ from .graph import keep_recording_turns, typed_references
 from .ids import check_thread_name
 from .objects import Blob, Turn
 from .packedlogs import PACKED_LOGS, verify
+from .refformat import applied_entries
 from .refs import THREADS, broken_ref_fix, parse_log
 from .remotes.tracking import TrackingRefs, remote_names
 
@@ -238,12 +239,22 @@ def _check_refs(snap: _RefSnapshot, types: dict, objects, add, rep: FsckReport, 
         else:
             roots.append(tip)
     archived_turns: list[tuple[str, str | None, str]] = []  # (turn, new tip, where) in deleted threads' reflogs
+    tips = dict(snap.tips)
     for name, where, raw in snap.logs:
         lines = [ln for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()]
         entries = parse_log(raw)
         if len(entries) != len(lines):
             add(Problem("error", "bad_reflog", f"{where}: {len(lines) - len(entries)} unreadable line(s)"))
+        # A live reflog's lines of moves that never happened (a writer killed between its line
+        # and its ref rename: docs/format.md §6.2) root nothing, as for gc; their objects may
+        # even be gone (a power loss), which is no damage: nothing ever pointed a ref at them.
+        applied = None if name is None or name in snap.broken else {id(e) for e in applied_entries(entries, tips.get(name))}
         for e in entries:
+            if applied is not None and id(e) not in applied:
+                if e.turn is not None and e.turn not in types and not on_remote(e.turn):
+                    add(Problem("info", "bad_reflog", f"{where} names turn {e.turn} of a move a crash cut short "
+                                "(it never happened), which is not stored: harmless", e.turn))
+                continue
             if e.turn is not None:
                 if e.turn not in types and on_remote(e.turn):
                     rep.on_remote += 1
