@@ -312,8 +312,11 @@ def _expire(entries: list[ReflogEntry], tip: str | None, now: float, expire_s: f
         run = []
 
     for e in entries:
-        # A rename is history too: it is how a fork names its source after a rebuild.
-        live = e.turn is not None or parse_rename(e.message) is not None or (now * 1000 - e.time_ms) < expire_s * 1000
+        # A rename is history too: it is how a fork names its source after a rebuild. A line
+        # with neither tip (a delete of an unreadable ref, in a restored thread's reflog) is
+        # where the walk goes on from an unknown tip: a bridge over it would cut the chain.
+        live = (e.turn is not None or parse_rename(e.message) is not None or (e.old is None and e.new is None)
+                or (now * 1000 - e.time_ms) < expire_s * 1000)
         if id(e) not in on:
             if live:
                 keep.append(e)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import convgit
+from convgit.gc import _expire
+from convgit.refformat import ReflogEntry, applied_entries
 from helpers.cli import assert_error, cli, cli_env, conv, dumps, env, ok, proj, run  # noqa: F401
 
 CRASH = {"CONVGIT_CRASH_AT": "ref_after_tmp_fsync"}
@@ -234,3 +236,49 @@ def test_a_rename_up_keeps_the_history_it_carries(cli, proj):
     live, rebuilt = dumped(store)
     assert live == rebuilt and sorted(t[1] for t in live["turns"]) == ["p", "p"]
     assert ok(cli("fsck", "--json")).json()["status"] == "ok"
+
+
+def _e(old, new, t, turn=None, msg="update-ref") -> ReflogEntry:
+    ids = {k: k * 64 for k in "abcdefghijklmnopqrstuvwxyz"}
+    return ReflogEntry(ids.get(old), ids.get(new), t, ids.get(turn) if turn else None, msg)
+
+
+def test_expiry_bridges_runs_of_old_moves_and_keeps_the_chain():
+    """gc._expire over made-up reflogs (expire everything older than 1,000 ms at 10,000):
+    whatever it drops, the turns of the moves that happened are the same before and after."""
+    old = lambda e: (e.old, e.new, e.turn, e.message)  # noqa: E731
+    cases = [
+        # kept call, two old moves, kept call: one bridge where the run ended
+        [_e(None, "a", 1, "t"), _e("a", "b", 2), _e("b", "c", 3), _e("c", "d", 4, "u")],
+        # a single old move between two calls stays as it is
+        [_e(None, "a", 1, "t"), _e("a", "b", 2), _e("b", "c", 4, "u")],
+        # old moves at the end: bridged up to the tip
+        [_e(None, "a", 1, "t"), _e("a", "b", 2), _e("b", "c", 3)],
+        # old moves at the start (no kept move before them): dropped
+        [_e(None, "a", 1), _e("a", "b", 2), _e("b", "c", 3, "u")],
+        # a cut-short call inside the run goes with it; one after the run stays
+        [_e(None, "a", 1, "t"), _e("a", "p", 2, "x"), _e("a", "b", 3), _e("b", "q", 4, "y"), _e("b", "c", 5),
+         _e("c", "r", 6, "z"), _e("c", "d", 7, "u")],
+        # a move back to an earlier tip, cut short, then real moves
+        [_e(None, "a", 1, "t"), _e("a", "b", 2), _e("b", "a", 3, "x"), _e("b", "c", 4), _e("c", "d", 5, "u")],
+        # a delete of an unreadable ref, then a restore, in a restored thread's reflog
+        [_e(None, "a", 1, "t"), _e("a", "b", 2), _e(None, None, 3, msg="delete (unreadable ref)"),
+         _e(None, "c", 4, msg="restore"), _e("c", "d", 5, "u")],
+    ]
+    tips = ["d", "c", "c", "c", "d", "d", "d"]
+    kept = []
+    for entries, tip in zip(cases, tips):
+        tip = tip * 64
+        keep = _expire(entries, tip, 10, 1 / 86400)  # 1 s: every line above is older
+        assert [e.turn for e in applied_entries(keep, tip) if e.turn] == \
+            [e.turn for e in applied_entries(entries, tip) if e.turn]
+        assert _expire(keep, tip, 10, 1 / 86400) == keep  # a second gc changes nothing
+        kept.append([old(e) for e in keep])
+    a, b, c, d = ("a" * 64, "b" * 64, "c" * 64, "d" * 64)
+    assert kept[0][1] == (a, c, None, "expired: 2 moves") and len(kept[0]) == 3
+    assert len(kept[1]) == 3 and kept[1][1] == (a, b, None, "update-ref")
+    assert kept[2][1] == (a, c, None, "expired: 2 moves")
+    assert kept[3] == [(b, c, "u" * 64, "update-ref")]
+    assert [k[2] for k in kept[4]] == ["t" * 64, "x" * 64, None, "z" * 64, "u" * 64]  # y went with the run
+    assert "x" * 64 not in [k[2] for k in kept[5]]
+    assert len(kept[6]) == 5 and kept[6][2][3] == "delete (unreadable ref)"
