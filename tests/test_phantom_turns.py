@@ -101,6 +101,28 @@ def test_a_call_that_records_without_moving_stays_after_a_cut_short_one(cli, run
     assert live == rebuilt and sorted(t[5] for t in live["turns"]) == ["m-again", "m-real"]
 
 
+def test_a_call_a_crash_cut_short_is_carried_to_no_other_store(cli, run, proj, tmp_path):
+    """merge (from a store, from a bundle) and export carry a thread's recorded calls to
+    another store, where they become lines of moves that happened: the cut-short call stays
+    behind (it used to arrive as a call on the thread there)."""
+    call(cli, ["q1", "a1"], "m-real", "2030-01-01T00:00:00Z")
+    killed(run, ["q1", "a1", "q2", "a2"], "m-phantom", "2030-01-01T00:01:00Z")
+    call(cli, ["q1", "a1", "q2", "a3"], "m-retry", "2030-01-01T00:02:00Z")
+    bundle = tmp_path / "b.db"
+    ok(cli("bundle", "create", str(bundle)))
+    out = tmp_path / "out.json"
+    ok(cli("export", "--all", "-f", "native", "-o", str(out)))
+    assert "m-phantom" not in out.read_text() and "m-retry" in out.read_text()
+    for i, src in enumerate([proj, bundle]):
+        other = tmp_path / f"other{i}"
+        other.mkdir()
+        ok(cli("-C", str(other), "init"))
+        ok(cli("-C", str(other), "merge", str(src)))
+        turns = ok(cli("-C", str(other), "log", "main", "--turns", "--json")).json()
+        assert [t["model"] for t in turns] == ["m-retry", "m-real"]
+        assert ok(cli("-C", str(other), "reflog", "main", "--json")).json()["interrupted"] == 0
+
+
 def test_a_thread_whose_creation_a_crash_cut_short(cli, run, proj):
     """The killed call would have created the thread: its reflog is stale, archived when the
     retry creates the thread (logs/deleted). Its line is of a move that never happened, so
