@@ -28,6 +28,7 @@ from . import codec, fsio
 from .errors import InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, SourceCorrupt
 from .graph import deleted_provenance, mark_reachable, typed_references
 from .ids import check_thread_name, is_oid
+from .refformat import applied_entries
 from .refs import format_reflog_line, parse_reflog_line
 
 BUNDLE_FORMAT = "convgit-bundle"
@@ -72,7 +73,9 @@ def create_bundle(repo, path: str | Path, threads: list[str] | None = None, prog
     turns: dict[str, list[str]] = {}
     roots = list(refs.values())
     for name in refs:
-        ts = [e.turn for e in repo.refs.read_log(name) if e.turn and repo.objects.contains(e.turn)]
+        # the moves that happened (a line a crash cut short names a call not on the thread)
+        ts = [e.turn for e in applied_entries(repo.refs.read_log(name), refs[name])
+              if e.turn and repo.objects.contains(e.turn)]
         turns[name] = list(dict.fromkeys(ts))
         roots.extend(turns[name])
     def read(oid: str):

@@ -24,6 +24,7 @@ import msgspec
 
 from . import graph, revparse
 from .errors import InvalidInput
+from .refformat import applied_entries
 from .objects import AttachmentPart, Blob, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart, Turn
 
 FORMATS = ("native", "openai", "anthropic", "markdown", "jsonl")
@@ -98,7 +99,7 @@ def thread_turns(repo, thread: str) -> tuple[list[dict], list[dict]]:
     its ``id``; import re-encodes it and checks the id, so it comes back as the same object."""
     reflog: list[dict] = []
     turns: dict[str, dict] = {}
-    for e in repo.refs.read_log(thread):
+    for e in applied_entries(repo.refs.read_log(thread), repo.refs.read(thread)):  # (moves that happened)
         t = graph.find_turn(repo.objects, e.turn) if e.turn else None
         if t is None:  # no turn, or one gc has taken: nothing to carry
             continue

@@ -239,27 +239,28 @@ def _check_refs(snap: _RefSnapshot, types: dict, objects, add, rep: FsckReport, 
         else:
             roots.append(tip)
     archived_turns: list[tuple[str, str | None, str]] = []  # (turn, new tip, where) in deleted threads' reflogs
-    tip_of = dict(snap.tips)
+    tips = dict(snap.tips)
     for name, where, raw in snap.logs:
         lines = [ln for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()]
         entries = parse_log(raw)
         if len(entries) != len(lines):
             add(Problem("error", "bad_reflog", f"{where}: {len(lines) - len(entries)} unreadable line(s)"))
-        # The lines of moves that happened (refformat.applied_entries); the others are moves a
-        # crash cut short, whose objects a power loss may have kept from the store (their
-        # sync is the ref move's, docs/format.md §6.2): nothing ever pointed at them.
-        applied = (None if name is None or name in snap.broken
-                   else {id(e) for e in applied_entries(entries, tip_of.get(name))})
+        # A live reflog's lines of moves that never happened (a writer killed between its line
+        # and its ref rename: docs/format.md §6.2) root nothing, as for gc; their objects may
+        # even be gone (a power loss), which is no damage: nothing ever pointed a ref at them.
+        applied = None if name is None or name in snap.broken else {id(e) for e in applied_entries(entries, tips.get(name))}
         for e in entries:
+            if applied is not None and id(e) not in applied:
+                if e.turn is not None and e.turn not in types and not on_remote(e.turn):
+                    add(Problem("info", "bad_reflog", f"{where} names turn {e.turn} of a move a crash cut short "
+                                "(it never happened), which is not stored: harmless", e.turn))
+                continue
             if e.turn is not None:
                 if e.turn not in types and on_remote(e.turn):
                     rep.on_remote += 1
                 elif e.turn not in types:
                     if name is None:  # decided after reachability: an error if it recorded a reachable message
                         archived_turns.append((e.turn, e.new, where))
-                    elif applied is not None and id(e) not in applied and not objects.contains(e.turn):
-                        add(Problem("info", "bad_reflog", f"{where} names turn {e.turn}, which is not stored: "
-                                    "a move a crash cut short (its ref never moved)", e.turn))
                     else:
                         add(Problem("error", "bad_reflog", f"{where} names turn {e.turn}, which is not stored", e.turn))
                 elif types[e.turn] != "turn":

@@ -13,6 +13,9 @@ Safety rules (git, restic and borg's):
 - Every loose ref is moved into ``packed-refs`` (RefStore.pack_refs, docs/format.md §6.4);
   it refuses while ``packed-refs`` has a line no reader can use.
 - Reflog entries that name a turn are history (a call's model, time, tokens): never expired.
+  Only moves that happened root anything (the chain of lines ending at the tip,
+  refformat.applied_entries): a line a crash cut short roots nothing, and its objects may be
+  missing without gc refusing. Expiry never cuts that chain (``_expire``).
 - Provenance is data: a turn is kept as long as it records a reachable message (its output,
   or a message it gives time/model/source for), whatever happened to the ref or reflog that
   named it (a deleted thread's turns live on for the forks that still hold its messages), and
@@ -34,8 +37,8 @@ from .graph import keep_recording_turns, mark_reachable
 from .ids import check_thread_name, is_oid
 from .objects import Message, Turn
 from .pack import PackWriter
-from .refformat import applied_entries
 from .refs import broken_ref_fix, format_reflog_line, parse_log, parse_rename
+from .refformat import ReflogEntry, applied_entries
 from .remotes.tracking import TrackingRefs, remote_names
 
 # The defaults of [gc] auto_threshold and auto_pack_limit: gc --auto does nothing below this
@@ -264,20 +267,9 @@ def _roots(repo, now: float, expire_s: float):
         entries = parse_log(raw)
         if len(entries) != sum(1 for ln in lines if ln.strip()):
             raise GcRefused(f"gc refused: reflog {path} has unreadable lines")
-        keep = []
-        # A move a crash cut short (not on the chain of moves ending at the tip,
-        # refformat.applied_entries) may name objects a power loss kept from the store: their
-        # sync was the ref move's (docs/format.md §6.2). It roots what of it is stored.
-        applied = {id(e) for e in applied_entries(entries, tips.get(name))}
-        for e in entries:
-            # A rename is history too: it is how a fork names its source after a rebuild.
-            live = e.turn is not None or parse_rename(e.message) is not None or (now * 1000 - e.time_ms) < expire_s * 1000
-            if not live:
-                continue
-            keep.append(e)
-            if id(e) not in applied:
-                roots.extend(o for o in (e.new, e.old, e.turn) if o is not None and repo.objects.contains(o))
-                continue
+        keep = _expire(entries, tips.get(name), now, expire_s)
+        applied = applied_entries(keep, tips.get(name))
+        for e in applied:
             for oid in (e.new, e.old, e.turn):
                 if oid is not None:
                     roots.append(oid)
@@ -286,6 +278,62 @@ def _roots(repo, now: float, expire_s: float):
         if len(keep) != len(entries):
             rewrites[name] = (len(entries), keep)
     return roots, rewrites
+
+
+def _expire(entries: list[ReflogEntry], tip: str | None, now: float, expire_s: float) -> list[ReflogEntry]:
+    """The entries of a live reflog that expiry keeps (docs/format.md §10 step 1).
+
+    A line naming a turn, a rename and a line younger than ``expire_s`` are kept. The moves
+    that happened are the chain of lines ending at ``tip`` (refformat.applied_entries), and
+    the index, ``reflog`` and the serve drain read them so: dropping an old move in the
+    middle of that chain would cut it, and every kept move before the cut would read as
+    one that never happened. So a run of expired moves of the chain that a kept move comes
+    before is replaced by one line from where the run starts to where it ends (rooting
+    nothing its neighbours do not: its ``old`` is the previous kept move's ``new``, its
+    ``new`` the next one's ``old`` or the tip), placed where the run ended; a line of a move
+    that never happened written in the middle of such a run goes with it (the chain read
+    back from the bridge must not meet it). A run with no kept move before it goes (nothing
+    before it depends on it). Lines of moves that never happened are otherwise kept or
+    expired by the same age rule; they root nothing (``_roots``)."""
+    on = {id(e) for e in applied_entries(entries, tip)}
+    keep: list[ReflogEntry] = []
+    run: list[ReflogEntry] = []  # expired moves of the chain since the last kept one
+    start = end = 0  # where in ``keep`` the run started, and where it stood after its last line
+    moved_before = False  # a kept move of the chain comes before the run
+
+    def close_run() -> None:
+        nonlocal run
+        after = keep[end:]
+        del keep[start:]
+        if moved_before:
+            keep.append(run[0] if len(run) == 1 else
+                        ReflogEntry(run[0].old, run[-1].new, run[-1].time_ms, None, f"expired: {len(run)} moves"))
+        keep.extend(after)
+        run = []
+
+    for e in entries:
+        # A rename is history too: it is how a fork names its source after a rebuild. A line
+        # with neither tip (a delete of an unreadable ref, in a restored thread's reflog) is
+        # where the walk goes on from an unknown tip: a bridge over it would cut the chain.
+        live = (e.turn is not None or parse_rename(e.message) is not None or (e.old is None and e.new is None)
+                or (now * 1000 - e.time_ms) < expire_s * 1000)
+        if id(e) not in on:
+            if live:
+                keep.append(e)
+            continue
+        if not live:
+            if not run:
+                start = len(keep)
+            run.append(e)
+            end = len(keep)
+            continue
+        if run:
+            close_run()
+        keep.append(e)
+        moved_before = True
+    if run:
+        close_run()
+    return keep
 
 
 def keep_provenance(objects, all_ids: set[str], reachable: set[str], *, on_missing=None, visit=None) -> set[str]:

@@ -30,6 +30,7 @@ from .ids import check_thread_name, is_oid
 from .merge_journal import JOURNAL, recover, write_journal
 from .objects import Message
 from .pack import PackWriter
+from .refformat import applied_entries
 from .refs import ANY, NOT_APPLIED, RefMove, format_reflog_line, read_log_file
 from .repository import STORE_DIRS
 
@@ -110,9 +111,12 @@ class StoreSource:
             raise SourceCorrupt(f"merge source: {e.message}") from e
 
     def turns(self, name: str) -> list[str]:
-        """The turns the source's reflog records for ``name``, oldest first, each once."""
+        """The turns the source's reflog records for ``name``, oldest first, each once: of
+        the moves that happened (refformat.applied_entries; a line a crash cut short names a
+        call that is not on the thread, which this store must not record as one)."""
         try:
-            return list(dict.fromkeys(e.turn for e in self.repo.refs.read_log(name) if e.turn))
+            log = applied_entries(self.repo.refs.read_log(name), self.repo.refs.read(name))
+            return list(dict.fromkeys(e.turn for e in log if e.turn))
         except UnsafeSymlink as e:
             raise SourceCorrupt(f"merge source: {e.message}") from e
 

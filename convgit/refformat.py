@@ -87,13 +87,48 @@ def applied_entries(entries: list[ReflogEntry], tip: str | None) -> list[ReflogE
     two leaves lines for moves that never happened. The moves that happened form a chain
     that ends at the ref's tip (None for a deleted thread's archive, whose last line is the
     delete): walking back from the newest line, a line is applied when it ends where the
-    later applied line starts (the newest: at ``tip``); the others are left out."""
-    at, out = tip, []
+    later applied line starts (the newest: at ``tip``); the others are left out.
+
+    One line goes on from its ``new`` instead of its ``old``: the creation of a thread by a
+    rename (``rename: A -> B`` with no old tip: ``a/b`` -> ``a`` is a delete and a create,
+    docs/format.md §6.4), whose reflog is the renamed thread's history, which ended at that
+    tip, followed by the creation line."""
+    return _chain(entries, tip)
+
+
+def _chain(entries: list[ReflogEntry], at: str | None) -> list[ReflogEntry]:
+    """``applied_entries``' walk, from ``at``; a delete of an unreadable ref (its old tip was
+    not known: ``UNREADABLE_SUFFIX``) goes on from the newest line before it."""
+    out: list[ReflogEntry] = []
+    unknown = object()
     for e in reversed(entries):
-        if e.new == at:
+        if e.new == at or at is unknown:
             out.append(e)
-            at = e.old
+            if e.old is None and e.new is not None and parse_rename(e.message) is not None:
+                at = e.new
+            elif e.old is None and e.new is None and e.message.endswith(UNREADABLE_SUFFIX):
+                at = unknown
+            else:
+                at = e.old
     return out[::-1]
+
+
+STALE_MESSAGE = "stale: moves a crash cut short, never made"  # ends a stale reflog archived (§4)
+UNREADABLE_SUFFIX = "(unreadable ref)"  # a delete of a ref that could not be read: its tip was unknown
+
+
+def applied_archived(entries: list[ReflogEntry]) -> list[ReflogEntry]:
+    """The entries of an archived reflog (``logs/deleted``) that count, oldest first
+    (docs/format.md §4 "Moves that happened"). An archive ends where its thread ended: its
+    last line whose new tip is none (a delete, or the ``STALE_MESSAGE`` line archiving a
+    stale reflog appends). Up to that line, the moves that happened are the chain ending at
+    none, as ``applied_entries`` walks it; a delete of an unreadable ref (``old`` none: the
+    tip was unknown) goes on from the newest line before it. The lines after it are
+    provenance that merge and bundles carried from another store's deleted thread (§11),
+    kept as they are; so is an archive without such a line (carried lines only, or a stale
+    reflog archived before the marker existed)."""
+    end = max((i for i, e in enumerate(entries) if e.new is None), default=-1)
+    return _chain(entries[:end + 1], None) + list(entries[end + 1:])
 
 
 PACKED_SCAN_BYTES = 256 * 1024  # a larger packed-refs is searched (bisect), not parsed, for one name

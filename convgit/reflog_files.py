@@ -14,7 +14,7 @@ from typing import Iterator
 from . import fsio
 from .errors import StorageFailed, UnsafeSymlink
 from .packedlogs import PackedLog, PackedLogsReader, absorbed_skip, rewrite_packed_logs
-from .refformat import ReflogEntry, parse_log, read_log_file
+from .refformat import STALE_MESSAGE, ReflogEntry, applied_archived, parse_log, read_log_file
 
 
 class ReflogFiles:
@@ -25,12 +25,17 @@ class ReflogFiles:
         """Before a thread is created: a live reflog of a thread that does not exist is what a
         move cut short by a crash left (its line appended, its ref never renamed in). It is
         archived as a deleted thread's would be (nothing is lost), so the new thread does not
-        inherit turns of a move that never happened."""
+        inherit turns of a move that never happened. Its last line is then the
+        ``STALE_MESSAGE`` line (none -> none): an archive ends where its thread ended, so
+        the index and ``reflog`` read its moves as the chain ending at none
+        (refformat.applied_archived), and a move that never happened is not one of them."""
         log = self.log_path(name)
         if log.is_symlink():  # never moved into logs/deleted, where readers would follow it
             raise UnsafeSymlink(f"{log} is a symlink: refusing to write through it or keep it "
                                 "(remove it; convgit writes a fresh reflog)", path=str(log))
         if log.exists() or self._packed_log(name) is not None:
+            fsio.makedirs(log.parent)
+            self._append_log(name, None, None, None, STALE_MESSAGE)
             self._archive_log(name)
 
     def _archive_log(self, name: str) -> None:
@@ -203,11 +208,12 @@ class ReflogFiles:
 
     def archived_entries(self) -> list[tuple[str, list["ReflogEntry"]]]:
         """(path under logs/deleted, its entries that name a turn) for each deleted thread's
-        archived reflog: what merge and bundles carry of deleted threads' provenance."""
+        archived reflog: what merge and bundles carry of deleted threads' provenance (of
+        moves that happened: refformat.applied_archived)."""
         out = []
         for name, path in self.iter_log_files():
             if name is None:
-                entries = [e for e in read_log_file(path) if e.turn]
+                entries = [e for e in applied_archived(read_log_file(path)) if e.turn]
                 if entries:
                     out.append((str(path.relative_to(self.deleted_logs_dir)).replace(os.sep, "/"), entries))
         return out

@@ -20,6 +20,7 @@ from .objects import Message
 from .pack import PackWriter
 from .refs import RefMove
 from .remotes import CasLost
+from .refformat import applied_entries
 from .remotes.bulkrefs import BULK_MIN, read_logs
 from .remotes.refsdoc import DOC_KEY, RefsDoc, pack_key
 from .remotes.tracking import TrackingRefs
@@ -65,7 +66,7 @@ def _outgoing(repo, remote: _Remote, tips: dict[str, str], local_of: dict[str, s
     logs = read_logs(repo.refs, {local_of[n] for n in tips})  # (all at once: 100,000 threads)
     for name in sorted(tips):
         roots.append(tips[name])
-        for e in logs[local_of[name]]:
+        for e in applied_entries(logs[local_of[name]], tips[name]):  # (not a move a crash cut short)
             if e.turn and e.turn not in turn_of and repo.objects.contains(e.turn):
                 turn_of[e.turn] = name
                 roots.append(e.turn)

@@ -228,9 +228,10 @@ def reflog(repo: Repository, thread: str | None = None) -> dict:
     reflog (``logs/deleted``) is shown when no live thread has that name (``deleted`` true).
 
     Lines of moves a crash cut short (appended, the ref never moved) are left out and
-    counted (``interrupted``; refformat.applied_entries). Returns ``{"thread", "deleted",
+    counted (``interrupted``; refformat.applied_entries, and applied_archived for an
+    archived reflog). Returns ``{"thread", "deleted",
     "entries": [...], "interrupted"}``; NotFound when the thread has no reflog, live or archived."""
-    from .refformat import applied_entries
+    from .refformat import applied_archived, applied_entries
 
     name = repo.refs.read_head() if thread is None else thread
     check_thread_name(name)
@@ -250,7 +251,7 @@ def reflog(repo: Repository, thread: str | None = None) -> dict:
     else:
         logged = repo.refs.read_log(name)  # its packed part, then its loose file
     # A move cut short by a crash left its line: not shown (it never happened; the line stays).
-    entries = logged if unreadable else applied_entries(logged, tip)
+    entries = logged if unreadable else applied_archived(logged) if deleted else applied_entries(logged, tip)
     rows = []
     for i, e in enumerate(reversed(entries)):
         turn = _turn_or_none(repo, e.turn)

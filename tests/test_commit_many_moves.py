@@ -111,4 +111,12 @@ commit_many(repo, [convgit.api.to_payload(repo, d) for d in items], threads=thre
     log = repo.refs.read_log("t")
     assert len(log) == 5 and log[4].old == first.tip
     assert real_turns(repo, "t") == [log[0].turn, log[4].turn]
+    # the index reads the same walk (issue 10's phantom turns): none of the three cut-short
+    # steps' turns is on the thread, caught up or rebuilt
+    repo.index.refresh_if_changed()
+    live = repo.index.dump()
+    on_t = {row[0] for row in live["turns"] if row[1] == "t"}
+    assert on_t == {log[0].turn, log[4].turn}
+    repo.index.rebuild()
+    assert repo.index.dump() == live
     repo.close()

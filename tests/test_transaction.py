@@ -18,6 +18,7 @@ from convgit import codec
 from convgit import index as index_mod
 from convgit.errors import RefStale, StorageFailed
 from convgit.objects import Message, TextPart
+from convgit.refformat import STALE_MESSAGE, read_log_file
 from convgit.refs import RefStore
 from helpers.cli import env, ok, run  # noqa: F401  (fixtures)
 from helpers.store import NOW, conv, fast_repo
@@ -228,8 +229,11 @@ def test_a_new_thread_does_not_inherit_the_reflog_of_a_move_a_crash_cut_short(tm
     assert out.thread == name
     entries = repo.refs.read_log(name)
     assert stale_turn not in {e.turn for e in entries} and len(entries) == 1
-    archived = [e for n, es in repo.refs.archived_entries() for e in es if e.turn == stale_turn]
-    assert len(archived) == 1  # kept, as a deleted thread's reflog
+    # kept, as a deleted thread's reflog, ended by the stale line: a move that never happened
+    # (not provenance that merge or a bundle would carry)
+    archived = [read_log_file(p) for n, p in repo.refs.iter_log_files() if n is None]
+    assert [[e.turn for e in es] for es in archived] == [[stale_turn, None]]
+    assert archived[0][-1].message == STALE_MESSAGE and repo.refs.archived_entries() == []
     assert convgit.fsck(repo).errors == []
     repo.close()
 

@@ -25,6 +25,7 @@ from .. import fsio
 from ..errors import ConvgitError, InvalidInput, ObjectCorrupt, ObjectMissing, storage_failure
 from ..objects import Message
 from ..refs import JOURNAL_ARCHIVE, parse_rename, parse_reflog_line
+from ..refformat import applied_archived, applied_entries
 from . import fts, reach
 from .fts import FTS_SCHEMA
 from .healing import healing, index_storage_failure
@@ -662,7 +663,7 @@ class IndexWriter(RunningTotals, TurnRows):
         first_time = None
         if log_offset == 0:
             db.execute("DELETE FROM threads WHERE name=?", (name,))
-        entries, consumed = self._index_log(reader, name, None, log_offset, raw=tail)  # (a live reflog)
+        entries, consumed = self._index_log(reader, name, None, log_offset, raw=tail, tip=tip)  # (a live reflog)
         self._note_renames(entries)
         size = log_offset + consumed
         row = self._thread_row(name)
@@ -713,14 +714,24 @@ class IndexWriter(RunningTotals, TurnRows):
                 name = new
         return name
 
-    def _index_log(self, reader: "Reader", thread: str | None, path: Path, offset: int, *, raw: bytes | None = None):
-        """Index the turns a reflog names, from byte ``offset`` (``raw``: its bytes from there,
-        already read). Returns (entries, bytes used).
+    def _index_log(self, reader: "Reader", thread: str | None, path: Path, offset: int, *, raw: bytes | None = None,
+                   tip: str | None = None):
+        """Index the turns of the moves that happened that a reflog names, from byte
+        ``offset`` (``raw``: its bytes from there, already read). Returns (those entries,
+        bytes used).
 
-        A writer appends its reflog line *before* it renames the ref, so the newest lines may
-        describe moves not visible yet. Lines are used up to the last one whose new tip is
-        indexed; the rest wait for the next catch-up (their messages are not indexed yet, so
-        their turns could not be placed on them).
+        A writer appends its reflog line *before* it renames the ref, so a line may be of a
+        move not made yet (a writer still running) or never made (one killed between the
+        two: docs/format.md §6.2). The moves that happened are the chain of lines that ends
+        at the thread's ``tip`` (refformat.applied_entries, as ``reflog`` and the serve
+        drain read it): walked back from the tip, the chain picks the same lines in these
+        lines from ``offset`` as in the whole reflog, so a catch-up that reads only the new
+        lines and a rebuild that reads them all index the same turns. Lines are used up to
+        the last one on the chain: those before it that are not on it never happened (their
+        turn, whose objects a power loss may even have lost, is not read); those after it
+        wait for the next catch-up (a move still being made, or one that never will be).
+        An archived reflog (``thread`` None) is read whole, its moves as
+        refformat.applied_archived says.
         """
         if raw is not None:
             pass
@@ -742,14 +753,15 @@ class IndexWriter(RunningTotals, TurnRows):
             if not line.endswith(b"\n"):
                 break  # a line being written
             items.append((parse_reflog_line(line.decode("utf-8", "replace")), pos))
-        cut = len(items)
         if thread is not None:
-            cut = 0
-            for i, (e, _) in enumerate(items):
-                if e is None or e.new is None or self._is_indexed(e.new):
-                    cut = i + 1
-        used = items[:cut]
-        entries = [e for e, _ in used if e is not None]
+            chain = applied_entries([e for e, _ in items if e is not None], tip)
+            on = {id(e) for e in chain}
+            cut = max((i + 1 for i, (e, _) in enumerate(items) if id(e) in on), default=0)
+            used = items[:cut]
+            entries = chain
+        else:
+            used = items
+            entries = applied_archived([e for e, _ in items if e is not None])
         for e in entries:
             if e.turn:
                 turn = reader.turn(e.turn)
@@ -759,11 +771,6 @@ class IndexWriter(RunningTotals, TurnRows):
                     moved = e.old != e.new and turn.kind != "fork"
                     self._index_turn(reader, e.turn, turn, thread, stop=e.old if moved else turn.input)
         return entries, (used[-1][1] if used else 0)
-
-    def _is_indexed(self, oid: str) -> bool:
-        if oid in self._pending:
-            return True
-        return self.db.execute("SELECT 1 FROM messages WHERE id=?", (oid,)).fetchone() is not None
 
 
 def _journal_stat(path: Path) -> tuple[int | None, int]:
