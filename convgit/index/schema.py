@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 10  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
+SCHEMA_VERSION = 11  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
 # 5: turns record what they cover (out_depth, span) and which import listed them (record);
 # 6: chunks (semantic search); 7: parts.text_bytes, and the lean mode (``[index] text = false``:
 # parts.text is NULL); 8: message_tree names tool calls and results where there is no text;
@@ -12,7 +12,9 @@ SCHEMA_VERSION = 10  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA)
 # more 64-hex-digit ids), turns have a rowid of their own, and the view message_ids shows the ids;
 # a per-message turn names its import turn by row (record_rowid), aliases name their turn by row
 # (turn_rowid) and have no index by message (no query used it); turns.meta_json leaves out an
-# import turn's lists of turns and aliases (rows of their own)
+# import turn's lists of turns and aliases (rows of their own); 11: turn rows only for the moves
+# that happened (the chain of reflog lines ending at the tip, docs/format.md §4): an index built
+# before indexed the calls of moves a crash cut short, which fsck then reports against a rebuild
 INDEX_FILE = "index.sqlite"
 
 # What ``status`` reports from the index, as a direct count over the rows. The writer keeps
