@@ -41,12 +41,12 @@ from bench_maintenance import corpus  # noqa: E402
 OUT = Path(__file__).resolve().parent / "out"
 
 
-def build(path: Path, n_conv: int) -> convgit.Repository:
+def build(path: Path, n_conv: int, messages: int = 10) -> convgit.Repository:
     os.environ["CONVGIT_FSYNC"] = "0"  # the set-up is not measured
     try:
         repo = convgit.init(path)
         for i in range(0, n_conv, 1000):
-            convgit.commit_many(repo, corpus(min(1000, n_conv - i), seed=i, first=i))
+            convgit.commit_many(repo, corpus(min(1000, n_conv - i), seed=i, first=i, messages=messages))
         convgit.gc(repo, prune="never")
         repo.close()
     finally:

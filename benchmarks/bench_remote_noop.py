@@ -52,8 +52,8 @@ def _median(fn) -> tuple[float, float, object]:
 
 
 def run(kind: str, url: str, n_threads: int, tmp: Path, endpoint: str | None, profile: str | None,
-        only: list[str] | None = None) -> dict:
-    repo = build(tmp / f"store-{kind}-{n_threads}", n_threads)
+        only: list[str] | None = None, per_thread: int = 10) -> dict:
+    repo = build(tmp / f"store-{kind}-{n_threads}", n_threads, per_thread)
     convgit.add_remote(repo, "origin", url, endpoint=endpoint)
     convgit.push(repo, "origin")
     want_clone = not only or any(op.startswith("clone_") for op in only)
@@ -78,7 +78,7 @@ def run(kind: str, url: str, n_threads: int, tmp: Path, endpoint: str | None, pr
         "clone_pull": lambda: convgit.pull(clone, "origin"),
         "index_sync": lambda: convgit.index_sync(ix, "origin"),
     }
-    out = {"remote": kind, "threads": n_threads, "messages": n_threads * 10, "convgit": str(Path(convgit.__file__).parent)}
+    out = {"remote": kind, "threads": n_threads, "messages": n_threads * per_thread, "convgit": str(Path(convgit.__file__).parent)}
     for name, fn in ops.items():
         if only and name not in only:
             continue
@@ -131,6 +131,9 @@ def main() -> None:
                     help="print a cProfile of this no-op (repeatable)")
     ap.add_argument("--only", action="append", choices=["push", "fetch", "pull", "clone_fetch", "clone_pull", "index_sync"],
                     help="time only this no-op (repeatable; no clone is made unless a clone_* one is asked for)")
+    ap.add_argument("--messages-per-thread", type=int, default=10,
+                    help="messages in each thread (10; 1 makes a 100,000-thread store quick to build and sync: "
+                         "the refs document is as large, the objects a tenth)")
     ap.add_argument("--repeat", type=int, default=REPEAT, help=f"timed runs of each no-op (the median; default {REPEAT})")
     ap.add_argument("--out", type=Path, default=OUT / "remote_noop.json")
     ap.add_argument("--store", type=Path, help="no set-up: time the no-ops of this store, already pushed to --remote")
@@ -145,7 +148,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="convgit-noop-") as td:
         tmp = Path(td)
         for n in sizes:
-            results.append(run("dir", str(tmp / f"remote-{n}"), n, tmp, None, args.profile, args.only))
+            results.append(run("dir", str(tmp / f"remote-{n}"), n, tmp, None, args.profile, args.only, args.messages_per_thread))
             print(json.dumps(results[-1]), flush=True)
         if args.s3:
             from helpers.s3 import Weed
@@ -154,7 +157,7 @@ def main() -> None:
             try:
                 os.environ.update(w.env())
                 for n in sizes:
-                    results.append(run("s3", f"s3://bench/{uuid.uuid4().hex}", n, tmp, w.endpoint, args.profile, args.only))
+                    results.append(run("s3", f"s3://bench/{uuid.uuid4().hex}", n, tmp, w.endpoint, args.profile, args.only, args.messages_per_thread))
                     print(json.dumps(results[-1]), flush=True)
             finally:
                 w.stop()
