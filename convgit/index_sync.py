@@ -102,12 +102,17 @@ def index_sync(repo, remote: str | None = None, *, progress=None) -> IndexSyncRe
     had = {p.name: p.stat().st_size for p in cache.glob("*.idx")} if cache.is_dir() else {}
     try:
         doc = sync_fetch(r, fetched, progress, take=False)
+        # The refs document seen before (a no-op: sync_fetch compared its digest, or its ETag on
+        # S3, and parsed nothing): the packs it names are the snapshot's, noted when it was keyed.
+        packs = r.state.known_packs(r.tracking_fp(), r.doc_digest) if doc is None else doc.packs
         sync_pull(r, fetched)
-        if doc is None:  # (the refs document seen before: not parsed by the fetch)
+        if packs is None:  # (a snapshot keyed before it noted its packs: parsed once here)
             doc = r.parsed()
+            packs = doc.packs
+            r.state.key_tracking(r.tracking_fp(), r.doc_digest, doc.generation, r.doc_tag, doc.packs)
         report.warnings.extend(fetched.warnings)
-        report.packs = len(doc.packs)
-        report.pack_bytes = sum(r.pack_sizes(doc.packs).values())  # (sizes cached: a pack never changes)
+        report.packs = len(packs)
+        report.pack_bytes = sum(r.pack_sizes(packs).values())  # (sizes cached: a pack never changes)
         r.save_state(doc)
     finally:
         r.close()

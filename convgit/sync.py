@@ -337,7 +337,7 @@ class _Remote:
             return
         same = doc is not None and self.doc_digest is not None and refs == doc.threads
         self.state.record_tracking(fp, refs, self.doc_digest if same else None, doc.generation if doc is not None else 0,
-                                   self.doc_tag if same else None)
+                                   self.doc_tag if same else None, doc.packs if same else None)
 
     def settled(self) -> set[str]:
         """The packs whose objects this store has taken (or uploaded)."""
@@ -469,7 +469,7 @@ def _up_to_date(remote: _Remote, doc: RefsDoc | None, report: SyncReport) -> boo
         if view is None or view != doc.threads:
             return False
         report.generation = doc.generation
-        remote.state.key_tracking(fp, remote.doc_digest, doc.generation, remote.doc_tag)  # (the next one need not parse it)
+        remote.state.key_tracking(fp, remote.doc_digest, doc.generation, remote.doc_tag, doc.packs)  # (the next one need not parse it)
     report.threads = UnchangedRows(lambda: _tracking_at(remote, fp), "up-to-date")
     return True
 

@@ -295,7 +295,7 @@ def _record_pushed(r: _Remote, doc: RefsDoc, refs_fp: list[int], names: list[str
     if view is None or not all(view.get(n) == doc.threads[n] for n in names):
         return
     if view == doc.threads:
-        r.state.key_tracking(fp, r.doc_digest, doc.generation, r.doc_tag)
+        r.state.key_tracking(fp, r.doc_digest, doc.generation, r.doc_tag, doc.packs)
     r.state.set("pushed", {"doc": r.doc_digest, "refs": refs_fp, "tracking": fp, "generation": doc.generation,
                            "tag": r.doc_tag})
 

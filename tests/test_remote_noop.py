@@ -232,3 +232,76 @@ def test_a_noop_sync_asks_for_the_refs_document_only_if_it_changed(tmp_path, mon
     assert {t["thread"]: t["action"] for t in convgit.fetch(a).threads}["t2"] == "updated"
     assert sent and sent[0] > 0  # the changed document, sent whole
     assert convgit.pull(a).moved == 1 and convgit.push(a).moved == 0
+
+
+def test_a_noop_index_sync_parses_nothing_and_still_sees_a_change(tmp_path, monkeypatch, remote_url):
+    """An index sync with nothing to do is a fetch's no-op (the refs document's digest, or on
+    S3 its ETag, compared with the snapshot's; no parse) followed by a pull's: its report names
+    the packs from the snapshot's header, so the document is neither parsed nor read again
+    (S3: the one conditional request, answered 304). A real change is still picked up, and a
+    header written before it noted the packs is keyed again by one parse."""
+    import json
+
+    from convgit.remotes import directory, s3
+
+    a = convgit.init(tmp_path / "a")
+    for i in range(6):
+        convgit.commit(a, {"messages": [{"role": "user", "content": f"question {i}"}]}, thread=f"t{i}")
+    convgit.add_remote(a, "origin", remote_url)
+    convgit.push(a)
+    ix = convgit.init(tmp_path / "ix")
+    convgit.add_remote(ix, "origin", remote_url)
+    first = convgit.index_sync(ix)
+    assert first.moved == 6 and first.packs >= 1 and first.pack_bytes > 0
+    convgit.index_sync(ix)  # (the first no-op keys the pull's marker: it reads the threads once)
+
+    reads = []  # reads of the refs document: bytes received each
+    for cls in (directory.DirectoryRemote, s3.S3Remote):
+        real_get, real_unless = cls.get, cls.get_unless
+
+        def get(self, key, _real=real_get):
+            got = _real(self, key)
+            if key == "refs.json" and not getattr(self, "_in_unless", False):
+                reads.append(len(got[0]) if got else 0)
+            return got
+
+        def get_unless(self, key, tag, _real=real_unless):
+            self._in_unless = True  # (a directory's get_unless reads through its get: counted once)
+            try:
+                got = _real(self, key, tag)
+            finally:
+                self._in_unless = False
+            if key == "refs.json":
+                reads.append(len(got[0]) if got and got[0] is not None else 0)
+            return got
+
+        monkeypatch.setattr(cls, "get", get)
+        monkeypatch.setattr(cls, "get_unless", get_unless)
+    seen = _count_parses(monkeypatch)
+    for _ in range(2):
+        rep = convgit.index_sync(ix)
+        assert rep.moved == 0 and rep.bytes_read == 0 and rep.requests == 0
+        assert (rep.packs, rep.pack_bytes, rep.generation) == (first.packs, first.pack_bytes, first.generation)
+    assert seen == {"parse": 0, "read_all": 0}, seen
+    assert len(reads) == 2, reads  # one read each
+    if remote_url.startswith("s3://"):
+        assert reads == [0, 0], reads  # 304s: no byte of the document sent
+
+    # The remote moved (another store pushed): picked up, the document parsed.
+    convgit.commit(a, {"messages": [{"role": "user", "content": "question 2"}, {"role": "assistant", "content": "walrus"}]},
+                   thread="t2")
+    assert convgit.push(a).moved == 1
+    seen["parse"] = 0
+    rep = convgit.index_sync(ix)
+    assert rep.moved == 1 and seen["parse"] == 1 and rep.packs == first.packs + 1
+    assert [h.threads for h in convgit.search(ix, "walrus")] == [["t2"]]
+    seen["parse"] = 0
+    assert convgit.index_sync(ix).moved == 0 and seen["parse"] == 0
+
+    # A header written before it noted the packs (an older state.json): parsed once, keyed again.
+    state = ix.path / "remotes" / "origin" / "state.json"
+    st = json.loads(state.read_bytes())
+    del st["tracking"]["packs"]
+    state.write_text(json.dumps(st))
+    assert convgit.index_sync(ix).packs == first.packs + 1 and seen["parse"] == 1
+    assert convgit.index_sync(ix).packs == first.packs + 1 and seen["parse"] == 1

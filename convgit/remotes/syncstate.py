@@ -10,10 +10,11 @@ is off, or a sync that reads every ref again, never a wrong move (docs/remotes.m
 - ``checked``: the BLAKE3 of a refs document whose every tip push found in some pack.
 - ``tracking``: the header of the tracking refs' snapshot: the fingerprint (size, mtime,
   inode) of their journal and packed file when it was read under the exclusive store lock,
-  and ``doc``/``generation``/``tag``: the digest, generation and tag (ETag) of a refs
-  document whose threads are exactly those tracking refs (None when not known). While the fingerprint is the same no
-  tracking ref has moved (every move appends to their journal first), so a fetch reading a
-  document with that digest has nothing to do, without parsing it.
+  and ``doc``/``generation``/``tag``/``packs``: the digest, generation, tag (ETag) and pack
+  names of a refs document whose threads are exactly those tracking refs (None when not
+  known). While the fingerprint is the same no tracking ref has moved (every move appends to
+  their journal first), so a fetch reading a document with that digest has nothing to do,
+  without parsing it (and an index sync's report names its packs from ``packs``).
 - ``pulled``: the threads' and tracking refs' fingerprints when every thread was at its
   remote tip (a pull with both unchanged has nothing to do).
 - ``pushed``: ``doc``, ``refs``, ``tracking``: the digest of a refs document every thread
@@ -62,7 +63,9 @@ class RemoteState:
                 if isinstance(snap, dict) and _fp(snap.get("fp")) is not None:
                     header = {"fp": _fp(snap["fp"]), "doc": str(snap["doc"]) if snap.get("doc") else None,
                               "generation": int(snap.get("generation") or 0),
-                              "tag": str(snap["tag"]) if snap.get("doc") and snap.get("tag") else None}
+                              "tag": str(snap["tag"]) if snap.get("doc") and snap.get("tag") else None,
+                              "packs": [str(p) for p in snap["packs"]] if snap.get("doc") and isinstance(snap.get("packs"), list)
+                              else None}
                     if isinstance(snap.get("refs"), dict):  # (the older layout: the body inline)
                         self._refs = {str(k): str(v) for k, v in snap["refs"].items()}
                         self._refs_fp = header["fp"]
@@ -113,21 +116,32 @@ class RemoteState:
         return dict(self._refs)
 
     def record_tracking(self, fp: list[int], refs: dict[str, str], doc: str | None, generation: int,
-                        tag: str | None = None) -> None:
+                        tag: str | None = None, packs: list[str] | None = None) -> None:
         """A new snapshot: ``refs`` read at fingerprint ``fp``; ``doc``: the digest of a refs
-        document whose threads are exactly ``refs`` (None: not known), ``tag`` its tag."""
+        document whose threads are exactly ``refs`` (None: not known), ``tag`` its tag,
+        ``packs`` the packs it names."""
         st = self.get()
-        st["tracking"] = {"fp": fp, "doc": doc, "generation": generation, "tag": tag if doc else None}
+        st["tracking"] = {"fp": fp, "doc": doc, "generation": generation, "tag": tag if doc else None,
+                          "packs": list(packs) if doc and packs is not None else None}
         if self._refs != refs or self._refs_fp != fp:
             self._refs, self._refs_fp, self._refs_dirty = dict(refs), fp, True
         self.dirty = True
 
-    def key_tracking(self, fp: list[int], doc: str | None, generation: int, tag: str | None = None) -> None:
-        """Note that the snapshot at ``fp`` is exactly the threads of document ``doc`` (tag ``tag``)."""
+    def key_tracking(self, fp: list[int], doc: str | None, generation: int, tag: str | None = None,
+                     packs: list[str] | None = None) -> None:
+        """Note that the snapshot at ``fp`` is exactly the threads of document ``doc`` (tag
+        ``tag``, naming packs ``packs``)."""
         head = self.tracking_header(fp)
-        if head is not None and (head["doc"], head["generation"], head.get("tag")) != (doc, generation, tag):
-            head["doc"], head["generation"], head["tag"] = doc, generation, tag
+        packs = list(packs) if doc and packs is not None else None
+        if head is not None and (head["doc"], head["generation"], head.get("tag"), head.get("packs")) != (doc, generation, tag, packs):
+            head["doc"], head["generation"], head["tag"], head["packs"] = doc, generation, tag, packs
             self.dirty = True
+
+    def known_packs(self, fp: list[int], doc: str | None) -> list[str] | None:
+        """The packs named by the refs document with digest ``doc``, when the snapshot at
+        ``fp`` was keyed by it and noted them (a no-op index sync's report, without parsing it)."""
+        head = self.tracking_header(fp)
+        return list(head["packs"]) if head is not None and doc and head["doc"] == doc and head.get("packs") is not None else None
 
     def save(self, keep: set[str] | None = None) -> None:
         """Write what changed (pack names not in ``keep``, when given, are dropped)."""
