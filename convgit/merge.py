@@ -288,6 +288,7 @@ class _Guarded:
             except (sqlite3.Error, OSError, ValueError, TypeError) as e:
                 raise SourceCorrupt(f"merge source cannot be read: {e}") from e
 
+        setattr(self, name, call)  # (made once: size and read_raw are called per object)
         return call
 
 
@@ -350,6 +351,9 @@ def take_objects(tx, source, incoming: dict[str, str], turns: dict[str, list[str
         # each back from the new pack, re-hash and decode it again), up to a bound on memory.
         decoded: dict[str, object] = {}
         budget = INDEX_CACHE_BYTES if not dry_run and tx.index_mode == "moves" else 0
+        contains, size_of, read_raw = repo.objects.contains, source.size, source.read_raw  # (per object: bound once)
+        hash_bytes, decode, is_canonical, type_name = codec.hash_bytes, codec.decode, codec.is_canonical, codec.type_name
+        new_bytes = 0
         while todo:
             if progress is not None and len(walked) % 256 == 0:
                 progress(len(walked), total)
@@ -359,30 +363,30 @@ def take_objects(tx, source, incoming: dict[str, str], turns: dict[str, list[str
             if oid in walked:
                 _check_type(oid, want, walked[oid], by)
                 continue
-            if repo.objects.contains(oid, packs=packs):
+            if contains(oid, packs=packs):
                 walked[oid] = _local_type(repo, oid)
                 _check_type(oid, want, walked[oid], by)
                 continue
-            size = source.size(oid)
+            size = size_of(oid)
             if size is not None and size > limit:
                 raise SourceCorrupt(f"merge source: object {oid} is {size} bytes, over the limit of {limit}", oid=oid)
-            data = source.read_raw(oid)
+            data = read_raw(oid)
             if data is None:
                 raise SourceCorrupt(f"merge source lacks object {oid} (referenced by {by})", oid=oid)
-            if codec.hash_bytes(data) != oid:  # (the one re-hash of each object taken)
+            if hash_bytes(data) != oid:  # (the one re-hash of each object taken)
                 data = _read_verified(source, oid)  # a damaged loose copy may have a good packed one
                 if data is None or len(data) > limit:
                     raise SourceCorrupt(f"merge source: object {oid} does not hash to its id", oid=oid)
             try:
-                obj = codec.decode(data, oid)
+                obj = decode(data, oid)
             except ObjectCorrupt as e:
                 raise SourceCorrupt(f"merge source: {e.message}", oid=oid) from e
-            if not codec.is_canonical(data, obj):
+            if not is_canonical(data, obj):
                 raise SourceCorrupt(f"merge source: object {oid} is not canonically encoded", oid=oid)
-            _check_type(oid, want, codec.type_name(obj), by)
+            _check_type(oid, want, type_name(obj), by)
             walked[oid] = want
             new_ids.append(oid)
-            report.new_bytes += len(data)
+            new_bytes += len(data)
             if budget > 0:
                 decoded[oid] = obj
                 budget -= len(data)
@@ -392,6 +396,7 @@ def take_objects(tx, source, incoming: dict[str, str], turns: dict[str, list[str
                 writer.add(oid, data, verified=True)
             todo.extend((r, oid, t) for r, t in typed_references(obj))
         report.new_objects = len(new_ids)
+        report.new_bytes += new_bytes
         seen = set(new_ids)
         for name, tip in incoming.items():
             if tip not in seen and not repo.objects.contains(tip):
