@@ -6,7 +6,7 @@ from typing import Callable, Iterator
 
 from . import codec
 from .errors import ObjectCorrupt
-from .objects import Message
+from .objects import AttachmentPart, Message, ReasoningPart, TextPart, Turn
 
 
 def read_message(objects, oid: str) -> Message:
@@ -145,14 +145,12 @@ def typed_references(obj) -> list[tuple[str, str]]:
     """The ids an object points at, each with the type it must have: a message's parent
     (message) and blobs (blob); a turn's input, output and fork point (messages) and the
     per-message turns an import turn lists (turns)."""
-    from .objects import AttachmentPart, Message, ReasoningPart, TextPart, Turn
-
     out: list[tuple[str, str]] = []
     if isinstance(obj, Message):
         if obj.parent:
             out.append((obj.parent, "message"))
         for p in obj.parts:
-            if isinstance(p, (TextPart, ReasoningPart, AttachmentPart)) and p.blob:
+            if isinstance(p, _BLOB_PARTS) and p.blob:
                 out.append((p.blob, "blob"))
     elif isinstance(obj, Turn):
         for oid in (obj.input, obj.output, obj.forked_at):
@@ -163,6 +161,7 @@ def typed_references(obj) -> list[tuple[str, str]]:
     return out
 
 
+_BLOB_PARTS = (TextPart, ReasoningPart, AttachmentPart)  # the part kinds that may name a blob
 RAW_KEYS = ("raw_request", "raw_response")
 
 

@@ -165,11 +165,13 @@ class ObjectStore:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def contains(self, oid: str) -> bool:
-        """True when ``oid`` is stored, loose or packed."""
+    def contains(self, oid: str, *, packs: list[Pack] | None = None) -> bool:
+        """True when ``oid`` is stored, loose or packed. ``packs``: the pack list to look in
+        (``packs()`` taken once by a caller that holds the store lock exclusively, so that
+        no pack can come or go meanwhile: a walk need not stat the pack directory per id)."""
         # packs() re-reads the pack list whenever the pack directory changed. (Writers, the
         # callers that act on a miss, hold the store lock, so gc cannot move objects meanwhile.)
-        return os.path.exists(self._file(oid)) or self._pack_with(oid) is not None
+        return os.path.exists(self._file(oid)) or self._pack_with(oid, packs) is not None
 
     def stored_size(self, oid: str) -> int | None:
         """The size in bytes of a stored object (without reading it), or None if absent."""
@@ -222,15 +224,31 @@ class ObjectStore:
         packs = self.packs()
         return sorted(self.bad_packs) + [p.idx_path.name for p in packs if not p.idx_ok()]
 
-    def _read_packed(self, oid: str, *, reload: bool) -> bytes | None:
+    def _read_packed(self, oid: str, *, reload: bool, verify: bool = True) -> bytes | None:
         for p in self._hinted(self.packs(reload=reload)):
-            if p.contains(oid):
+            try:
+                data = p.read(oid, verify=verify)  # (one lookup: None when this pack lacks it)
+            except (OSError, ValueError):
+                return None  # the pack went away under us
+            if data is not None:
                 self._hit = p
-                try:
-                    return p.read(oid)
-                except (OSError, ValueError):
-                    return None  # the pack went away under us
+                return data
         return None
+
+    def read_unverified(self, oid: str) -> bytes | None:
+        """The stored bytes of ``oid`` NOT checked against the id, or None if absent: for a
+        caller that re-hashes them itself (merge: each object it takes is hashed once). When
+        they do not hash to ``oid``, ``read_bytes`` is the fallback (a good packed copy wins)."""
+        if not is_oid(oid):
+            return None
+        data = self._read_loose(oid)
+        if data is None:
+            data = self._read_packed(oid, reload=False, verify=False)
+        if data is None:  # gc may have just packed or repacked it: look once more
+            data = self._read_loose(oid)
+            if data is None:
+                data = self._read_packed(oid, reload=True, verify=False)
+        return data
 
     def _read_loose(self, oid: str) -> bytes | None:
         # os.open/os.read rather than open(): half the cost per object (gc and fsck read

@@ -179,6 +179,13 @@ class Transaction:
         self._keep(objs, decoded)
         return written
 
+    def keep_decoded(self, decoded: dict[str, object]) -> None:
+        """Objects this transaction stored by other means (merge's streamed pack), durable
+        by now, as decoded and verified by the caller (oid → object): the index uses them
+        instead of reading them back."""
+        if self.index_mode == "moves" and decoded:
+            self._decoded.update(decoded)
+
     def _keep(self, objs: list[tuple[str, bytes]], decoded: dict[str, object] | None) -> None:
         if self.index_mode != "moves":
             return

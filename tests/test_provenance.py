@@ -331,3 +331,23 @@ def test_merge_and_bundles_carry_what_a_deleted_thread_recorded(cli, proj, tmp_p
         ok(cli("gc", "--prune=now", cwd=d))
         assert ok(cli("log", "--json", "b", cwd=d)).json() == want, src
         assert fsck_json(cli, d)["status"] == "ok"
+
+
+@needs_fixtures
+def test_answers_identical_after_merging_into_an_empty_store(cli, proj, tmp_path):
+    """merge hands the index the objects it decoded and the reflogs it wrote (no read back):
+    the merged store answers every reader as after a rebuild of its index, and merging again
+    changes no answer."""
+    _build_everything(cli, proj, tmp_path)
+    threads = names(cli, proj)
+    dest = tmp_path / "dest"
+    ok(cli("init", "--json", cwd=dest))
+    ok(cli("merge", str(proj), "--json", cwd=dest))
+    assert names(cli, dest) == threads
+    merged = _snapshot(cli, dest, threads)
+    assert sum(len(merged[(t, "log", "--json")]) for t in threads) > 0
+    ok(cli("merge", str(proj), "--json", cwd=dest))
+    assert _snapshot(cli, dest, threads) == merged
+    ok(cli("reindex", cwd=dest))
+    rebuilt = _snapshot(cli, dest, threads)
+    assert [k for k in merged if merged[k] != rebuilt[k]] == []

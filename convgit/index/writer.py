@@ -471,8 +471,19 @@ class IndexWriter(RunningTotals, TurnRows):
                 # thread is caught up, as refresh does, so the state can be stored with it and
                 # the next write is incremental (it used to refresh every thread).
                 state = self._fresh_state()  # (before the refs are read under index.lock)
-                self._catch_up(lambda: self.repo.refs.read_all(broken={}), cache=cache, commit=fast_forward,
-                               state=state, archives=list(archived))
+
+                def every_ref() -> dict[str, str]:  # under index.lock; what this transaction created
+                    # is taken as written (not each reflog read back: a merge creates thousands)
+                    # while the journal ends where its lines did and the tip is the one read.
+                    refs = self.repo.refs.read_all(broken={})
+                    ok = written and _journal_stat(self.repo.refs.journal_path) == (ino, journal_end)
+                    self._written = {n: v for n, v in written.items() if refs.get(n) == v[0]} if ok else {}
+                    return refs
+
+                try:
+                    self._catch_up(every_ref, cache=cache, commit=fast_forward, state=state, archives=list(archived))
+                finally:
+                    self._written = {}
                 return
             self._catch_up(lambda: self._read_refs(names), only=names, cache=cache, commit=fast_forward,
                            archives=list(archived))
@@ -534,6 +545,7 @@ class IndexWriter(RunningTotals, TurnRows):
                 if self._next_rowid == 1:
                     reach.reset(db)  # no message rows: nothing derived from them may stay
                     self._delta = None  # nor any total counted from them: counted afresh at the end
+                self._unindexed = self._not_indexed(cache, empty=self._next_rowid == 1)
                 readable = []
                 report = getattr(self, "_progress", None)
                 for i, (name, tip, offset) in enumerate(todo):
@@ -600,7 +612,7 @@ class IndexWriter(RunningTotals, TurnRows):
             if row is not None:
                 parent, depth, title = row[0], row[4], row[5]
                 break
-            row = self._indexed_row(oid)
+            row = None if oid in self._unindexed else self._indexed_row(oid)
             if row is not None:
                 parent, depth, title = row
                 break
@@ -619,6 +631,21 @@ class IndexWriter(RunningTotals, TurnRows):
             parent = rid
             for i, p in enumerate(msg.parts):
                 self._pending_parts.append(part_row(rid, i, p, reader))
+
+    def _not_indexed(self, cache: dict, *, empty: bool) -> set[str] | frozenset:
+        """The messages of ``cache`` (a transaction's new objects) that have no row here,
+        found in a few queries (``_index_chain`` would otherwise ask once per message: a
+        merge hands over hundreds of thousands). ``empty``: the index has no message rows."""
+        ids = [oid for oid, obj in cache.items() if isinstance(obj, Message)]
+        if len(ids) < _BULK_LOOKUP:
+            return frozenset()
+        absent = set(ids)
+        if not empty:
+            for i in range(0, len(ids), 500):
+                part = ids[i : i + 500]
+                q = f"SELECT id FROM messages WHERE id IN ({','.join('?' * len(part))})"
+                absent.difference_update(r[0] for r in self.db.execute(q, part))
+        return absent
 
     def _batched(self):
         """A context for the threads' rows of one catch-up (a backend may send them in one go)."""
@@ -771,6 +798,9 @@ class IndexWriter(RunningTotals, TurnRows):
                     moved = e.old != e.new and turn.kind != "fork"
                     self._index_turn(reader, e.turn, turn, thread, stop=e.old if moved else turn.input)
         return entries, (used[-1][1] if used else 0)
+
+
+_BULK_LOOKUP = 1000  # new messages from which _not_indexed looks them up in bulk
 
 
 def _journal_stat(path: Path) -> tuple[int | None, int]:

@@ -501,3 +501,36 @@ def test_a_blob_reference_to_a_local_message_named_twice_is_refused(dest, tmp_pa
         merge(dest, src.path.parent)
     assert f"names {tip} as a blob; it is a message" in e.value.message
     _assert_nothing_changed(dest, before_files, before_refs)
+
+
+def test_a_damaged_loose_copy_with_a_good_packed_one_is_taken_from_the_pack(dest, src_store):
+    """The one re-hash of each object taken reads the bytes unverified; when they do not match
+    (a damaged loose copy beside a good packed one, as an interrupted gc leaves), the source's
+    verified read is the fallback: the good copy is taken, the damaged one never."""
+    from convgit.fsck import fsck
+
+    tip = src_store.refs.read("x")
+    good = _loose(src_store, tip).read_bytes()
+    convgit.api.gc(src_store, prune="now")
+    assert not _loose(src_store, tip).exists()
+    _plant(src_store, tip, good.replace(b"x2", b"x3"))
+    rep = merge(dest, src_store.path.parent)
+    assert [r["action"] for r in rep.refs] == ["created"]
+    assert dest.objects.read_bytes(tip) == good
+    assert not fsck(dest, check_index=False).errors
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_merge_leaves_the_cycle_collector_as_it_found_it(dest, src_store, enabled):
+    import gc
+
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        merge(dest, src_store.path.parent)
+        assert gc.isenabled() is enabled
+        with pytest.raises(errors.InvalidInput):
+            merge(dest, dest.path.parent)  # (an error too)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
