@@ -351,6 +351,7 @@ def take_objects(tx, source, incoming: dict[str, str], turns: dict[str, list[str
         # The exclusive store lock is held: no pack comes or goes here until this walk's own
         # is moved in, so the pack list is read once (not a stat of objects/pack per id).
         packs = repo.objects.packs()
+        fanout = repo.objects.fanout_dirs()  # (likewise: an id in no fan-out directory is not loose, no stat)
         # The new objects as decoded here, handed to the index (which would otherwise read
         # each back from the new pack, re-hash and decode it again), up to a bound on memory.
         decoded: dict[str, object] = {}
@@ -367,7 +368,7 @@ def take_objects(tx, source, incoming: dict[str, str], turns: dict[str, list[str
             if oid in walked:
                 _check_type(oid, want, walked[oid], by)
                 continue
-            if contains(oid, packs=packs):
+            if contains(oid, packs=packs, fanout=fanout):
                 walked[oid] = _local_type(repo, oid)
                 _check_type(oid, want, walked[oid], by)
                 continue

@@ -165,13 +165,27 @@ class ObjectStore:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def contains(self, oid: str, *, packs: list[Pack] | None = None) -> bool:
+    def contains(self, oid: str, *, packs: list[Pack] | None = None, fanout: set[str] | None = None) -> bool:
         """True when ``oid`` is stored, loose or packed. ``packs``: the pack list to look in
         (``packs()`` taken once by a caller that holds the store lock exclusively, so that
-        no pack can come or go meanwhile: a walk need not stat the pack directory per id)."""
+        no pack can come or go meanwhile: a walk need not stat the pack directory per id).
+        ``fanout``: the fan-out directories there are (``fanout_dirs``, listed once by such a
+        caller): an id in none of them is not loose, with no stat."""
         # packs() re-reads the pack list whenever the pack directory changed. (Writers, the
         # callers that act on a miss, hold the store lock, so gc cannot move objects meanwhile.)
-        return os.path.exists(self._file(oid)) or self._pack_with(oid, packs) is not None
+        if fanout is None or oid[:2] in fanout:
+            if os.path.exists(self._file(oid)):
+                return True
+        return self._pack_with(oid, packs) is not None
+
+    def fanout_dirs(self) -> set[str] | None:
+        """The fan-out directories (``ab``) of loose objects there are now; None if the
+        objects directory cannot be listed. (A loose object written after the listing is not
+        seen through it: a caller taking it again stores it twice, which is harmless.)"""
+        try:
+            return {d for d in os.listdir(self._root) if len(d) == 2}
+        except OSError:
+            return None
 
     def stored_size(self, oid: str) -> int | None:
         """The size in bytes of a stored object (without reading it), or None if absent."""
@@ -470,10 +484,7 @@ class ObjectStore:
         # The fan-out directories there are now: an object in none of them is not loose (one
         # listing instead of a stat per object; one stored loose after it is stored twice, harmless).
         # Likewise the pack list, looked at once (not a stat of the pack directory per object).
-        try:
-            fanout = {d for d in os.listdir(self._root) if len(d) == 2}
-        except OSError:
-            fanout = None
+        fanout = self.fanout_dirs()
         packs = self.packs()
         for oid, b in items:
             if oid in data:

@@ -7,6 +7,8 @@ import os
 import stat
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import convgit
 from convgit import errors
@@ -556,3 +558,17 @@ def test_a_thread_deleted_twice_in_one_millisecond_keeps_both_archived_reflogs(r
     files = sorted(repo.refs.deleted_logs_dir.glob("twice.*"))
     assert [p.name for p in files] == ["twice.1796000000000", "twice.1796000000001"]
     assert [[e.message for e in read_log_file(p)] for p in files] == [["one", "delete"], ["two", "delete"]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=1, max_size=40))
+def test_a_thread_name_holds_a_control_character_exactly_when_a_code_point_is_below_0x20_or_0x7f(name):
+    """The control-character rule (one regex scan since session 9) is the rule it replaced."""
+    from convgit.ids import _why_bad
+
+    control = any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
+    why = _why_bad(name)
+    if control:
+        assert why in ("contains a control character", "not valid UTF-8") or why.startswith("longer than"), why
+    else:
+        assert why != "contains a control character"
