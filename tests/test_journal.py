@@ -16,7 +16,7 @@ import pytest
 import convgit
 from convgit import api
 from convgit import index as index_mod
-from convgit.index import writer as index_writer
+from convgit.index import catchup as index_catchup
 from convgit import refs as refs_mod
 from convgit.refs import RefStore
 from helpers.store import NOW, conv, fast_repo
@@ -105,7 +105,7 @@ def test_a_reboot_or_a_new_journal_means_one_full_read(tmp_path, monkeypatch):
     repo = _store(tmp_path, 30)
     path = repo.path
     repo.close()
-    monkeypatch.setattr(index_writer, "_boot_id", lambda: "another-boot")
+    monkeypatch.setattr(index_catchup, "_boot_id", lambda: "another-boot")
     reads = _ref_reads(monkeypatch)
     with convgit.open_repo(path) as r:
         convgit.log(r, count=1)
