@@ -350,8 +350,8 @@ class Transaction:
             self._staged_head = None
         try:
             self._staged_head = self.repo.refs.stage_head(name)
-        except (StorageFailed, ConvgitError):
-            self._staged_head = None  # HEAD is then written whole after the commit point
+        except ConvgitError:  # (a full disk: StorageFailed) HEAD is then written whole after the commit point
+            self._staged_head = None
 
     def _read_head_quietly(self) -> str | None:
         try:
