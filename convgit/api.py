@@ -50,8 +50,8 @@ SEARCH_DEFAULT_IN = ("user", "assistant")
 # imported on first use (PEP 562), so `convgit log` does not load them.
 _REEXPORTS = {"CommitResult": "commit", "check_on_conflict": "commit", "Payload": "ingest", "TurnInfo": "ingest"}
 # Remotes (push, fetch, pull, clone; docs/remotes.md): convgit.sync, loaded by the commands that sync.
-_REEXPORTS.update({n: "sync" for n in ("SyncReport", "add_remote", "clone", "fetch", "list_remotes",
-                                      "pull", "remove_remote", "rename_remote", "tracking_refs")})
+_REEXPORTS.update({n: "sync" for n in ("SyncReport", "clone", "fetch", "pull", "tracking_refs")})
+_REEXPORTS.update({n: "remote_config" for n in ("add_remote", "list_remotes", "remove_remote", "rename_remote")})
 _REEXPORTS["push"] = _REEXPORTS["fsck_remote"] = "sync_push"
 _REEXPORTS["gc_remote"] = "remote_gc"
 _REEXPORTS.update({"index_sync": "index_sync", "IndexSyncReport": "index_sync"})

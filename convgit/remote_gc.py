@@ -14,7 +14,9 @@ closed (docs/remotes.md, docs/format.md §13.7).
    that lost or was refused, or is still running), from when it was written. Just before
    deleting, the document is read again: if its generation moved, nothing is deleted (a
    push may be about to name one of them). The index goes first, then the manifest, then the
-   pack (a reader never finds an index whose pack is gone).
+   pack (a reader never finds an index whose pack is gone). Ref segments (``refs/``, format
+   2) the document does not name go by the same rule: counted from when a write stopped
+   naming them (``retired_segments``), else from when they were written (a push that lost).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from . import codec, fsio
 from .errors import GcRefused, RemoteCorrupt
 from .pack import Pack, PackWriter
 from .remotes import CasLost
-from .remotes.refsdoc import DOC_KEY, PACKS, pack_key
+from .remotes.refsdoc import MANIFEST_FORMAT, PACKS, SEGMENTS, pack_key, segment_key
 from .sync import CACHE, SyncReport, _open, _RemoteSource
 
 SMALL_PACK = 4 << 20
@@ -46,6 +48,8 @@ class RemoteGcReport:
     packs_after: int = 0
     repacked: int = 0  # small packs replaced by one
     deleted: list[str] = field(default_factory=list)  # pack names whose keys were deleted
+    segments_deleted: int = 0  # ref segments nothing names, deleted
+    segments_kept_young: int = 0  # ref segments nothing names, inside the grace period
     bytes_deleted: int = 0
     kept_young: int = 0  # unreferenced packs inside the grace period
     generation: int = 0
@@ -56,8 +60,10 @@ class RemoteGcReport:
         """The ``gc --remote --json`` document."""
         return {"status": "dry-run" if self.dry_run else ("skipped" if self.skipped else "done"), "remote": self.remote,
                 "url": self.url, "packs_before": self.packs_before, "packs_after": self.packs_after,
-                "repacked": self.repacked, "deleted": self.deleted, "bytes_deleted": self.bytes_deleted,
-                "kept_young": self.kept_young, "generation": self.generation, "reason": self.skipped,
+                "repacked": self.repacked, "deleted": self.deleted, "segments_deleted": self.segments_deleted,
+                "bytes_deleted": self.bytes_deleted,
+                "kept_young": self.kept_young, "segments_kept_young": self.segments_kept_young,
+                "generation": self.generation, "reason": self.skipped,
                 "seconds": self.seconds}
 
 
@@ -103,10 +109,22 @@ def gc_remote(repo, remote: str | None = None, *, grace_seconds: float | None = 
                 rep.kept_young += 1
                 continue
             doomed.append((name, ks))
+        named = {d for d, _ in doc.segments}
+        segs = []
+        for key, written in r.store.list(SEGMENTS + "/").items():
+            digest = key.rsplit("/", 1)[-1].split(".", 1)[0]
+            if digest in named or key != segment_key(digest):
+                continue
+            born = doc.retired_segments[digest] / 1000 if digest in doc.retired_segments else written
+            if now_s - born < grace:
+                rep.segments_kept_young += 1
+            else:
+                segs.append((digest, key))
         if dry_run:
             rep.deleted = [n for n, _ in doomed]
+            rep.segments_deleted = len(segs)
             return rep
-        if doomed:
+        if doomed or segs:
             again = r.read_doc()
             if again.generation != doc.generation:
                 rep.skipped = f"the remote's refs moved meanwhile (generation {doc.generation} -> {again.generation})"
@@ -117,8 +135,12 @@ def gc_remote(repo, remote: str | None = None, *, grace_seconds: float | None = 
                     rep.bytes_deleted += r.store.size(k) or 0
                     r.store.delete(k)
                 rep.deleted.append(name)
-            if any(n in doc.retired for n, _ in doomed):
-                _forget_retired(r, doc, {n for n, _ in doomed})
+            for digest, key in segs:
+                rep.bytes_deleted += r.store.size(key) or 0
+                r.store.delete(key)
+                rep.segments_deleted += 1
+            if any(n in doc.retired for n, _ in doomed) or any(d in doc.retired_segments for d, _ in segs):
+                _forget_retired(r, doc, {n for n, _ in doomed}, {d for d, _ in segs})
     finally:
         r.close()
         rep.seconds = round(time.perf_counter() - t0, 3)
@@ -155,7 +177,7 @@ def _repack(r, doc, smalls: list[str], rep: RemoteGcReport, now: float | None, p
         w.abort()
         raise
     new_name = idx.stem
-    manifest = json.dumps({"format": "convgit-remote 1", "turns": turns}, sort_keys=True).encode()
+    manifest = json.dumps({"format": MANIFEST_FORMAT, "turns": turns}, sort_keys=True).encode()
     r.store.put_new(pack_key(new_name, "pack"), idx.with_suffix(".pack").read_bytes())
     r.store.put_new(pack_key(new_name, "turns"), manifest)
     r.store.put_new(pack_key(new_name, "idx"), idx.read_bytes())
@@ -166,7 +188,7 @@ def _repack(r, doc, smalls: list[str], rep: RemoteGcReport, now: float | None, p
     new = dataclasses.replace(doc, generation=doc.generation + 1, packs=packs, tag=None,
                               retired={**doc.retired, **{n: t_ms for n in smalls}})
     try:
-        new.tag = r.store.put_if_match(DOC_KEY, new.dump(), doc.tag)
+        new = r.write_doc(doc, new)
     except CasLost:
         return doc  # another writer moved the refs: no repack this time (the new pack is unreferenced)
     rep.repacked = len(smalls)
@@ -175,12 +197,13 @@ def _repack(r, doc, smalls: list[str], rep: RemoteGcReport, now: float | None, p
     return new
 
 
-def _forget_retired(r, doc, gone: set[str]) -> None:
-    """Drop deleted packs from the document's retired list (best effort: a lost race keeps
-    them listed, which only means a later gc looks for keys that are gone)."""
+def _forget_retired(r, doc, gone: set[str], segments: set[str]) -> None:
+    """Drop deleted packs and segments from the document's retired lists (best effort: a lost
+    race keeps them listed, which only means a later gc looks for keys that are gone)."""
     new = dataclasses.replace(doc, generation=doc.generation + 1, tag=None,
-                              retired={k: v for k, v in doc.retired.items() if k not in gone})
+                              retired={k: v for k, v in doc.retired.items() if k not in gone},
+                              retired_segments={k: v for k, v in doc.retired_segments.items() if k not in segments})
     try:
-        r.store.put_if_match(DOC_KEY, new.dump(), doc.tag)
+        r.write_doc(doc, new)
     except CasLost:
         pass

@@ -1,5 +1,6 @@
-"""Remotes: ``remote add|list|remove|rename``, ``push``, ``fetch``, ``pull``, ``clone`` and
-``fsck --remote`` over remote format 1 (docs/format.md §13, docs/remotes.md).
+"""Remotes: ``fetch``, ``pull`` and ``clone`` over remote format 2 (docs/format.md §13,
+docs/remotes.md); ``push`` and ``fsck --remote`` are convgit/sync_push.py, ``remote
+add|list|remove|rename`` convgit/remote_config.py.
 
 push: read the refs document; check every thread to push is new or a fast-forward of the
 remote's tip (else non_fast_forward, unless ``force``); walk what the pushed tips and their
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,24 +31,22 @@ from pathlib import Path
 from blake3 import blake3
 
 from . import fsio
-from .config import load_remotes
-from .config_edit import replace_table
-from .errors import (ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists, RemoteCorrupt, SourceCorrupt)
+from .errors import (ConvgitError, InvalidInput, ObjectCorrupt, ObjectMissing, RemoteCorrupt, SourceCorrupt)
 from .ids import is_oid
 from .merge import MergeReport, apply_refs, take_objects
 from .objects import Message
 from .pack import Pack
 from .refs import RefMove
-from .remotes import check_remote_name, open_remote, parse_url
+from .remote_config import CACHE, add_remote, get_remote
+from .remotes import open_remote, parse_url
 from .remotes.bulkrefs import BULK_MIN, bulk_candidates, read_logs
 from .remotes.refsdoc import DOC_KEY, RefsDoc, pack_key, parse
+from .remotes.refsegments import Segments
 from .remotes.syncstate import RemoteState, UnchangedRows
 from .remotes.tracking import TrackingRefs, remote_names
 
 PUSH_PACK_BYTES = 32 << 20  # objects (uncompressed) per uploaded pack: a resumed push re-sends at most one
 MAX_CAS_RETRIES = 50
-_PROFILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}\Z")  # an AWS profile name
-CACHE = "remotes"  # .convgit/remotes/NAME/: the remote's pack indexes, and packs in flight
 
 
 @dataclass
@@ -59,6 +57,7 @@ class SyncReport:
     remote: str
     url: str
     bytes: int = 0  # payload bytes moved (uploaded by push, downloaded by fetch), the refs document excluded
+    refs_bytes: int = 0  # bytes of the refs document and ref segments sent or received (not sent: a 304)
     packs: int = 0  # packs uploaded or downloaded
     packs_skipped: int = 0  # push: packs already on the remote (a resumed push)
     objects: int = 0  # objects sent (push) or taken (fetch)
@@ -83,101 +82,14 @@ class SyncReport:
     def to_json(self) -> dict:
         """The ``--json`` document of push, fetch, pull and clone (docs/json.md)."""
         out = {"status": "ok", "operation": self.operation, "remote": self.remote, "url": self.url, "bytes": self.bytes,
-               "packs": self.packs, "packs_skipped": self.packs_skipped, "objects": self.objects, "moved": self.moved,
+               "refs_bytes": self.refs_bytes, "packs": self.packs, "packs_skipped": self.packs_skipped,
+               "objects": self.objects, "moved": self.moved,
                "threads": list(self.threads), "generation": self.generation, "retries": self.retries, "seconds": self.seconds}
         if self.path is not None:
             out["path"] = self.path
         if self.warnings:
             out["warnings"] = self.warnings
         return out
-
-
-# -- configuration ------------------------------------------------------------------------
-
-
-def _config(repo) -> Path:
-    return repo.path / "config.toml"
-
-
-def list_remotes(repo) -> list[dict]:
-    """Every configured remote: name, url, endpoint and region when set."""
-    return [{"name": n, **v} for n, v in sorted(load_remotes(_config(repo)).items())]
-
-
-def get_remote(repo, name: str | None) -> tuple[str, dict]:
-    """``(name, settings)`` of remote ``name``; None: ``origin``, or the only remote."""
-    remotes = load_remotes(_config(repo))
-    if name is None:
-        if "origin" in remotes:
-            name = "origin"
-        elif len(remotes) == 1:
-            name = next(iter(remotes))
-        else:
-            raise NotFound("no remote given and no remote named origin (convgit remote add NAME URL)"
-                           if not remotes else f"which remote? {', '.join(sorted(remotes))}")
-    if name not in remotes:
-        raise NotFound(f"no remote named {name!r} (convgit remote list)", remote=name)
-    return name, remotes[name]
-
-
-def add_remote(repo, name: str, url: str, *, endpoint: str | None = None, region: str | None = None,
-               profile: str | None = None) -> dict:
-    """Add remote ``name`` at ``url`` (a directory, ``file://`` or ``s3://bucket/prefix``);
-    ``profile``: the AWS profile (``~/.aws/config``) an S3 remote reads its keys, region and
-    endpoint from (its name is stored, never a key)."""
-    check_remote_name(name)
-    kind = parse_url(url)[0]
-    if profile is not None and (kind != "s3" or not _PROFILE_RE.match(profile)):
-        raise InvalidInput(f"--profile {profile!r}: " + ("only s3:// remotes read AWS profiles" if kind != "s3"
-                                                         else "not a profile name"))
-    for opt, value in (("--endpoint", endpoint), ("--region", region)):
-        if value is not None and kind != "s3":  # stored and never read: say so rather than keep it
-            raise InvalidInput(f"{opt} {value!r}: only s3:// remotes have one ({url} is a directory remote)")
-    if name in load_remotes(_config(repo)):
-        raise RefExists(f"remote {name!r} exists already", remote=name)
-    values = {"url": url, "endpoint": endpoint, "region": region, "profile": profile}
-    write_remote(_config(repo), name, values, fsync=repo.config.fsync)
-    return {"name": name, **{k: v for k, v in values.items() if v}}
-
-
-def remove_remote(repo, name: str) -> dict:
-    """Remove remote ``name``: its config table, tracking refs and cache."""
-    name, settings = get_remote(repo, name)
-    with repo.transaction(index="none") as tx:
-        write_remote(_config(repo), name, None, fsync=repo.config.fsync)
-        tx.drop_tracking(name)
-    fsio.rmtree(repo.path / CACHE / name)
-    return {"name": name, "url": settings["url"], "removed": True}
-
-
-def rename_remote(repo, old: str, new: str) -> dict:
-    """Rename remote ``old`` to ``new`` (its tracking refs and cache follow)."""
-    old, settings = get_remote(repo, old)
-    check_remote_name(new)
-    if new in load_remotes(_config(repo)):
-        raise RefExists(f"remote {new!r} exists already", remote=new)
-    with repo.transaction(index="none") as tx:
-        write_remote(_config(repo), new, settings, fsync=repo.config.fsync)
-        write_remote(_config(repo), old, None, fsync=repo.config.fsync)
-        tx.drop_tracking(old, rename_to=new)
-    cache = repo.path / CACHE / old
-    if cache.exists():
-        fsio.rename(cache, repo.path / CACHE / new)
-    return {"name": new, "old": old, "url": settings["url"]}
-
-
-def _remote_header(line: str) -> str | None:
-    m = re.match(r'\[\s*remote\s*\.\s*("?)([A-Za-z0-9_-]+)\1\s*\]\s*(#.*)?\Z', line.strip())
-    return m.group(2) if m else None
-
-
-def write_remote(path: Path, name: str, values: dict | None, *, fsync: bool = True) -> None:
-    """Set (``values``) or remove (None) the ``[remote.NAME]`` table of config.toml, leaving
-    every other line as it is; checked to be TOML before it replaces the file (atomically)."""
-    block = None
-    if values:
-        block = f"[remote.{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items() if v)
-    replace_table(path, lambda line: _remote_header(line) == name, block, fsync=fsync, what=f"[remote.{name}]")
 
 
 # -- the remote, as this store sees it ------------------------------------------------------
@@ -200,6 +112,8 @@ class _Remote:
         self.doc_digest: str | None = None  # BLAKE3 of the refs document last read
         self._raw: tuple[bytes, str] | None = None  # ... its bytes and tag (None: absent, or not sent)
         self.doc_tag: str | None = None
+        self.segments = Segments(self.store, repo.path / CACHE / name / "refs", self.url)
+        self.doc_bytes = 0  # bytes of refs.json sent and received
         self._hit: Pack | None = None  # the pack that answered has() last
 
     def read_raw(self, seen: dict | None = None) -> None:
@@ -217,14 +131,16 @@ class _Remote:
         self._raw = got
         self.doc_tag = got[1] if got is not None else None
         self.doc_digest = blake3(got[0]).hexdigest() if got is not None else None
+        self.doc_bytes += len(got[0]) if got is not None else 0
 
     def parsed(self) -> RefsDoc:
-        """The refs document last read, parsed (strictly: refsdoc.parse)."""
+        """The refs document last read, parsed (strictly: refsdoc.parse), its threads laid
+        from its ref segments (format 2: refsegments.Segments)."""
         if self._raw is None and self.doc_tag is not None:
             self.read_raw()  # (not sent, being the one seen before: read now)
         if self._raw is None:
             return RefsDoc()
-        doc = parse(self._raw[0], self.url)
+        doc = self.segments.resolve(parse(self._raw[0], self.url))
         doc.tag = self._raw[1]
         return doc
 
@@ -232,10 +148,21 @@ class _Remote:
         self.read_raw()
         return self.parsed()
 
-    def wrote_doc(self, data: bytes, tag: str) -> None:
-        """The refs document is now ``data`` (this store's compare-and-swap won)."""
-        self._raw, self.doc_tag = (data, tag), tag
+    def write_doc(self, old: RefsDoc, new: RefsDoc) -> RefsDoc:
+        """Replace the refs document ``old`` (as read) by ``new``, by compare-and-swap on
+        ``old``'s tag: its ref segments uploaded first, then the document (format 2). Raises
+        CasLost when another writer got there first. Returns ``new``, its tag set."""
+        data = self.segments.lay(old, new, int(time.time() * 1000)).dump()
+        new.tag = self.store.put_if_match(DOC_KEY, data, old.tag)
+        self.doc_bytes += len(data)
+        self._raw, self.doc_tag = (data, new.tag), new.tag
         self.doc_digest = blake3(data).hexdigest()
+        return new
+
+    @property
+    def refs_bytes(self) -> int:
+        """Bytes of the refs document and ref segments moved so far (the report's refs_bytes)."""
+        return self.doc_bytes + self.segments.sent + self.segments.received
 
     def load_indexes(self, doc: RefsDoc) -> None:
         """Every pack the document names, its index cached and checked; a pack the document
@@ -597,6 +524,7 @@ def fetch(repo, remote: str | None = None, *, progress=None) -> SyncReport:
     try:
         sync_fetch(r, report, progress)
     finally:
+        report.refs_bytes = r.refs_bytes
         r.close()
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
@@ -743,6 +671,7 @@ def pull(repo, remote: str | None = None, *, progress=None) -> SyncReport:
         sync_fetch(r, report, progress)
         sync_pull(r, report)
     finally:
+        report.refs_bytes = r.refs_bytes
         r.close()
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
@@ -795,5 +724,4 @@ def tracking_refs(repo) -> list[dict]:
     return out
 
 
-__all__ = ["SyncReport", "add_remote", "clone", "fetch", "list_remotes", "pull",
-           "remove_remote", "rename_remote", "tracking_refs"]
+__all__ = ["SyncReport", "clone", "fetch", "pull", "tracking_refs"]

@@ -9,6 +9,7 @@ import os
 import random
 import time
 
+from blake3 import blake3
 
 from . import codec, fsio
 from .config import crash_point, push_pack_bytes
@@ -22,7 +23,7 @@ from .refs import RefMove
 from .remotes import CasLost
 from .refformat import applied_entries
 from .remotes.bulkrefs import BULK_MIN, read_logs
-from .remotes.refsdoc import DOC_KEY, RefsDoc, pack_key
+from .remotes.refsdoc import MANIFEST_FORMAT, RefsDoc, pack_key, segment_key
 from .remotes.tracking import TrackingRefs
 from .remotes.syncstate import UnchangedRows
 from .sync import (CACHE, MAX_CAS_RETRIES, PUSH_PACK_BYTES, SyncReport, _open, _refs_fp, _Remote,
@@ -115,7 +116,7 @@ class _PackBuilder:
     def _finish(self) -> None:
         idx = self._w.finish()
         self._w = None
-        manifest = json.dumps({"format": "convgit-remote 1", "turns": self._turns}, sort_keys=True).encode()
+        manifest = json.dumps({"format": MANIFEST_FORMAT, "turns": self._turns}, sort_keys=True).encode()
         self.packs.append((idx, manifest))
 
     def finish(self) -> list:
@@ -228,10 +229,7 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
                                        "time_ms": int(time.time() * 1000)})
                 new.threads[n] = tips[n]
             try:
-                data = new.dump()
-                new.tag = r.store.put_if_match(DOC_KEY, data, doc.tag)
-                r.wrote_doc(data, new.tag)
-                doc = new
+                doc = r.write_doc(doc, new)
                 r.settle(uploaded)  # their objects are here: a fetch need not count them
                 break
             except CasLost:
@@ -260,6 +258,7 @@ def push(repo, remote: str | None = None, threads: list[str] | None = None, *, f
             _record_pushed(r, doc, refs_fp, names)
         r.save_state(doc)
     finally:
+        report.refs_bytes = r.refs_bytes
         r.close()
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
@@ -353,8 +352,9 @@ def _plan_push(repo, r: _Remote, doc: RefsDoc, tips: dict[str, str], force: bool
 
 
 def fsck_remote(repo, remote: str | None = None) -> dict:
-    """Check remote ``remote``: the refs document parses, every pack it names is there with
-    a sound index named by its checksum, every thread's tip is in some pack. Returns
+    """Check remote ``remote``: the refs document parses, its ref segments are there (each
+    hashing to its name), every pack it names is there with a sound index named by its
+    checksum, every thread's tip is in some pack. Returns
     ``{"remote", "url", "generation", "packs", "threads", "problems": [...], "ok"}``."""
     r = _open(repo, remote)
     problems: list[str] = []
@@ -364,6 +364,11 @@ def fsck_remote(repo, remote: str | None = None) -> dict:
             doc = r.read_doc()
         except RemoteCorrupt as e:
             problems.append(e.message)
+        for digest, _ in doc.segments:  # asked of the remote itself, whatever this store has cached
+            got = r.store.get(segment_key(digest))
+            if got is None or blake3(got[0]).hexdigest() != digest:
+                problems.append(f"the refs document names ref segment {digest}, which the remote "
+                                + ("lacks" if got is None else "holds other bytes under (it does not hash to its name)"))
         for name in doc.packs:
             missing = [ext for ext in ("pack", "idx") if r.store.size(pack_key(name, ext)) is None]
             if missing:  # asked of the remote itself, whatever this store has cached

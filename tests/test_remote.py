@@ -17,6 +17,7 @@ from convgit.errors import NonFastForward
 from convgit.objects import Message
 from convgit.remotes import open_remote
 from convgit.remotes.refsdoc import parse
+from helpers.remote import rewrite_threads
 from helpers.cli import assert_error, cli, env, ok, run  # noqa: F401 (fixtures)
 
 H = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
@@ -230,13 +231,12 @@ def test_a_refs_document_naming_a_missing_pack(tmp_path, cli):
     assert not convgit.fsck_remote(a)["ok"] and "lacks" in convgit.fsck_remote(a)["problems"][0]
 
 
+@pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("name", ["../../outside", "a\x01b", "HEAD", "x..y", "-opt"])
-def test_hostile_thread_names_in_the_refs_document_are_refused(tmp_path, name):
+def test_hostile_thread_names_in_the_refs_document_are_refused(tmp_path, name, version):
     url = tmp_path / "remote"
     _pushed(tmp_path, str(url))
-    doc = json.loads((url / "refs.json").read_text())
-    doc["threads"][name] = doc["threads"]["main"]
-    (url / "refs.json").write_text(json.dumps(doc))
+    rewrite_threads(url, lambda threads: threads.__setitem__(name, threads["main"]), version=version)
     b = convgit.init(tmp_path / "b")
     convgit.add_remote(b, "origin", str(url))
     with pytest.raises(convgit.ConvgitError) as e:
@@ -296,8 +296,10 @@ def test_gc_remote_repacks_small_packs_and_deletes_only_what_nothing_names(tmp_p
     rep = convgit.gc_remote(a)  # default grace (two weeks): repack, delete nothing yet
     assert rep.repacked == 9 and rep.packs_after == 1 and rep.deleted == [] and rep.kept_young == 9
     assert convgit.fsck_remote(a)["ok"] and convgit.fsck_remote(a)["packs"] == 1
+    assert rep.segments_kept_young >= 1  # ref segments the pushes' writes stopped naming (format 2)
     now = convgit.gc_remote(a, grace_seconds=0)
-    assert len(now.deleted) == 9 and now.bytes_deleted > 0
+    assert len(now.deleted) == 9 and now.bytes_deleted > 0 and now.segments_deleted == rep.segments_kept_young
+    assert convgit.gc_remote(a, grace_seconds=0).segments_deleted == 0
     b = convgit.clone(remote_url, tmp_path / "b")[0]
     assert sorted(convgit.show_refs(b)) == [f"t{i}" for i in range(9)] and convgit.fsck(b).ok
     assert convgit.log(b, "t3")[0].turn is not None  # the turns manifests were carried into the new pack

@@ -6,6 +6,7 @@ thread here, a tracking ref moved by a push) is still seen."""
 from __future__ import annotations
 
 import convgit
+from helpers.remote import rewrite_threads
 from convgit import refs as refs_mod
 
 H = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
@@ -154,7 +155,7 @@ def test_a_noop_sync_parses_no_refs_document_and_reads_no_refs(tmp_path, monkeyp
     assert convgit.push(a).moved == 0  # (the marker of the last push named the older bytes: checked in full)
     # ... and a damaged one is refused, whatever was seen before (its digest is not the one seen).
     good = (remote / "refs.json").read_bytes()
-    (remote / "refs.json").write_bytes(good.replace(b'"t01"', b'"../../t01"'))
+    rewrite_threads(remote, lambda threads: threads.__setitem__("../../t01", threads.pop("t01")))
     for op in (lambda: convgit.fetch(a), lambda: convgit.push(a), lambda: convgit.pull(b)):
         try:
             op()

@@ -1,6 +1,6 @@
-"""Remotes: where stores meet (remote format 1, docs/format.md §13; docs/remotes.md).
+"""Remotes: where stores meet (remote format 2, docs/format.md §13; docs/remotes.md).
 
-A remote is a key → bytes store with two conditional writes, which is all remote format 1
+A remote is a key → bytes store with two conditional writes, which is all remote format 2
 needs and what every S3-compatible server and a plain directory both give:
 
 - ``put_new(key, data)``: create-only (S3 ``If-None-Match: *``; a directory: a hard link);

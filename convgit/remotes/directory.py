@@ -1,5 +1,5 @@
 """A directory remote (a path or ``file://``: tests, a NAS mount, a USB disk) keeping remote
-format 1's contract with the file system's own atomic operations:
+format 2's contract with the file system's own atomic operations:
 
 - create-only: the bytes go to a temp file, are fsynced, then hard-linked to their name
   (``link`` fails if the name exists: two writers of one key, exactly one creates it; a
@@ -30,7 +30,7 @@ def tag_of(data: bytes) -> str:
 
 
 class DirectoryRemote:
-    """Remote format 1 in a directory."""
+    """A remote (format 2, docs/format.md §13) in a directory."""
 
     def __init__(self, root: Path, *, url: str) -> None:
         self.root = root

@@ -35,7 +35,7 @@ def _obstore():
 
 
 class S3Remote:
-    """Remote format 1 in an S3 bucket under a prefix."""
+    """A remote (format 2, docs/format.md §13) in an S3 bucket under a prefix."""
 
     def __init__(self, bucket: str, prefix: str, *, url: str, endpoint: str | None = None,
                  region: str | None = None, profile: str | None = None) -> None:
