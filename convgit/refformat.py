@@ -131,7 +131,7 @@ def applied_archived(entries: list[ReflogEntry]) -> list[ReflogEntry]:
     return _chain(entries[:end + 1], None) + list(entries[end + 1:])
 
 
-PACKED_SCAN_BYTES = 256 * 1024  # a larger packed-refs is searched (bisect), not parsed, for one name
+PACKED_SCAN_BYTES = 16 * 1024  # a larger packed-refs (above ~180 refs) is searched (bisect), not parsed, for one name
 _LINES_AFTER = 64  # ... and after this many searches in one version of it, its lines are split once
 
 
