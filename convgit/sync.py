@@ -31,6 +31,7 @@ from pathlib import Path
 from blake3 import blake3
 
 from . import fsio
+from .config import crash_point
 from .errors import (ConvgitError, InvalidInput, ObjectCorrupt, ObjectMissing, RemoteCorrupt, SourceCorrupt)
 from .ids import is_oid
 from .merge import MergeReport, apply_refs, take_objects
@@ -153,6 +154,7 @@ class _Remote:
         ``old``'s tag: its ref segments uploaded first, then the document (format 2). Raises
         CasLost when another writer got there first. Returns ``new``, its tag set."""
         data = self.segments.lay(old, new, int(time.time() * 1000)).dump()
+        crash_point("push_refs_after_segments")  # a segment nothing names yet: the refs unchanged
         new.tag = self.store.put_if_match(DOC_KEY, data, old.tag)
         self.doc_bytes += len(data)
         self._raw, self.doc_tag = (data, new.tag), new.tag

@@ -17,6 +17,7 @@ from convgit.errors import RemoteCorrupt
 from convgit.remotes import CasLost
 from convgit.remotes.refsdoc import RefsDoc, parse
 from convgit.remotes.refsegments import MAX_SEGMENTS, Segments
+from helpers.cli import env, ok, run  # noqa: F401 (fixtures)
 from helpers.remote import rewrite_threads
 
 H = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
@@ -105,6 +106,26 @@ def test_a_format_1_remote_is_read_and_written_as_format_2(tmp_path):
     assert convgit.push(b).moved == 1
     assert _root(url)["format"] == "convgit-remote 2" and "threads" not in _root(url)
     assert convgit.pull(a).moved == 1 and convgit.show_refs(a) == convgit.show_refs(b)
+
+
+def test_a_push_killed_after_its_segment_moves_nothing_and_the_next_push_lands(tmp_path, run):
+    url = tmp_path / "remote"
+    ok(run("init"))
+    for i in range(3):
+        ok(run("commit", "-t", f"t{i}", input=json.dumps({"messages": [{"role": "user", "content": f"q{i}"}]})))
+    ok(run("remote", "add", "origin", str(url)))
+    ok(run("push"))
+    before = (url / "refs.json").read_bytes()
+    ok(run("commit", "-t", "t1", input=json.dumps({"messages": [{"role": "user", "content": "q1"},
+                                                                 {"role": "assistant", "content": "a1"}]})))
+    killed = run("push", env_extra={"CONVGIT_CRASH_AT": "push_refs_after_segments"})
+    assert killed.rc == 137
+    assert (url / "refs.json").read_bytes() == before  # the segment it wrote is named by nothing
+    assert len(list((url / "refs").glob("*.json"))) == len(_root(url)["segments"]) + 1
+    again = ok(run("push", "--json")).json()
+    assert [t["thread"] for t in again["threads"] if t["action"] != "up-to-date"] == ["t1"]
+    b = convgit.clone(str(url), tmp_path / "b")[0]
+    assert convgit.show_refs(b)["t1"] == ok(run("rev-parse", "t1")).out.strip() and len(convgit.show_refs(b)) == 3
 
 
 def _damage(url: Path, how: str) -> None:
