@@ -529,7 +529,9 @@ docs/format.md §13). The remote's refs document names every pack, so what to se
 from it and the cached pack indexes, never by probing object by object; the new objects go as
 packs of up to 32 MiB, each uploaded once, create-only, before anything names it; then the
 remote's threads move by one compare-and-swap of the refs document (a lost race re-reads it,
-checks again and retries; nothing is ever overwritten). Fast-forward only: a thread the
+checks again and retries; nothing is ever overwritten), after a small ref segment naming only
+the threads that moved (so a push of one thread to a remote of 100,000 sends a few hundred
+bytes of refs, not 10 MB; `refs_bytes` in `--json`). Fast-forward only: a thread the
 remote moved elsewhere is refused with `non_fast_forward` (exit 26) and no thread moves;
 `pull` first (the remote's thread arrives as `NAME-merged-<tip>`), publish yours under another
 name (`push origin main:main-laptop`), or `--force` (the replaced tip is kept in the refs
@@ -726,7 +728,7 @@ MEANING: dict[str, str] = {
     "unsafe_symlink": "A symlink inside the store where convgit writes (a reflog, a lock, `index.sqlite`, `objects/pack`, …): refused, nothing was written through it (see docs/format.md, Symlinks).",
     "embedding_failed": "An embedding provider failed or answered wrongly (HTTP error, wrong dimension, not finite), or the vectors asked for are of another namespace: nothing was mixed, the chunks stay pending or failed (see docs/search.md).",
     "non_fast_forward": "`push`: a thread on the remote is not in the pushed thread's history (another machine moved it, or it diverged): no thread moved. `pull` first, push under another name (`LOCAL:REMOTE`), or `--force`.",
-    "remote_corrupt": "A remote's refs document or a pack it names is damaged, missing or hostile (a bad thread name, a pack that does not hash to its name): nothing was taken from it or built on it (`fsck --remote NAME`).",
+    "remote_corrupt": "A remote's refs document, a ref segment or a pack it names is damaged, missing or hostile (a bad thread name, a pack or segment that does not hash to its name): nothing was taken from it or built on it (`fsck --remote NAME`).",
     "remote_failed": "A remote could not be reached or refused a request (network, credentials, a missing bucket): the operation did not complete, and nothing it uploaded is referenced.",
     "embedding_unavailable": "No embedding provider is usable: the local model is not installed (`pip install 'convgit[semantic]'`), or `[embed]` in config.toml is incomplete (an openai-compatible provider without `url`, `model` or `dimension`).",
 }
