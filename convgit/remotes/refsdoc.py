@@ -154,9 +154,10 @@ def dump_segment(threads: dict[str, str | None]) -> bytes:
                        indent=0, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
-def parse_segment(data: bytes, digest: str, where: str, *, base: bool) -> dict[str, str | None]:
+def parse_segment(data: bytes, digest: str, where: str, *, base: bool, checked: bool = False) -> dict[str, str | None]:
     """A ref segment's threads; RemoteCorrupt when malformed or hostile (the caller has
-    checked that its bytes hash to ``digest``). The base (``base``) removes nothing."""
+    checked that its bytes hash to ``digest``). The base (``base``) removes nothing.
+    ``checked``: these bytes passed the name and tip checks before (a cached segment)."""
     bad = _bad(where, f"ref segment {segment_key(digest)}")
     try:
         doc = json.loads(data.decode("utf-8"))
@@ -164,4 +165,6 @@ def parse_segment(data: bytes, digest: str, where: str, *, base: bool) -> dict[s
         raise bad(f"does not parse ({e})") from e
     if not isinstance(doc, dict) or doc.get("format") != SEGMENT_FORMAT:
         raise bad(f"is not {SEGMENT_FORMAT!r}")
+    if checked and isinstance(doc.get("threads"), dict):
+        return doc["threads"]
     return check_threads(doc.get("threads"), bad, deletions=not base)

@@ -10,8 +10,10 @@ segments), writes one new base with every thread and stops naming the others (li
 threads sends a few hundred bytes of refs however many threads the remote has, and the
 bases rewritten now and then cost at most twice the deltas' bytes over time.
 
-A segment read is cached under ``.convgit/remotes/NAME/refs/`` (immutable: read once), and
-checked against its name whenever it is read, from the cache or the remote.
+A segment read is cached under ``.convgit/remotes/NAME/refs/`` (immutable: read once) once
+its names and tips passed the checks, and checked against its name whenever it is read, from
+the cache or the remote; bytes from the cache, being the ones checked, are not checked again
+(100,000 thread names cost 0.4 s to check).
 """
 
 from __future__ import annotations
@@ -47,13 +49,15 @@ class Segments:
         except OSError:
             pass  # a cache: the next read asks the remote again
 
-    def read(self, digest: str) -> bytes:
-        """The bytes of segment ``digest``, checked against its name; RemoteCorrupt when the
-        remote lacks it or holds other bytes under its name."""
+    def read(self, digest: str) -> tuple[bytes, bool]:
+        """The bytes of segment ``digest``, checked against its name, and whether they come
+        from the cache (whose segments were checked, names and tips, before they were kept:
+        the same bytes need no second check); RemoteCorrupt when the remote lacks it or
+        holds other bytes under its name."""
         try:
             data = self._cached(digest).read_bytes()
             if blake3(data).hexdigest() == digest:
-                return data
+                return data, True
         except OSError:
             pass
         got = self.store.get(segment_key(digest))
@@ -65,8 +69,7 @@ class Segments:
         if blake3(data).hexdigest() != digest:
             raise RemoteCorrupt(f"remote {self.where}: ref segment {segment_key(digest)} does not hash to its name: "
                                 f"refused; nothing was taken from it", segment=digest)
-        self._keep(digest, data)
-        return data
+        return data, False
 
     def resolve(self, doc: RefsDoc) -> RefsDoc:
         """``doc`` with its threads laid from its segments (a format-1 document as it is)."""
@@ -74,7 +77,11 @@ class Segments:
             return doc
         threads: dict[str, str] = {}
         for i, (digest, _) in enumerate(doc.segments):
-            for name, tip in parse_segment(self.read(digest), digest, self.where, base=i == 0).items():
+            data, known = self.read(digest)
+            layer = parse_segment(data, digest, self.where, base=i == 0, checked=known)
+            if not known:
+                self._keep(digest, data)  # (checked now: kept only once it passed)
+            for name, tip in layer.items():
                 if tip is None:
                     threads.pop(name, None)
                 else:
