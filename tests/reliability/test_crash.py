@@ -283,8 +283,8 @@ CASES = (
                                           ("bulk_after_rename", "all")]]
 )
 # Points owned by other operations' tests (the importer's; push's: tests/test_remote.py kills a
-# push there and resumes it).
-NOT_HERE = {"import_after_objects", "import_after_refs", "push_mid_pack", "push_after_pack",
+# push there and resumes it, tests/test_remote_refsegments.py after its ref segment).
+NOT_HERE = {"import_after_objects", "import_after_refs", "push_mid_pack", "push_after_pack", "push_refs_after_segments",
             # a fetch creating tracking refs packed at once: tests/test_remote_bulk.py kills it at both
             "bulk_logs_after_tmp_fsync", "bulk_refs_after_tmp_fsync"}
 
