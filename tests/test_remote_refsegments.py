@@ -64,18 +64,21 @@ def test_a_push_of_one_thread_sends_refs_bytes_independent_of_the_remote_s_threa
     assert got.moved == 1 and got.refs_bytes < 3000
 
 
-def test_many_pushes_keep_the_segments_bounded_and_the_answers_the_same(tmp_path):
+def test_many_pushes_keep_the_segments_bounded_and_the_answers_the_same(tmp_path, monkeypatch):
+    from convgit.remotes import refsegments
+
+    monkeypatch.setattr(refsegments, "MAX_SEGMENTS", 4)  # (the bound by count, reached in a few pushes)
     url = tmp_path / "remote"
     a = _store_with(tmp_path, 40)
     convgit.add_remote(a, "origin", str(url))
     convgit.push(a)
     histories = {f"t{i:04d}": [{"role": "user", "content": f"question {i}"}] for i in range(40)}
-    for i in range(3 * MAX_SEGMENTS):
+    for i in range(4 * refsegments.MAX_SEGMENTS):
         h = histories[f"t{i % 40:04d}"]
         h.append({"role": "assistant", "content": f"answer {i}"})
         convgit.commit(a, {"messages": h}, thread=f"t{i % 40:04d}")
         convgit.push(a)
-        assert 1 <= len(_root(url)["segments"]) <= MAX_SEGMENTS
+        assert 1 <= len(_root(url)["segments"]) <= refsegments.MAX_SEGMENTS
     root = _root(url)
     named = {d for d, _ in root["segments"]}
     on_disk = {p.stem for p in (url / "refs").glob("*.json")}
