@@ -178,6 +178,21 @@ class ObjectStore:
                 return True
         return self._pack_with(oid, packs) is not None
 
+    def prober(self):
+        """``contains`` for a caller that holds the store lock (shared or exclusive) for as long
+        as it uses the result, and asks about many ids that are mostly stored (a fetch
+        checking every thread's tip and turns): the pack list is taken once, and the packs are
+        probed before the loose file (a hit costs no stat). Under the lock no gc moves an
+        object from loose to packed meanwhile, so the order cannot miss one; a pack or loose
+        object another writer adds after the snapshot may be missed, and a caller that then
+        takes that object again stores it twice, which is harmless."""
+        packs = self.packs()
+        exists = os.path.exists
+
+        def contains(oid: str) -> bool:
+            return self._pack_with(oid, packs) is not None or exists(self._file(oid))
+        return contains
+
     def fanout_dirs(self) -> set[str] | None:
         """The fan-out directories (``ab``) of loose objects there are now; None if the
         objects directory cannot be listed. (A loose object written after the listing is not

@@ -420,12 +420,13 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool
     report.generation = doc.generation
     tracking = tx.tracking(remote.name)
     local = tracking.read_all(broken={})
-    if all(local.get(n) == t and repo.objects.contains(t) for n, t in doc.threads.items()) and set(local) == set(doc.threads):
+    contains = repo.objects.prober()  # (the store lock is held: many ids, mostly stored, one pack list)
+    if all(local.get(n) == t and contains(t) for n, t in doc.threads.items()) and set(local) == set(doc.threads):
         report.threads = [{"thread": n, "action": "up-to-date", "old": t, "new": t} for n, t in sorted(doc.threads.items())]
         return doc  # nothing moved since the last fetch: the refs document was all it read
     remote.load_indexes(doc)
     for name, tip in doc.threads.items():
-        if not remote.has(tip) and not repo.objects.contains(tip):
+        if not contains(tip) and not remote.has(tip):
             raise RemoteCorrupt(f"remote {remote.name}: thread {name!r} points at {tip}, which no pack holds "
                                 f"(convgit fsck --remote {remote.name})", thread=name)
     turns = _incoming_turns(remote, doc)
@@ -438,7 +439,6 @@ def _fetch(tx, remote: _Remote, report: SyncReport, progress=None, *, take: bool
     else:
         # Only what moved is walked (a tip at its tracking ref was taken and checked before; of
         # its turns only one not stored here is new): a few threads of 100,000, not every tip.
-        contains = repo.objects.contains
         moved = {n: t for n, t in doc.threads.items() if local.get(n) != t or not contains(t)}
         wanted = {n: ts if n in moved else [t for t in ts if not contains(t)] for n, ts in turns.items()}
         try:

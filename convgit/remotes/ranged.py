@@ -181,6 +181,10 @@ class RangedObjects:
         return self.local.contains(oid) or any(p.contains(oid) for p in self.ranged_packs()) or any(
             p.contains(oid) for p in self.ranged_packs(reload=True))
 
+    def prober(self):
+        """``contains`` for many ids (ObjectStore.prober's contract): this store's own."""
+        return self.contains
+
     def stored_size(self, oid: str) -> int | None:
         """The size of ``oid`` (here, else from a remote pack's index), or None."""
         n = self.local.stored_size(oid)
