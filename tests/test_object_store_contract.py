@@ -83,6 +83,14 @@ def test_an_absent_object_is_missing(kind):
         store.read_bytes("not-an-id")
 
 
+def test_the_prober_answers_as_contains(kind):
+    _, store, items = kind
+    contains = store.prober()
+    absent = codec.encode_and_hash(Message(parent=None, role="user", parts=(TextPart(text="never stored"),)))[0]
+    assert all(contains(oid) for oid, _ in items) and not contains(absent)
+    assert [contains(oid) for oid, _ in items] == [store.contains(oid) for oid, _ in items]
+
+
 def test_bytes_under_the_wrong_id_are_refused_and_nothing_is_written(kind):
     _, store, items = kind
     before = sorted(store.iter_oids())
