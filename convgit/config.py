@@ -29,6 +29,7 @@ reflog_expire_days = 90
 auto = true                    # after a write, gc --auto in the background when it would act
 auto_threshold = 2000          # gc --auto acts from this many loose objects (estimated) ...
 auto_pack_limit = 16           # ... or from more packs than this
+auto_mark_limit = 200000       # above this many objects, gc --auto merges packs beside writers instead
 
 [index]
 text = true                    # false: the index keeps no text, only full-text postings (read from objects)
@@ -53,6 +54,7 @@ class Config:
     gc_auto: bool = True  # [gc] auto (or CONVGIT_GC_AUTO): writes start gc --auto in the background (convgit/gc_auto.py)
     gc_auto_threshold: int = 2000  # [gc] auto_threshold: gc --auto acts from this many loose objects
     gc_auto_pack_limit: int = 16  # [gc] auto_pack_limit: ... or from more packs than this
+    gc_auto_mark_limit: int = 200000  # [gc] auto_mark_limit: a larger store's gc --auto merges packs, marks nothing
     index_text: bool = True  # [index] text: keep message text in the index (docs/format.md §8)
     embed_on_commit: bool = False  # [embed] on_commit: commit/import embed their new chunks (docs/search.md)
     index_backend: str = "sqlite"  # [index] backend: "sqlite" or "postgres" (docs/index.md)
@@ -64,7 +66,7 @@ class Config:
 _SECTIONS = {
     "limits": ("max_messages", "max_message_bytes", "max_payload_bytes"),
     "core": ("fsync", "lock_timeout"),
-    "gc": ("grace_seconds", "reflog_expire_days", "auto", "auto_threshold", "auto_pack_limit"),
+    "gc": ("grace_seconds", "reflog_expire_days", "auto", "auto_threshold", "auto_pack_limit", "auto_mark_limit"),
     "index": ("text", "backend", "dsn", "namespace"),
     "embed": ("on_commit",),  # the rest of [embed]: load_embed_config
     "store": ("objects_from",),
@@ -73,7 +75,8 @@ _SECTIONS = {
 _FIELDS = {("index", "text"): "index_text", ("index", "backend"): "index_backend", ("index", "dsn"): "index_dsn",
            ("index", "namespace"): "index_namespace", ("embed", "on_commit"): "embed_on_commit",
            ("store", "objects_from"): "objects_from", ("gc", "auto"): "gc_auto",
-           ("gc", "auto_threshold"): "gc_auto_threshold", ("gc", "auto_pack_limit"): "gc_auto_pack_limit"}
+           ("gc", "auto_threshold"): "gc_auto_threshold", ("gc", "auto_pack_limit"): "gc_auto_pack_limit",
+           ("gc", "auto_mark_limit"): "gc_auto_mark_limit"}
 INDEX_BACKENDS = ("sqlite", "postgres")
 
 
@@ -140,7 +143,8 @@ def inherited_gc_lock() -> int | None:
     return int(raw) if raw.isdigit() else None
 
 
-_POSITIVE = ("max_messages", "max_message_bytes", "max_payload_bytes", "gc_auto_threshold", "gc_auto_pack_limit")
+_POSITIVE = ("max_messages", "max_message_bytes", "max_payload_bytes", "gc_auto_threshold", "gc_auto_pack_limit",
+             "gc_auto_mark_limit")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -55,6 +55,7 @@ class GcStats:
 
     status: str = "done"  # done | skipped | nothing-to-do | dry-run
     reason: str | None = None
+    mode: str = "full"  # full: marked, packed, pruned | merge: gc --auto on a large store, packs merged beside writers
     objects_before: int = 0
     objects_after: int = 0
     loose_before: int = 0
@@ -128,6 +129,7 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
     now = time.time() if now is None else now
     grace = parse_prune(prune, repo.config.grace_seconds)
     stats = GcStats()
+    merge_only = False
     if auto:
         from .gc_auto import gc_due
 
@@ -136,6 +138,9 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
             stats.status = "nothing-to-do"
             stats.loose_before = stats.loose_after = due.loose_estimate
             return stats
+        # A store too large to mark while every writer waits: merge beside them instead.
+        merge_only = not dry_run and \
+            sum(p.count for p in repo.objects.packs()) + due.loose_estimate > repo.config.gc_auto_mark_limit
     gc_fd = inherited = _inherited_lock(repo) if auto else None
     if gc_fd is None:
         gc_fd = fsio.try_flock(repo.path / "gc.lock", shared=False)
@@ -145,23 +150,10 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
         stats.status, stats.reason = "skipped", "another gc or an fsck is running"
         return stats
     try:
-        # One transaction, the store lock held exclusively (an interrupted merge rolled forward
-        # first). The index is rebuilt from what is left after the lock is released: writers
-        # need not wait for it (it is a cache; a commit racing the rebuild is caught up on the
-        # next refresh, which compares every ref with the tip the index recorded).
-        with repo.transaction(exclusive=True, index="none", index_after_unlock=True, recover=not dry_run) as tx:
-            _run(repo, stats, grace, now, dry_run, progress)
-            if not dry_run:
-                clock = [time.perf_counter()]
-                repo.objects.packs(reload=True)
-                # Rebuilt when objects were pruned (their rows go); otherwise caught up in place
-                # (never swapped: other processes' open index connections stay valid). The
-                # journal was rotated, so only reading every ref can tell the index nothing
-                # moved: gc pays that once here, and the next command (status) reads none.
-                tx.index_mode = "rebuild" if stats.pruned else "refresh"
-        if not dry_run:
-            stats.warnings.extend(tx.warnings)
-            _finish_stats(repo, stats, clock)
+        if merge_only:
+            _merge_beside_writers(repo, stats)
+        else:
+            _mark_and_sweep(repo, stats, grace, now, dry_run, progress)
     finally:
         if inherited is None:  # an inherited lock is held until the process exits (gc.log written)
             os.close(gc_fd)
@@ -182,7 +174,56 @@ def gc(repo, *, prune: str | int | None = None, dry_run: bool = False, auto: boo
     return stats
 
 
+def _mark_and_sweep(repo, stats: GcStats, grace: float | None, now: float, dry_run: bool, progress) -> None:
+    """The full gc: one transaction, the store lock held exclusively (an interrupted merge
+    rolled forward first). The index is rebuilt from what is left after the lock is released:
+    writers need not wait for it (it is a cache; a commit racing the rebuild is caught up on
+    the next refresh, which compares every ref with the tip the index recorded)."""
+    with repo.transaction(exclusive=True, index="none", index_after_unlock=True, recover=not dry_run) as tx:
+        _run(repo, stats, grace, now, dry_run, progress)
+        if not dry_run:
+            clock = [time.perf_counter()]
+            repo.objects.packs(reload=True)
+            # Rebuilt when objects were pruned (their rows go); otherwise caught up in place
+            # (never swapped: other processes' open index connections stay valid). The
+            # journal was rotated, so only reading every ref can tell the index nothing
+            # moved: gc pays that once here, and the next command (status) reads none.
+            tx.index_mode = "rebuild" if stats.pruned else "refresh"
+    if not dry_run:
+        stats.warnings.extend(tx.warnings)
+        _finish_stats(repo, stats, clock)
+
+
 COMPACT_LOCK = "compact.lock"  # held by a serve committer's pack merge (serve/compact.py) with gc.lock
+
+
+def _merge_beside_writers(repo, stats: GcStats) -> None:
+    """gc --auto on a store of more than ``gc.auto_mark_limit`` objects: its packs merged
+    geometrically and its loose objects packed (convgit/pack_merge.py), nothing marked and
+    nothing pruned, under ``gc.lock`` (held by the caller) and ``compact.lock`` (a gc asked
+    for by hand waits for it), with the store lock *shared*: writers go on meanwhile. Marking
+    a million objects takes minutes, and under the exclusive lock every writer would wait
+    that long (and fail ``locked`` after ``core.lock_timeout``). Pruning and reflog expiry
+    are left to ``convgit gc``."""
+    from .pack_merge import merge_packs
+
+    clock = [time.perf_counter()]
+    mark = fsio.try_flock(repo.path / COMPACT_LOCK, shared=False)
+    try:
+        stats.mode = "merge"
+        with repo.write_lock():
+            packs = repo.objects.packs(reload=True)
+            stats.packs_before, stats.loose_before = len(packs), count_loose(repo.objects)
+            stats.objects_before = sum(p.count for p in packs) + stats.loose_before
+            done = merge_packs(repo.objects, min_loose=1, max_objects=None)
+            packs = repo.objects.packs(reload=True)
+            stats.packs_after, stats.loose_after = len(packs), count_loose(repo.objects)
+            stats.objects_after = sum(p.count for p in packs) + stats.loose_after
+        stats.packed = done.loose_packed if done is not None else 0
+        stats.lap("merge", clock)
+    finally:
+        if mark is not None:
+            os.close(mark)
 
 
 def _after_compaction(repo) -> int | None:

@@ -462,7 +462,10 @@ moves every loose ref into `packed-refs` and every live reflog into `packed-logs
 a second gc started meanwhile skips (`"status": "skipped"`). It fails closed with `gc_refused`
 (exit 33) when a ref or reflog is unreadable or names a missing object. `--auto` returns at
 once, silently, unless 2,000 or more loose objects (`gc.auto_threshold`, estimated from a few
-fan-out directories as git does) or more than 16 packs (`gc.auto_pack_limit`) piled up. No
+fan-out directories as git does) or more than 16 packs (`gc.auto_pack_limit`) piled up; on a
+store of more than 200,000 objects (`gc.auto_mark_limit`) it marks nothing and merges packs
+and loose objects with writers going on beside it (`"mode": "merge"`; prune with a `convgit
+gc` at a quiet time; docs/format.md §10.1). No
 cron is needed: `commit`, `import`, `merge`, `fetch` and `pull` end with that check and, when
 it says gc would act, start `gc --auto -q` detached in the background (they return at once,
 their output unchanged; its errors go to `.convgit/gc-auto.log`); `convgit serve` runs it in

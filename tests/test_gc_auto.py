@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import convgit
-from helpers.cli import cli_env, run_process
+from helpers.cli import assert_error, cli_env, run_process
 from convgit import fsio
 from convgit.gc_auto import AUTO_LOG, estimate_loose, sample_dirs
 from helpers.store import conv
@@ -328,3 +328,31 @@ def test_status_says_automatic_gc_is_paused_and_a_gc_that_goes_well_ends_the_pau
     assert st["gc_auto"] == {"enabled": True, "failed": None}
     off = json.loads(run_process(["status", "--json"], cwd=proj, env=cli_env(tmp_path, CONVGIT_GC_AUTO="0")).out)
     assert off["gc_auto"]["enabled"] is False
+
+
+@pytest.mark.parametrize("large", [True, False])
+def test_gc_auto_on_a_store_past_the_mark_limit_merges_beside_a_writer(tmp_path, proj, large):
+    """Past ``gc.auto_mark_limit`` objects, gc --auto merges packs and packs loose objects
+    with the store lock shared: it completes while a writer holds the lock, and every answer
+    is the same after. Below the limit it is the full gc, which waits for writers (here: it
+    times out ``locked`` while the writer holds on)."""
+    store = proj / ".convgit"
+    _config(store, f"auto_mark_limit = {10 if large else 10**6}\n[core]\nlock_timeout = 1.0\n")
+    for i in range(4):
+        _commit(tmp_path, proj, i)  # (auto off: 20 loose objects, past the threshold of 12)
+    before = run_process(["log", "--all", "--json"], cwd=proj, env=cli_env(tmp_path))
+    assert before.rc == 0 and _loose(store) >= THRESHOLD
+    with convgit.open_repo(store) as repo, repo.write_lock():  # a writer, mid-write
+        r = run_process(["gc", "--auto", "--json"], cwd=proj, env=cli_env(tmp_path))
+    if not large:
+        assert_error(r, "locked")
+        return
+    assert r.rc == 0, r
+    doc = r.json()
+    assert doc["mode"] == "merge" and doc["status"] == "done" and doc["loose_before"] >= THRESHOLD
+    assert doc["loose_after"] == 0 == _loose(store) and doc["packs_after"] >= 1 and doc["pruned"] == 0
+    assert _gc_runs(store)[-1]["mode"] == "merge"
+    assert run_process(["log", "--all", "--json"], cwd=proj, env=cli_env(tmp_path)).out == before.out
+    assert _fsck(tmp_path, proj)["status"] == "ok"
+    # nothing left to do: the next gc --auto does nothing
+    assert run_process(["gc", "--auto", "--json"], cwd=proj, env=cli_env(tmp_path)).json()["status"] == "nothing-to-do"

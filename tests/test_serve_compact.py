@@ -110,14 +110,14 @@ def test_a_gc_asked_for_during_a_merge_waits_for_it_and_runs(tmp_path, monkeypat
         for k in range(3):
             convgit.commit_many(repo, [{"messages": [{"role": "user", "content": f"w{k} c{i} m{j}"} for j in range(6)]}
                                        for i in range(4)])
-        real, started = compact_mod._compact, threading.Event()
+        real, started = compact_mod.merge_packs, threading.Event()
 
         def slow(*a, **kw):
             started.set()
             time.sleep(1.0)  # a merge that takes a while
             return real(*a, **kw)
 
-        monkeypatch.setattr(compact_mod, "_compact", slow)
+        monkeypatch.setattr(compact_mod, "merge_packs", slow)
         merged: list = []
         t = threading.Thread(target=lambda: merged.append(compact_mod.compact(repo)))
         t.start()

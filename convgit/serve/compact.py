@@ -9,6 +9,7 @@ one until every pack holds at least twice as many objects as all the smaller one
 The pack count stays logarithmic in the objects written (a batch's pack is merged with its
 equals, the result with its equals, and so on), and each object is rewritten O(log n) times.
 Loose objects (the small batches') go into the merged pack too once there are enough of them.
+The merge itself is convgit/pack_merge.py (gc --auto uses it too, on large stores).
 
 Safety (as gc's repack, docs/format.md §6.3): the merged pack is durable before any pack or
 loose file it replaces is deleted, so every object stays readable at every moment (a reader
@@ -23,49 +24,12 @@ rather than skipping as it would beside another gc.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from .. import fsio
-from ..errors import ConvgitError, StorageFailed
 from ..gc import COMPACT_LOCK
-from ..pack import write_pack
+from ..pack_merge import FACTOR, MAX_OBJECTS, MIN_LOOSE, Compaction, geometric_split, merge_due, merge_packs
 
-FACTOR = 2
-MIN_LOOSE = 64  # loose objects packed with a merge from this many (fewer: left to gc)
-MAX_OBJECTS = 200_000  # a merge larger than this is left to gc (the committer would stall)
-
-
-@dataclass
-class Compaction:
-    """What one merge did: packs merged (and the objects they held), loose objects packed,
-    packs before and after."""
-
-    packs_merged: int = 0
-    objects: int = 0
-    loose_packed: int = 0
-    packs_before: int = 0
-    packs_after: int = 0
-
-
-def geometric_split(counts: list[int], factor: int = FACTOR) -> int:
-    """How many of the smallest packs (``counts`` sorted ascending) to merge so that the rest,
-    with the merged one, form a progression: each pack at least ``factor`` times the objects
-    of all smaller ones together. 0 or 1: nothing to merge."""
-    n = len(counts)
-    for k in range(n + 1):
-        total = sum(counts[:k])
-        rest = counts[k:]
-        if any(rest[i + 1] < factor * rest[i] for i in range(len(rest) - 1)):
-            continue
-        if k == 0 or not rest or rest[0] >= factor * total:
-            return k
-    return n
-
-
-def merge_due(objects, factor: int = FACTOR) -> bool:
-    """Whether the packs as this process sees them would be merged (cheap: the pack list is
-    re-read only when the pack directory changed)."""
-    return geometric_split(sorted(p.count for p in objects.packs()), factor) > 1
+__all__ = ["Compaction", "compact", "geometric_split", "merge_due"]
 
 
 def compact(repo, *, loose: bool = True, factor: int = FACTOR, min_loose: int = MIN_LOOSE,
@@ -83,61 +47,10 @@ def compact(repo, *, loose: bool = True, factor: int = FACTOR, min_loose: int = 
             return None
         try:
             with repo.write_lock():
-                return _compact(objects, factor, min_loose if loose else None, max_objects)
+                return merge_packs(objects, factor, min_loose if loose else None, max_objects)
         finally:
             os.close(fd)
     finally:
         os.close(mark)
 
 
-def _compact(objects, factor: int, min_loose: int | None, max_objects: int) -> Compaction | None:
-    packs = sorted(objects.packs(reload=True), key=lambda p: (p.count, p.name))
-    k = geometric_split([p.count for p in packs], factor)
-    while k > 1 and sum(p.count for p in packs[:k]) > max_objects:
-        k -= 1  # the largest of them stays for gc
-    chosen = packs[:k] if k > 1 else []
-    loose = list(objects.iter_loose()) if min_loose is not None else []
-    if len(loose) < (min_loose or 0):
-        loose = []
-    if not chosen and not loose:
-        return None
-    if loose and not chosen and packs and packs[0].count < factor * len(loose):
-        chosen = packs[:1]  # (the loose objects join the smallest pack rather than beside it)
-    age = {p.name: i for i, p in enumerate(objects.packs_by_age())}
-    where: dict[str, object] = {}
-    order: list[str] = []
-    # oldest pack first, each in its own order: a conversation's messages stay side by side
-    for p in sorted(chosen, key=lambda p: age.get(p.name, 0)):
-        for oid in p.ids_in_pack_order():
-            if oid not in where:
-                where[oid] = p
-                order.append(oid)
-    loose_data: dict[str, bytes] = {}
-    for oid in loose:
-        if oid not in where:
-            try:
-                loose_data[oid] = objects.read_bytes(oid)  # verified: a damaged file stays for fsck
-            except ConvgitError:
-                continue
-            order.append(oid)
-
-    def get(oid: str) -> bytes:
-        if oid in loose_data:
-            return loose_data[oid]
-        data = where[oid].read(oid)  # (verifies the id)
-        if data is None:
-            raise StorageFailed(f"object {oid} could not be read from {where[oid].name}; no pack merged")
-        return data
-
-    before = len(packs)
-    write_pack(objects.pack_dir, order, get, fsync=objects.fsync)  # durable before anything goes
-    objects.packs(reload=True)
-    for oid in loose_data:
-        fsio.unlink_quiet(objects._file(oid))
-    for p in chosen:
-        p.close()
-        fsio.unlink_quiet(p.idx_path)  # the idx first: readers stop looking in it
-        fsio.unlink_quiet(p.pack_path)
-    after = len(objects.packs(reload=True))
-    return Compaction(packs_merged=len(chosen), objects=sum(p.count for p in chosen), loose_packed=len(loose_data),
-                      packs_before=before, packs_after=after)
