@@ -35,13 +35,18 @@ def repo(tmp_path):
 
 def probes(monkeypatch) -> Counter:
     seen: Counter = Counter()
-    real = pack_mod.Pack.contains
+    real, real_raw = pack_mod.Pack.contains, pack_mod.Pack.contains_raw
 
     def contains(self, oid):
         seen[(self.name, oid)] += 1
         return real(self, oid)
 
+    def contains_raw(self, raw):
+        seen[(self.name, raw.hex())] += 1
+        return real_raw(self, raw)
+
     monkeypatch.setattr(pack_mod.Pack, "contains", contains)
+    monkeypatch.setattr(pack_mod.Pack, "contains_raw", contains_raw)
     return seen
 
 
