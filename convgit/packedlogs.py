@@ -166,8 +166,8 @@ def parse_chunk(text: bytes, *, check_names: bool = True) -> list[PackedLog]:
 
 
 def walk_heads(text: bytes) -> dict[bytes, list[bytes]] | None:
-    """The entry headers of one decompressed chunk, name (its bytes) -> the header's five
-    fields (bytes: name, ino, absorbed, digest, length), or None when a header is not
+    """The entry headers of one decompressed chunk, name (its bytes) -> the header split on
+    spaces (bytes: ``=``, name, ino, absorbed, digest, length), or None when a header is not
     plainly sound (no header, one that does not split in five, a length or number that is
     not ASCII digits, an entry cut short): then ``parse_chunk`` is the one to read it (it
     raises, or answers as it always did). The headers are walked, each entry skipped by the
@@ -179,17 +179,16 @@ def walk_heads(text: bytes) -> dict[bytes, list[bytes]] | None:
     size = len(text)
     pos = 0
     heads: dict[bytes, list[bytes]] = {}
+    ascii_names = text.isascii()  # (one check for the chunk, not one per name)
     while pos < size:
         end = find(b"\n", pos)
-        if end < 0 or not text.startswith(b"= ", pos):
+        f = text[pos:end].split(b" ")  # "=", then the five fields
+        if end < 0 or len(f) != 6 or f[0] != b"=" or not (f[2].isdigit() and f[3].isdigit() and f[5].isdigit()):
             return None
-        f = text[pos + 2:end].split(b" ")
-        if len(f) != 5 or not (f[1].isdigit() and f[2].isdigit() and f[4].isdigit()):
-            return None
-        pos = end + 1 + int(f[4])
+        pos = end + 1 + int(f[5])
         if pos > size:
             return None
-        heads[f[0] if f[0].isascii() else f[0].decode("utf-8", "replace").encode()] = f
+        heads[f[1] if ascii_names or f[1].isascii() else f[1].decode("utf-8", "replace").encode()] = f
     return heads
 
 
@@ -312,8 +311,8 @@ class PackedLogsReader:
             got = self._heads.get(name, _UNKNOWN)
             if got is _UNKNOWN:
                 f = self._raw_heads.pop(name.encode(), None) if i >= 0 else None
-                got = None if f is None else (int(f[4]), PackedLog(name, b"", int(f[1]), int(f[2]),
-                                                                  f[3].decode("utf-8", "replace")))
+                got = None if f is None else (int(f[5]), PackedLog(name, b"", int(f[2]), int(f[3]),
+                                                                  f[4].decode("utf-8", "replace")))
                 self._heads[name] = got
         return got  # type: ignore[return-value]
 

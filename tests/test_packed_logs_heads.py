@@ -121,6 +121,9 @@ DAMAGED = {
     "no header": entry(b"a") + b"junk\n" + entry(b"c"),
     "no newline at all": entry(b"a") + b"= c 0 0 - 5",
     "a sixth field": entry(b"a") + b"= b 0 0 - x 3\nabc" + entry(b"c"),
+    "an empty field": entry(b"a") + b"= b  0 - 3\nabc" + entry(b"c"),
+    "no space after the =": entry(b"a") + b"=b 0 0 - 3\nabc" + entry(b"c"),
+    "a space before the =": entry(b"a") + b" = b 0 0 - 3\nabc" + entry(b"c"),
     "a non-ASCII digit number is read by the parse": entry(b"a") + entry(b"b", ino="٣".encode()) + entry(b"c"),
     "a superscript digit": entry(b"a") + entry(b"b", absorbed="²".encode()) + entry(b"c"),
     "a name not UTF-8": entry(b"a") + entry(b"b\xff") + entry(b"c"),
@@ -145,11 +148,11 @@ def test_a_damaged_chunk_gives_the_walk_the_answer_or_the_error_the_parse_gives(
 
 def test_the_walk_hands_a_chunk_it_cannot_walk_to_the_parse():
     assert list(walk_heads(DAMAGED["sound"])) == [b"a", b"b", b"c"]
-    assert walk_heads(DAMAGED["a name twice (the last wins)"])[b"b"][1] == b"9"
+    assert walk_heads(DAMAGED["a name twice (the last wins)"])[b"b"][2] == b"9"
     assert list(walk_heads(DAMAGED["a name not UTF-8"])) == [b"a", "b\ufffd".encode(), b"c"]  # (as the parse names it)
     for case in ("cut short", "a length that is not a number", "a length longer than the chunk", "no header",
-                 "no newline at all", "a sixth field", "a non-ASCII digit number is read by the parse",
-                 "a superscript digit"):
+                 "no newline at all", "a sixth field", "an empty field", "no space after the =",
+                 "a space before the =", "a non-ASCII digit number is read by the parse", "a superscript digit"):
         assert walk_heads(DAMAGED[case]) is None, case
     with pytest.raises(ObjectCorrupt):
         reader(one_chunk_file(DAMAGED["cut short"], "a", "c")).head("a")
