@@ -60,7 +60,7 @@ try:
         pr.disable()
         pstats.Stats(pr, stream=sys.stderr).sort_stats("tottime").print_stats(40)
     repo.close()
-    print(t * 1000 / calls)
+    print(convgit.__file__, t * 1000 / calls)
 finally:
     shutil.rmtree(dst, ignore_errors=True)
 """
@@ -81,10 +81,15 @@ def build(stores: Path, n: int) -> Path:
 def measure(src: Path, store: Path, n: int, calls: int, profile: bool = False) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVGIT_")}
     env["PYTHONPATH"] = str(src)
+    # (run from the stores' directory: ``-c`` puts the working directory first on sys.path,
+    # and a checkout there would be imported whatever PYTHONPATH says)
     out = subprocess.run([sys.executable, "-c", CHILD.format(here=str(HERE)), str(store), str(n), str(calls),
                           "1" if profile else "0"], env=env, check=True, text=True, stdout=subprocess.PIPE,
-                         stderr=None if profile else subprocess.PIPE)
-    return float(out.stdout.strip().splitlines()[-1])
+                         stderr=None if profile else subprocess.PIPE, cwd=store.parent)
+    used, ms = out.stdout.strip().splitlines()[-1].rsplit(" ", 1)
+    if not Path(used).resolve().is_relative_to(src.resolve()):
+        raise SystemExit(f"the child imported {used}, not the convgit of {src}")
+    return float(ms)
 
 
 def main() -> None:
