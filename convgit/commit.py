@@ -246,7 +246,9 @@ def _commit_one(tx, payload: Payload, chain: Chain, thread: str | None, on_confl
             repo.refs.check_free(plan.thread)
         _make_turn(plan, now)
         _drop_recorded_turn(repo, plan)
-        new = tx.write_objects(plan.objects(), decoded=_decoded(plan))
+        # The plan's messages were just seen absent (decide): written without probing for
+        # them again (each probe of a miss reads every pack's index), as commit_many does.
+        new = tx.write_objects(plan.objects(), missing=set(plan.new_ids), decoded=_decoded(plan))
         crash_point("commit_after_objects")
         try:
             if plan.thread is not None and (plan.move_ref or plan.turn):

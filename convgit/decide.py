@@ -76,6 +76,10 @@ class View:
         self.pending_history: dict[str, set[str]] = {}  # thread -> every id up to its pending tip
         self.pending_parent: dict[str, str | None] = {}  # message -> parent, for what the batch will write
         self.pending_data: dict[str, bytes] = {}  # ... and its bytes
+        # Ids this view found absent: not probed again (a probe that misses reads every pack's
+        # index; stored_run asks for a chain's last id in its search and again after it).
+        # Another writer storing one meanwhile is the race a probe a moment earlier loses.
+        self._absent: set[str] = set()
 
     def add_pending(self, plan: Plan) -> None:
         """Count what ``plan`` will write and move as done, for the payloads after it in the
@@ -99,7 +103,12 @@ class View:
 
     def contains(self, oid: str) -> bool:
         """Whether ``oid`` is stored (or will be, by the batch)."""
-        return oid in self.pending_objects or self.repo.objects.contains(oid)
+        if oid in self.pending_objects:
+            return True
+        if oid in self._absent or not self.repo.objects.contains(oid):
+            self._absent.add(oid)
+            return False
+        return True
 
     # The cheap probes graph.first_missing looks for (a loose file's existence, the pack
     # indexes already loaded); an object a batch will write counts as present.
@@ -167,19 +176,21 @@ class View:
         lo = stored_search(self, ids, known if hinted else 0)
         if lo < n - 1 and self.contains(ids[-1]):
             lo = n
-        if not hinted:
-            return lo, self.holes_before(ids, lo)
+        if not hinted:  # (ids[lo - 1], if any, was just found stored: not probed again)
+            return lo, self.holes_before(ids, lo, last_stored=lo > 0)
         first = known + first_missing(self, ids[known:lo])
         if first >= lo:
             return lo, ()
         return lo, (first, *(i for i in range(first + 1, lo) if not self.contains(ids[i])))
 
-    def holes_before(self, ids: list[str], end: int) -> tuple[int, ...]:
-        """The indexes of the missing ids among ``ids[:end]``."""
-        first = first_missing(self, ids, end)
-        if first >= end:
+    def holes_before(self, ids: list[str], end: int, *, last_stored: bool = False) -> tuple[int, ...]:
+        """The indexes of the missing ids among ``ids[:end]``; ``last_stored``: the caller has
+        just found ``ids[end - 1]`` stored (only those before it are looked for)."""
+        stop = end - 1 if last_stored else end
+        first = first_missing(self, ids, stop)
+        if first >= stop:
             return ()
-        return (first, *(i for i in range(first + 1, end) if not self.contains(ids[i])))
+        return (first, *(i for i in range(first + 1, stop) if not self.contains(ids[i])))
 
     def read_bytes(self, oid: str) -> bytes:
         """The stored (or pending) bytes of ``oid``."""

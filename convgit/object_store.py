@@ -117,8 +117,11 @@ class ObjectStore:
             f = self._filter_for(packs)
             if f is not None and not f.may_contain(oid):
                 return None
+        if not packs:
+            return None
+        raw = bytes.fromhex(oid)  # (once, not once per pack)
         for p in self._hinted(packs):
-            if p.contains(oid):
+            if p.contains_raw(raw):
                 self._hit = p
                 return p
         return None

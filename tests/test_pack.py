@@ -260,3 +260,30 @@ def test_the_pack_filter_never_hides_a_packed_object(tmp_path, monkeypatch):
     os.unlink(gone.pack_path)
     store.packs(reload=True)
     assert all(store.contains(o) == (o not in lost) for o in ids)
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 300, 9000])
+def test_an_id_lookup_answers_as_the_binary_search_did(tmp_path, n):
+    """Pack._find bisects to a short run and scans it with bytes.find: for every stored id,
+    ids next to them, and the bytes that straddle two neighbouring ids (a match there is not
+    an id), it answers as a plain binary search of the sorted ids does."""
+    from convgit.pack import _search
+
+    p, ids = _pack(tmp_path, [str(i).encode() for i in range(n)], compress=False)
+
+    def old(raw: bytes) -> int:
+        b = raw[0]
+        return _search(p._id, p._fan[b - 1] if b else 0, p._fan[b], raw)
+
+    raws = sorted(p._id(i) for i in range(p.count))
+    asks = list(raws)
+    straddles = [a[k:] + b[:k] for a, b in zip(raws, raws[1:]) for k in range(1, 32) if a[k] == a[0] == b[0]]
+    assert straddles or n < 9000  # (in one fan-out range, so a scan of it meets them)
+    asks += straddles
+    for a, b in zip(raws, raws[1:]):
+        asks += [a[:31] + bytes([(a[31] + 1) % 256]), a[16:] + b[:16], a[1:] + b[:1]]
+    asks += [b"\x00" * 32, b"\xff" * 32, raws[0][:16], raws[0] + b"\x00"]
+    for raw in asks:
+        assert p._find(raw) == old(raw), raw.hex()
+    assert all(p.contains(i) and p.contains_raw(bytes.fromhex(i)) for i in ids)
+    assert not p.contains("ab" * 32) or "ab" * 32 in ids
