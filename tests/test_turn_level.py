@@ -53,3 +53,32 @@ def test_log_short_lists_every_call_with_its_tokens(cli, proj):
     assert [r["model"] for r in ok(cli("log", "-s", "-m", "claude-x", "--json")).json()] == ["claude-x"]
     only = ok(cli("log", "-s", "-u", "-m", "claude-x", "--json")).json()
     assert only["usage"] == {"turns": 1, "input_tokens": 11, "output_tokens": 4, "total_tokens": 15}
+
+
+def test_the_index_walks_a_calls_ancestry_as_the_objects_do(tmp_path):
+    """``-m``'s covered messages (turn_views.turn_level) come from the index's rows
+    (``walk_up``): for every call and any length, the same ids as the objects' ancestry, also
+    where walks overlap or reach a root (a call on a 10-message history, walked 12 up)."""
+    import itertools
+
+    import convgit
+    from convgit import graph
+    from reliability.helpers import NOW, new_store, user
+    from reliability.test_index_recovery import build_corpus
+
+    repo = new_store(tmp_path / "s", fsync=False)
+    build_corpus(repo)
+    convgit.commit(repo, {"messages": [user(f"m{i}") if i % 2 == 0 else {"role": "assistant", "content": f"a{i}"}
+                                       for i in range(9)], "response": {"role": "assistant", "content": "end"},
+                          "model": "gpt-4o"}, thread="long", now_ms=NOW + 9_000_000)
+    calls = repo.index.turn_rows()
+    assert len(calls) >= 6
+    for n in (1, 2, 3, 12):
+        starts = [(c["output"], n) for c in calls]
+        want = {oid for c in calls for oid, _ in itertools.islice(graph.iter_ancestry(repo.objects, c["output"]), n)}
+        assert repo.index.walk_up(starts) == want
+    spans = [(c["output"], max(1, c["span"] or 0) + 1) for c in calls]
+    assert repo.index.walk_up(spans) == {oid for o, k in spans for oid, _ in itertools.islice(
+        graph.iter_ancestry(repo.objects, o), k)}
+    assert repo.index.walk_up([("0" * 64, 3)]) == set() and repo.index.walk_up([]) == set()
+    repo.close()

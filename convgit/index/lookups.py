@@ -135,6 +135,31 @@ class IndexLookups:
                 out[mid] = {"turn": tid, "started_at": started, "model": model, "resolved_model": rmodel, "kind": kind}
         return out
 
+    @healing
+    def walk_up(self, starts: Iterable[tuple[str, int]]) -> set[str]:
+        """The ids of the first ``n`` messages of each start's ancestry (the start itself, its
+        parent, ...; fewer at a root), for (message id, n) pairs: what ``graph.iter_ancestry``
+        would read from the objects, from the index's rows instead (one recursive statement per
+        500 starts). A start the index does not hold contributes nothing."""
+        firsts: dict[str, int] = {}
+        for oid, n in starts:
+            if n > 0:
+                firsts[oid] = max(int(n), firsts.get(oid, 0))
+        ids = list(firsts)
+        out: set[str] = set()
+        for i in range(0, len(ids), 500):
+            by_n: dict[int, list[str]] = {}
+            for oid in ids[i : i + 500]:
+                by_n.setdefault(firsts[oid], []).append(oid)
+            seeds = " UNION ALL ".join(f"SELECT rowid, {n} FROM messages WHERE id IN ({','.join('?' * len(group))})"
+                                       for n, group in by_n.items())
+            out.update(r[0] for r in self.db.execute(
+                f"WITH RECURSIVE w(rid, n) AS ({seeds} UNION SELECT m.parent_rowid, w.n - 1 FROM w "
+                "JOIN messages m ON m.rowid = w.rid WHERE w.n > 1 AND m.parent_rowid IS NOT NULL) "
+                "SELECT DISTINCT m.id FROM w JOIN messages m ON m.rowid = w.rid",
+                [oid for group in by_n.values() for oid in group]))
+        return out
+
     _TURN_COLS = ("id, started_at, model, resolved_model, kind, source, input_tokens, output_tokens, "
                   "usage_json, output, duration_ms, thread, (SELECT r.id FROM turns r WHERE r.rowid = turns.record_rowid), "
                   "out_depth, span")
