@@ -15,10 +15,11 @@ from reliability.helpers import NOW, new_store, user
 from reliability.test_index_recovery import build_corpus
 from test_pg_index import TOOLS, WORDS, _twin
 
-# Whole-word queries (the SQL way), and others (the Python way), over ties and filters.
+# Countable queries (the SQL way), NEAR (the Python way), over ties and filters.
 QUERIES = ["topic", "turn", "tie", "fine", "quokka", "tie OR fine", "tie AND word", "tie NOT fine", "tie word zebra",
            "main OR topic OR tie", "(tie OR topic) NOT turn", "user: tie", "nothing-here", "zebra",
-           '"tie word"', "ti*", "^tie", "NEAR(tie word, 2)"]
+           '"tie word"', "ti*", "^tie", "^word", "tie + word OR fin*", '"word tie" NOT zebra', "user: ^ti*",
+           "NEAR(tie word, 2)"]
 OPTIONS = [{}, {"count": 1}, {"count": 3}, {"count": 7}, {"count": 0}, {"latest": True, "count": 3},
            {"latest": True, "count": 0}, {"filters": {"role": ["user"]}, "count": 4},
            {"filters": {"model": ["gpt-4o"]}, "count": 2}, {"filters": {"thread": ["team/t1"]}, "count": 3},
@@ -58,7 +59,7 @@ def test_every_way_of_the_postgres_search_answers_as_sqlite(stores, monkeypatch,
     if way == "joins":  # the candidates' messages read by a join, never one by one
         monkeypatch.setattr(pg_fts, "_lateral_max", lambda n_rows: 0)
     elif way == "python":  # every candidate evaluated in Python, none ranked in SQL
-        monkeypatch.setattr(pg_fts, "_whole_words", lambda tree: False)
+        monkeypatch.setattr(pg_fts, "_countable", lambda tree: False)
     found = 0
     for q in QUERIES:
         for opts in OPTIONS:
@@ -68,7 +69,7 @@ def test_every_way_of_the_postgres_search_answers_as_sqlite(stores, monkeypatch,
     assert found >= 120
 
 
-def test_whole_words_are_ranked_in_sql_and_the_shortlist_holds_the_ties(stores, monkeypatch):
+def test_countable_are_ranked_in_sql_and_the_shortlist_holds_the_ties(stores, monkeypatch):
     """The SQL way answers (never falls back), and sends back only what can be among the first
     ``count``: here 3 of 24 tied rows (the same words, the same length) need them all."""
     a, b = stores
@@ -82,7 +83,7 @@ def test_whole_words_are_ranked_in_sql_and_the_shortlist_holds_the_ties(stores, 
 
     monkeypatch.setattr(pg_fts.PgFts, "_rows", rows)
     monkeypatch.setattr(pg_fts.PgFts, "_ranked_in_python", lambda *a, **k: pytest.fail("not ranked in SQL"))
-    for q in ("tie", "tie OR fine", "tie NOT fine", "zebra"):
+    for q in ("tie", "tie OR fine", "tie NOT fine", "zebra", '"tie word"', "ti*", "^tie", "tie + word OR fin*"):
         for opts in ({"count": 3}, {"count": 1}, {"latest": True, "count": 2}, {"filters": {"role": ["user"]}, "count": 2}):
             asked.clear()
             assert _answers(b, q, opts) == _answers(a, q, opts)

@@ -9,12 +9,12 @@ in order (``TEXT[]``) and a ``tsvector`` of them, each lexeme its column's lette
 under a GIN index: a query is first a ``tsquery`` that finds a superset of the matches (the
 candidates), then evaluated exactly over their tokens.
 
-Two ways to an answer. A query of whole words only (AND / OR / NOT of words; no phrase of
-several, prefix, ``^`` or NEAR) with a count is ranked by the server: whether a row matches and
-its bm25 depend only on how many times each word is in each column, which SQL counts in the
-token arrays (``array_positions``); only a shortlist, the rows that can be among the first
-``count`` (ties and all), comes back, to be evaluated and scored here as below. Any other
-query sends every candidate's tokens here. Either way the candidates' messages and turns (the
+Two ways to an answer. A query of phrases (words, "phrases", ``prefix*``, ``^``, joined by
+AND / OR / NOT, in any columns; not NEAR) with a count is ranked by the server: whether a row
+matches and its bm25 depend only on how many instances of each phrase each column holds,
+which SQL counts in the token arrays (``_count_sql``); only a shortlist, the rows that can be
+among the first ``count`` (ties and all), comes back, to be evaluated and scored here as
+below. NEAR, and a count of 0 (all), send every candidate's tokens here. Either way the candidates' messages and turns (the
 filters, the key) are read by primary key one candidate at a time (a LATERAL subquery the
 planner cannot turn into a join) up to ``_lateral_max`` candidates, as the planner, which has
 no estimate for a rare word, would otherwise read every message to join 20 candidates.
@@ -99,7 +99,7 @@ class PgFts:
         n_rows, n_tokens = self.db.raw("SELECT rows, tokens FROM fts_stats").fetchone()
         if not n_rows:
             return []
-        if count and _whole_words(tree):
+        if count and _countable(tree):
             out = self._ranked_in_sql(tree, cand, f, count, latest, n_rows, n_tokens)
             if out is not None:
                 return out
@@ -123,11 +123,11 @@ class PgFts:
 
     def _ranked_in_sql(self, tree, cand: str, f: Filters, count: int, latest: bool, n_rows: int,
                        n_tokens: int) -> list[tuple[int, float]] | None:
-        """A query of whole words only (``_whole_words``), ranked from counts in SQL: which rows
-        match and their bm25 are functions of how often each word is in each column, so the
+        """A countable query (``_countable``), ranked from counts in SQL: which rows match and
+        their bm25 are functions of how many instances of each phrase each column holds, so the
         server finds the matches and their order, without sending their tokens; then only the
         rows that can be among the first ``count`` (a shortlist) are evaluated and scored here
-        exactly as ``_ranked_in_python`` does, and ordered. The words' row counts (for the IDF)
+        exactly as ``_ranked_in_python`` does, and ordered. The phrases' row counts (for the IDF)
         bound the matches, which says how to read their messages. None: not answered this way
         (the caller evaluates every candidate instead; not expected)."""
         phrases = tree.phrases()
@@ -201,10 +201,15 @@ class PgFts:
         if len(p.tokens) == 1 and not p.initial:  # one lexeme: the GIN index counts exactly
             n = self.db.raw("SELECT count(*) FROM message_fts WHERE lex @@ %s::tsquery", (cand,)).fetchone()[0]
             rows = self.db.raw(f"SELECT {cols} FROM message_fts WHERE lex @@ %s::tsquery", (big,)).fetchall()
-        else:
-            n = 0
-            rows = self.db.raw(f"SELECT {cols} FROM message_fts WHERE lex @@ %s::tsquery OR lex @@ %s::tsquery",
-                               (cand, big)).fetchall()
+        else:  # counted in SQL, as Phrase.positions finds instances (_count_sql)
+            holds, params = [], []
+            for c in COLUMNS:
+                if c in p.cols:
+                    sql, ps = _count_sql(p, LETTERS[c])
+                    holds.append(f"{sql} > 0")
+                    params += ps
+            return self.db.execute(f"SELECT count(*) FROM message_fts f WHERE (f.lex @@ ?::tsquery OR f.lex @@ ?::tsquery) "
+                                   f"AND ({' OR '.join(holds)})", [cand, big, *params]).fetchone()[0]
         for r in rows:
             if p.positions(dict(zip(COLUMNS, (x or [] for x in r)))):
                 n += 1
@@ -278,19 +283,36 @@ def _ordered(scored: list[tuple], count: int, latest: bool) -> list[tuple[int, f
     return [(x[0], x[1]) for x in scored]
 
 
-def _whole_words(tree) -> bool:
-    """Is the query whole words only: AND / OR / NOT of phrases of one token each, neither a
-    prefix nor ``^``, in some column (no NEAR)? Then whether a row matches, and its bm25, depend
-    only on how many times each word is in each column (``PgFts._ranked_in_sql``)."""
+def _countable(tree) -> bool:
+    """Is the query AND / OR / NOT of phrases (words, "phrases", ``prefix*``, ``^``; no NEAR),
+    each of some token in some column? Then whether a row matches, and its bm25, depend only on
+    how many instances of each phrase each column holds, which SQL counts (``_count_sql``)."""
     if isinstance(tree, Phrase):
-        return len(tree.tokens) == 1 and not tree.tokens[0][1] and not tree.initial and bool(tree.cols)
+        return bool(tree.tokens) and bool(tree.cols)
     if isinstance(tree, Op):
-        return _whole_words(tree.left) and _whole_words(tree.right)
+        return _countable(tree.left) and _countable(tree.right)
     return False
 
 
+def _count_sql(p: "Phrase", letter: str, row: str = "f") -> tuple[str, list]:
+    """SQL for how many instances of phrase ``p`` the token array ``row.letter`` holds, counted
+    as ``Phrase.positions`` finds them (each start where every token is equal, or starts with a
+    prefix token; at the first token only for ``^``), and its parameters."""
+    arr = f"{row}.{letter}"
+    if len(p.tokens) == 1 and not p.tokens[0][1] and not p.initial:  # one word: C's array_positions
+        return f"coalesce(cardinality(array_positions({arr}, ?::text)), 0)", [p.tokens[0][0]]
+    conds, params = [], []
+    for j, (tok, prefix) in enumerate(p.tokens):
+        at = f"{arr}[i + {j}]" if j else f"{arr}[i]"
+        conds.append(f"starts_with({at}, ?::text)" if prefix else f"{at} = ?::text")
+        params.append(tok)
+    if p.initial:
+        conds.insert(0, "i = 1")
+    return f"(SELECT count(*) FROM generate_subscripts({arr}, 1) i WHERE {' AND '.join(conds)})", params
+
+
 def _most(tree, hits: dict[int, int]) -> int:
-    """At most how many rows a query of whole words matches, from each word's row count."""
+    """At most how many rows a countable query matches, from each phrase's row count."""
     if isinstance(tree, Phrase):
         return hits[id(tree)]
     a = _most(tree.left, hits)
@@ -301,19 +323,17 @@ def _most(tree, hits: dict[int, int]) -> int:
 
 
 def _sql_terms(tree, phrases: list, idf: list[float], avgdl: float) -> tuple[str, list, str, str, list]:
-    """For a query of whole words: (the SELECT list of each word's count in each of its columns,
+    """For a countable query: (the SELECT list of each phrase's count in each of its columns,
     over ``message_fts f``; its parameters; the match condition over those counts as ``c``; the
     bm25 score over them, the very floating-point operations of ``_scored`` in its order (the
     weighted counts are sums of halves, exact either way); the score's parameters)."""
     counts, count_params, freqs = [], [], []
     for i, p in enumerate(phrases):
-        tok = p.tokens[0][0]
-        names = []
         for c in COLUMNS:
             if c in p.cols:
-                names.append(f"n{i}{LETTERS[c]}")
-                counts.append(f"coalesce(cardinality(array_positions(f.{LETTERS[c]}, ?::text)), 0) AS {names[-1]}")
-                count_params.append(tok)
+                sql, params = _count_sql(p, LETTERS[c])
+                counts.append(f"{sql} AS n{i}{LETTERS[c]}")
+                count_params += params
         freqs.append(" + ".join(f"{WEIGHTS[c]!r}::float8 * c.n{i}{LETTERS[c]}" for c in COLUMNS if c in p.cols))
     index = {id(p): i for i, p in enumerate(phrases)}
 
