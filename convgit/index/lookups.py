@@ -153,10 +153,12 @@ class IndexLookups:
                 by_n.setdefault(firsts[oid], []).append(oid)
             seeds = " UNION ALL ".join(f"SELECT rowid, {n} FROM messages WHERE id IN ({','.join('?' * len(group))})"
                                        for n, group in by_n.items())
+            # (Each step reads its parent by primary key in a scalar subquery: a join there is
+            # PostgreSQL's to plan, and it read every message per step for a few thousand rows.)
             out.update(r[0] for r in self.db.execute(
-                f"WITH RECURSIVE w(rid, n) AS ({seeds} UNION SELECT m.parent_rowid, w.n - 1 FROM w "
-                "JOIN messages m ON m.rowid = w.rid WHERE w.n > 1 AND m.parent_rowid IS NOT NULL) "
-                "SELECT DISTINCT m.id FROM w JOIN messages m ON m.rowid = w.rid",
+                f"WITH RECURSIVE w(rid, n) AS ({seeds} UNION SELECT (SELECT m.parent_rowid FROM messages m "
+                "WHERE m.rowid = w.rid), w.n - 1 FROM w WHERE w.n > 1 AND w.rid IS NOT NULL) "
+                "SELECT DISTINCT (SELECT m.id FROM messages m WHERE m.rowid = w.rid) FROM w WHERE w.rid IS NOT NULL",
                 [oid for group in by_n.values() for oid in group]))
         return out
 
