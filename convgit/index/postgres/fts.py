@@ -140,11 +140,11 @@ class PgFts:
         counts, count_params, match, score, score_params = _sql_terms(tree, phrases, idf, avgdl)
         with_, with_params, conds, params = filter_sql(f)
         big = _quote(OVERSIZED)
-        head = (with_.rstrip() + ", ") if with_ else "WITH "
-        # The counts, once per candidate (MATERIALIZED: the match and the score both read them).
-        head += (f"c AS MATERIALIZED (SELECT f.rowid, f.ntok, {counts} FROM message_fts f "
-                 "WHERE f.lex @@ ?::tsquery OR f.lex @@ ?::tsquery), ")
-        args = [*with_params, *count_params, cand, big]
+        # The counts, once per candidate (OFFSET 0: a subquery kept whole, so that the match and
+        # the score read its columns rather than each repeating the counting).
+        cands = (f"(SELECT f.rowid, f.ntok, {counts} FROM message_fts f "
+                 "WHERE f.lex @@ ?::tsquery OR f.lex @@ ?::tsquery OFFSET 0) ")
+        cand_params = [*count_params, cand, big]
         if f.any() or latest:  # the matches joined to their message and turn (the filters, the key)
             join, join_params, key = _join("c", conds, params, lateral=bound <= _lateral_max(n_rows))
         else:  # the counts alone (unreachable rows are never in message_fts; this holds if one were)
@@ -152,17 +152,18 @@ class PgFts:
         if latest:
             # The order is the key's alone (_ordered's): the matches' first ``count`` are the answer.
             order = f"{key[0]} DESC, {key[1]} DESC, {key[2]} DESC, {key[3]}"
-            sql = f"{head[:-2]} SELECT c.rowid FROM {join}{match} ORDER BY {order} LIMIT ?"
-            args += [*join_params, count]
+            sql = f"{with_}SELECT c.rowid FROM {cands}{join}{match} ORDER BY {order} LIMIT ?"
+            args = [*with_params, *cand_params, *join_params, count]
         else:
             # Every match's score as _scored computes it, then the shortlist: each row whose
             # score is at most the count-th best's plus a margin (so that a last-bit difference
             # in the server's arithmetic, were there one, could not leave a row out), ties and all.
-            sql = (f"{head}s AS MATERIALIZED (SELECT c.rowid, {score} AS s FROM {join}{match}), "
+            head = (with_.rstrip() + ", ") if with_ else "WITH "
+            sql = (f"{head}s AS MATERIALIZED (SELECT c.rowid, {score} AS s FROM {cands}{join}{match}), "
                    "cut AS (SELECT s.s FROM s ORDER BY s.s LIMIT 1 OFFSET ?) "
                    "SELECT s.rowid FROM s WHERE s.s <= coalesce((SELECT cut.s + 1e-9::float8 * (abs(cut.s) + 1.0::float8) "
                    "FROM cut), 'Infinity'::float8)")
-            args += [*score_params, *join_params, count - 1]
+            args = [*with_params, *score_params, *cand_params, *join_params, count - 1]
         short = [r[0] for r in self.db.execute(sql, args).fetchall()]
         if not short:
             return []
