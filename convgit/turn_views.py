@@ -34,14 +34,12 @@ def turn_level(repo: Repository, filters: "Filters | None") -> "Filters | None":
     from .index.filters import Filters
 
     repo.index.refresh_if_changed()
-    calls = repo.index.turn_rows(Filters(models=filters.models, since=filters.since, until=filters.until,
-                                         sources=filters.sources))
     covered: dict[str, None] = dict.fromkeys(filters.covered)
     # What each call brought, and its prompt: its output's ancestry, walked in the index (one
-    # batch of messages a step), not through the objects (a read per message: seconds for the
-    # thousands of calls of a model in a large store). Sorted: the same tuple whatever the backend.
-    covered.update(dict.fromkeys(sorted(repo.index.walk_up(
-        (r["output"], max(1, r["span"] or 0) + 1) for r in calls if r["output"]))))
+    # statement), not through the objects (a read per message: seconds for the thousands of
+    # calls of a model in a large store). Sorted: the same tuple whatever the backend.
+    covered.update(dict.fromkeys(sorted(repo.index.calls_cover(
+        Filters(models=filters.models, since=filters.since, until=filters.until, sources=filters.sources)))))
     return dataclasses.replace(filters, covered=tuple(covered))
 
 

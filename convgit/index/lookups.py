@@ -136,31 +136,27 @@ class IndexLookups:
         return out
 
     @healing
-    def walk_up(self, starts: Iterable[tuple[str, int]]) -> set[str]:
-        """The ids of the first ``n`` messages of each start's ancestry (the start itself, its
-        parent, ...; fewer at a root), for (message id, n) pairs: what ``graph.iter_ancestry``
-        would read from the objects, from the index's rows instead (one recursive statement per
-        500 starts). A start the index does not hold contributes nothing."""
-        firsts: dict[str, int] = {}
-        for oid, n in starts:
-            if n > 0:
-                firsts[oid] = max(int(n), firsts.get(oid, 0))
-        ids = list(firsts)
-        out: set[str] = set()
-        for i in range(0, len(ids), 500):
-            by_n: dict[int, list[str]] = {}
-            for oid in ids[i : i + 500]:
-                by_n.setdefault(firsts[oid], []).append(oid)
-            seeds = " UNION ALL ".join(f"SELECT rowid, {n} FROM messages WHERE id IN ({','.join('?' * len(group))})"
-                                       for n, group in by_n.items())
-            # (Each step reads its parent by primary key in a scalar subquery: a join there is
-            # PostgreSQL's to plan, and it read every message per step for a few thousand rows.)
-            out.update(r[0] for r in self.db.execute(
-                f"WITH RECURSIVE w(rid, n) AS ({seeds} UNION SELECT (SELECT m.parent_rowid FROM messages m "
-                "WHERE m.rowid = w.rid), w.n - 1 FROM w WHERE w.n > 1 AND w.rid IS NOT NULL) "
-                "SELECT DISTINCT (SELECT m.id FROM messages m WHERE m.rowid = w.rid) FROM w WHERE w.rid IS NOT NULL",
-                [oid for group in by_n.values() for oid in group]))
-        return out
+    def calls_cover(self, filters) -> set[str]:
+        """The ids of the messages that the recorded calls passing ``filters``' turn conditions
+        (models, since/until, sources; ``turn_rows``' calls) covered: each call's output and
+        its ancestors, ``max(1, span) + 1`` messages in all (what it brought, and its prompt;
+        fewer at a root), as ``graph.iter_ancestry`` would read them from the objects, here in
+        one recursive statement over the index's rows. Each step reads a row by primary key in
+        a scalar subquery: a join there is PostgreSQL's to plan, and it read every message per
+        step."""
+        from .filters import turn_conditions
+
+        conds = ["(t.kind = 'call' OR t.record_rowid IS NOT NULL)", "t.output IS NOT NULL"]
+        params: list = []
+        turn_conditions(filters, conds, params)
+        return {r[0] for r in self.db.execute(
+            "WITH RECURSIVE w(rid, n) AS (SELECT (SELECT m.rowid FROM messages m WHERE m.id = t.output), "
+            "CASE WHEN coalesce(t.span, 0) > 1 THEN t.span ELSE 1 END + 1 FROM turns t "
+            f"WHERE {' AND '.join(conds)} "
+            "UNION SELECT (SELECT m.parent_rowid FROM messages m WHERE m.rowid = w.rid), w.n - 1 FROM w "
+            "WHERE w.n > 1 AND w.rid IS NOT NULL) "
+            "SELECT DISTINCT (SELECT m.id FROM messages m WHERE m.rowid = w.rid) FROM w WHERE w.rid IS NOT NULL",
+            params)}
 
     _TURN_COLS = ("id, started_at, model, resolved_model, kind, source, input_tokens, output_tokens, "
                   "usage_json, output, duration_ms, thread, (SELECT r.id FROM turns r WHERE r.rowid = turns.record_rowid), "
