@@ -137,3 +137,25 @@ def test_a_rare_word_reads_its_candidates_messages_by_key_not_every_message(stor
         db.raw("DELETE FROM message_fts WHERE rowid > 10000000")
         db.raw("DELETE FROM messages WHERE rowid > 10000000")
         db.raw("ALTER TABLE message_fts RESET (autovacuum_enabled)")
+
+
+def test_a_message_too_large_for_a_tsvector_is_found_and_ranked_alike(tmp_path, pg_server, monkeypatch):
+    """A message of 40,000 distinct words (its tsvector would pass 512 KB: its one lexeme is
+    the oversized mark, a candidate for every query) is counted in SQL as evaluated in Python."""
+    a = new_store(tmp_path / "a", fsync=False)
+    for i in range(6):
+        convgit.commit(a, {"messages": [user("tie word" + " tie" * (i % 2))]}, thread=f"t{i}", now_ms=NOW + i)
+    big = "tie word zebra fine " + " ".join(f"w{i:06d}x" for i in range(40_000)) + " word tie"
+    convgit.commit(a, {"messages": [user(big)]}, thread="big", now_ms=NOW + 100)
+    a.close()
+    b = _twin(a.path, tmp_path / "b" / ".convgit", pg_server.create_database())
+    with Repository.open(a.path) as ra, Repository.open(b) as rb:
+        assert rb.index.db.raw("SELECT count(*) FROM message_fts WHERE lex = %s::tsvector", ("'*'",)).fetchone()[0] == 1
+        for way in ("sql", "python"):
+            if way == "python":
+                monkeypatch.setattr(pg_fts, "_countable", lambda tree: False)
+            for q in ("tie", "zebra", '"word tie"', '"tie word"', "w00001*", "^tie", "^zebra", "zebra OR tie", "w000123x"):
+                for opts in ({"count": 3}, {"count": 20}, {"latest": True, "count": 2}):
+                    want = _answers(ra, q, opts)
+                    assert _answers(rb, q, opts) == want, (way, q, opts)
+                    assert want or q == "^zebra"

@@ -302,14 +302,28 @@ def _count_sql(p: "Phrase", letter: str, row: str = "f") -> tuple[str, list]:
     arr = f"{row}.{letter}"
     if len(p.tokens) == 1 and not p.tokens[0][1] and not p.initial:  # one word: C's array_positions
         return f"coalesce(cardinality(array_positions({arr}, ?::text)), 0)", [p.tokens[0][0]]
-    conds, params = [], []
-    for j, (tok, prefix) in enumerate(p.tokens):
-        at = f"{arr}[i + {j}]" if j else f"{arr}[i]"
-        conds.append(f"starts_with({at}, ?::text)" if prefix else f"{at} = ?::text")
-        params.append(tok)
-    if p.initial:
-        conds.insert(0, "i = 1")
-    return f"(SELECT count(*) FROM generate_subscripts({arr}, 1) i WHERE {' AND '.join(conds)})", params
+    params = [t for t, _ in p.tokens]
+
+    def test(x: str, j: int) -> str:
+        return f"starts_with({x}, ?::text)" if p.tokens[j][1] else f"{x} = ?::text"
+
+    if p.initial:  # at the column's start: its first tokens, by subscript (a subscript walks
+        # a text array from its start, so only small ones are cheap)
+        return ("CASE WHEN " + " AND ".join(test(f"{arr}[{j + 1}]", j) for j in range(len(p.tokens)))
+                + " THEN 1 ELSE 0 END"), params
+    # Otherwise counted by a walk of the array unnested (a prefix: each token; a phrase: each
+    # start whose next tokens follow, by lead()), only in a row whose lexemes hold every token
+    # in this column (or that is oversized): the tsvector test is a binary search in C, the
+    # walk a subquery per row.
+    held = " & ".join(_quote(letter + t[:_MAX_LEXEME]) + (":*" if pre else "") for t, pre in p.tokens)
+    guard = [f"(({held}) | {_quote(OVERSIZED)})"]
+    if len(p.tokens) == 1:
+        return (f"CASE WHEN {row}.lex @@ ?::tsquery THEN (SELECT count(*) FROM unnest({arr}) x "
+                f"WHERE {test('x', 0)}) ELSE 0 END", guard + params)
+    nexts = ", ".join(f"lead(x, {j}) OVER (ORDER BY o) AS x{j}" for j in range(1, len(p.tokens)))
+    conds = " AND ".join(test("x" if j == 0 else f"x{j}", j) for j in range(len(p.tokens)))
+    return (f"CASE WHEN {row}.lex @@ ?::tsquery THEN (SELECT count(*) FROM (SELECT x, {nexts} FROM "
+            f"unnest({arr}) WITH ORDINALITY AS a(x, o)) z WHERE {conds}) ELSE 0 END", guard + params)
 
 
 def _most(tree, hits: dict[int, int]) -> int:
