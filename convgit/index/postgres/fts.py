@@ -43,6 +43,7 @@ OVERSIZED = "*"  # the one lexeme of a row too large for a tsvector: always a ca
 _MAX_LEXEME = 400  # characters of a token kept in the tsvector (PostgreSQL's limit is 2 KB)
 _MAX_TSVECTOR = 512 * 1024
 K1, B = 1.2, 0.75
+_SHORT = 256  # tokens: up to this many, a phrase is looked for in a column by subscripts (_count_sql)
 
 
 def tokens(text: str | None) -> list[str]:
@@ -320,10 +321,14 @@ def _count_sql(p: "Phrase", letter: str, row: str = "f") -> tuple[str, list]:
     if len(p.tokens) == 1:
         return (f"CASE WHEN {row}.lex @@ ?::tsquery THEN (SELECT count(*) FROM unnest({arr}) x "
                 f"WHERE {test('x', 0)}) ELSE 0 END", guard + params)
+    # (A short array by subscripts, cheaper than a window there; a long one by lead(), linear.)
     nexts = ", ".join(f"lead(x, {j}) OVER (ORDER BY o) AS x{j}" for j in range(1, len(p.tokens)))
     conds = " AND ".join(test("x" if j == 0 else f"x{j}", j) for j in range(len(p.tokens)))
-    return (f"CASE WHEN {row}.lex @@ ?::tsquery THEN (SELECT count(*) FROM (SELECT x, {nexts} FROM "
-            f"unnest({arr}) WITH ORDINALITY AS a(x, o)) z WHERE {conds}) ELSE 0 END", guard + params)
+    subs = " AND ".join(test(f"{arr}[i + {j}]", j) for j in range(len(p.tokens)))
+    return (f"CASE WHEN NOT {row}.lex @@ ?::tsquery THEN 0 WHEN cardinality({arr}) <= {_SHORT} THEN "
+            f"(SELECT count(*) FROM generate_subscripts({arr}, 1) i WHERE {subs}) "
+            f"ELSE (SELECT count(*) FROM (SELECT x, {nexts} FROM unnest({arr}) WITH ORDINALITY AS a(x, o)) z "
+            f"WHERE {conds}) END", guard + params + params)
 
 
 def _most(tree, hits: dict[int, int]) -> int:
