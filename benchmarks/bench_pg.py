@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_pg.py [--sizes 10000,100000] [--reps 7]
     .venv/bin/python benchmarks/bench_pg.py --sizes 1000000 --reps 21 --no-reindex   # 1M: the PostgreSQL build once
+    .venv/bin/python benchmarks/bench_pg.py --sizes 1000000 --no-reindex --dsn 'host=… dbname=…'   # built once, kept
 
 For each size: the synthetic store of bench_search.py (``build``; kept under the system temp
 directory as ``convgit-bench-pg/store-<N>``), a twin of it (the same objects, refs and
@@ -10,6 +11,9 @@ for the run (tests/helpers/pg.py: initdb in a temp directory, 127.0.0.1, fsync o
 ``reindex`` of each (in-process), then top-20 searches of bench_search's query shapes,
 in-process, SQLite and PostgreSQL interleaved query by query, the median of ``--reps`` runs
 each (after one warm-up), and the p90. Every query's hits are checked identical on both before timing.
+``--dsn``: a server and database already running instead (the twin's index is kept there
+between runs: a later run opens it, caught up, instead of building it again; a 1M build is
+most of 15 minutes here). ``--queries``: only the query shapes whose label holds one of these words.
 Results: a markdown table on stdout and benchmarks/out/pg.json.
 """
 
@@ -59,7 +63,7 @@ def _p90(v: list[float]) -> float:
     return v[min(len(v) - 1, round(0.9 * (len(v) - 1)))]
 
 
-def one_size(n: int, server: PgServer, reps: int, reindex: bool = True) -> dict:
+def one_size(n: int, dsn: str, reps: int, reindex: bool = True, only: list[str] | None = None) -> dict:
     root = Path(tempfile.gettempdir()) / "convgit-bench-pg"
     store = root / f"store-{n}"
     if not (store / "bench-store.json").exists():
@@ -74,7 +78,6 @@ def one_size(n: int, server: PgServer, reps: int, reindex: bool = True) -> dict:
 
     shutil.copytree(store / ".convgit", twin / ".convgit", ignore=shutil.ignore_patterns("index.sqlite*", "*.lock"),
                     copy_function=link_objects)
-    dsn = server.create_database()
     (twin / ".convgit" / "config.toml").write_text(
         f'[core]\nfsync = false\n[index]\nbackend = "postgres"\ndsn = "{dsn}"\n')
     out: dict = {"messages": info["messages"], "threads": info["threads"]}
@@ -89,6 +92,8 @@ def one_size(n: int, server: PgServer, reps: int, reindex: bool = True) -> dict:
     out["index_bytes"] = {name: repo.index.disk_bytes() for name, repo in repos.items()}
     rows = []
     for label, q, opts in QUERIES:
+        if only and not any(w in label for w in only):
+            continue
         opts = dict(opts)
         latest = opts.pop("latest", False)
         calls = {}
@@ -133,12 +138,18 @@ def main() -> None:
     ap.add_argument("--no-reindex", action="store_true",
                     help="skip the timed reindex of each index (at 1M messages the PostgreSQL one alone takes many minutes); "
                          "the twin's first build is timed instead")
+    ap.add_argument("--dsn", help="a running PostgreSQL database to use (and keep the twins' indexes in) "
+                                   "instead of a server started for the run")
+    ap.add_argument("--queries", help="comma-separated words: only the query shapes whose label holds one")
     a = ap.parse_args()
-    server = PgServer.start()
+    only = a.queries.split(",") if a.queries else None
+    server = None if a.dsn else PgServer.start()
     try:
-        results = [one_size(int(n), server, a.reps, not a.no_reindex) for n in a.sizes.split(",")]
+        results = [one_size(int(n), a.dsn or server.create_database(), a.reps, not a.no_reindex, only)
+                   for n in a.sizes.split(",")]
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
     (HERE / "out").mkdir(exist_ok=True)
     (HERE / "out" / "pg.json").write_text(json.dumps(results, indent=2))
     print(table(results))

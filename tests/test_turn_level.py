@@ -53,3 +53,34 @@ def test_log_short_lists_every_call_with_its_tokens(cli, proj):
     assert [r["model"] for r in ok(cli("log", "-s", "-m", "claude-x", "--json")).json()] == ["claude-x"]
     only = ok(cli("log", "-s", "-u", "-m", "claude-x", "--json")).json()
     assert only["usage"] == {"turns": 1, "input_tokens": 11, "output_tokens": 4, "total_tokens": 15}
+
+
+def test_the_index_walks_the_calls_ancestry_as_the_objects_do(tmp_path):
+    """``-m``'s covered messages (turn_views.turn_level) come from the index's rows
+    (``calls_cover``): the same ids as the objects' ancestry of each call's output, its
+    ``max(1, span) + 1`` messages, under each turn condition; walks overlap and reach roots."""
+    import itertools
+
+    import convgit
+    from convgit import graph
+    from convgit.index.filters import Filters
+    from reliability.helpers import NOW, new_store, user
+    from reliability.test_index_recovery import build_corpus
+
+    repo = new_store(tmp_path / "s", fsync=False)
+    build_corpus(repo)
+    convgit.commit(repo, {"messages": [user(f"m{i}") if i % 2 == 0 else {"role": "assistant", "content": f"a{i}"}
+                                       for i in range(9)], "response": {"role": "assistant", "content": "end"},
+                          "model": "gpt-4o"}, thread="long", now_ms=NOW + 9_000_000)
+    convgit.commit(repo, {"messages": [user("m0"), {"role": "assistant", "content": "a1"}],  # re-sent: adds nothing
+                          "response": {"role": "assistant", "content": "a1"}, "model": "claude-x"}, now_ms=NOW + 9_000_001)
+    seen = 0
+    for f in (Filters(models=("gpt-4o",)), Filters(models=("claude-x",)), Filters(models=("gpt-4o", "claude-x")),
+              Filters(models=("gpt-4o",), since=NOW + 5_000), Filters(models=("nope",)), Filters()):
+        calls = repo.index.turn_rows(f)
+        want = {oid for c in calls for oid, _ in itertools.islice(
+            graph.iter_ancestry(repo.objects, c["output"]), max(1, c["span"] or 0) + 1)}
+        assert repo.index.calls_cover(f) == want
+        seen += len(want)
+    assert seen >= 20
+    repo.close()

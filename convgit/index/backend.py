@@ -110,3 +110,6 @@ class IndexBackend(Protocol):
 
     def turn_rows(self, filters=None, count: int = 0, *, schema: bool = False) -> list[dict]:
         """Recorded calls (and imported per-message turns), newest first, filtered."""
+
+    def calls_cover(self, filters) -> set[str]:
+        """The ids of the messages the recorded calls passing ``filters``' turn conditions covered."""

@@ -135,6 +135,29 @@ class IndexLookups:
                 out[mid] = {"turn": tid, "started_at": started, "model": model, "resolved_model": rmodel, "kind": kind}
         return out
 
+    @healing
+    def calls_cover(self, filters) -> set[str]:
+        """The ids of the messages that the recorded calls passing ``filters``' turn conditions
+        (models, since/until, sources; ``turn_rows``' calls) covered: each call's output and
+        its ancestors, ``max(1, span) + 1`` messages in all (what it brought, and its prompt;
+        fewer at a root), as ``graph.iter_ancestry`` would read them from the objects, here in
+        one recursive statement over the index's rows. Each step reads a row by primary key in
+        a scalar subquery: a join there is PostgreSQL's to plan, and it read every message per
+        step."""
+        from .filters import turn_conditions
+
+        conds = ["(t.kind = 'call' OR t.record_rowid IS NOT NULL)", "t.output IS NOT NULL"]
+        params: list = []
+        turn_conditions(filters, conds, params)
+        return {r[0] for r in self.db.execute(
+            "WITH RECURSIVE w(rid, n) AS (SELECT (SELECT m.rowid FROM messages m WHERE m.id = t.output), "
+            "CASE WHEN coalesce(t.span, 0) > 1 THEN t.span ELSE 1 END + 1 FROM turns t "
+            f"WHERE {' AND '.join(conds)} "
+            "UNION SELECT (SELECT m.parent_rowid FROM messages m WHERE m.rowid = w.rid), w.n - 1 FROM w "
+            "WHERE w.n > 1 AND w.rid IS NOT NULL) "
+            "SELECT DISTINCT (SELECT m.id FROM messages m WHERE m.rowid = w.rid) FROM w WHERE w.rid IS NOT NULL",
+            params)}
+
     _TURN_COLS = ("id, started_at, model, resolved_model, kind, source, input_tokens, output_tokens, "
                   "usage_json, output, duration_ms, thread, (SELECT r.id FROM turns r WHERE r.rowid = turns.record_rowid), "
                   "out_depth, span")

@@ -9,6 +9,16 @@ in order (``TEXT[]``) and a ``tsvector`` of them, each lexeme its column's lette
 under a GIN index: a query is first a ``tsquery`` that finds a superset of the matches (the
 candidates), then evaluated exactly over their tokens.
 
+Two ways to an answer. A query of phrases (words, "phrases", ``prefix*``, ``^``, joined by
+AND / OR / NOT, in any columns; not NEAR) with a count is ranked by the server: whether a row
+matches and its bm25 depend only on how many instances of each phrase each column holds,
+which SQL counts in the token arrays (``_count_sql``); only a shortlist, the rows that can be
+among the first ``count`` (ties and all), comes back, to be evaluated and scored here as
+below. NEAR, and a count of 0 (all), send every candidate's tokens here. Either way the candidates' messages and turns (the
+filters, the key) are read by primary key one candidate at a time (a LATERAL subquery the
+planner cannot turn into a join) up to ``_lateral_max`` candidates, as the planner, which has
+no estimate for a rare word, would otherwise read every message to join 20 candidates.
+
 The query language is FTS5's as index/fts.py hands it over: words and "phrases", ``prefix*``,
 ``+``, ``^`` (first token of a column), AND / OR / NOT / implicit AND, parentheses and column
 filters (``user:``, ``{user tool}:``, ``-tool:``), ``NEAR(… , n)``.
@@ -33,6 +43,7 @@ OVERSIZED = "*"  # the one lexeme of a row too large for a tsvector: always a ca
 _MAX_LEXEME = 400  # characters of a token kept in the tsvector (PostgreSQL's limit is 2 KB)
 _MAX_TSVECTOR = 512 * 1024
 K1, B = 1.2, 0.75
+_SHORT = 256  # tokens: up to this many, a phrase is looked for in a column by subscripts (_count_sql)
 
 
 def tokens(text: str | None) -> list[str]:
@@ -82,48 +93,105 @@ class PgFts:
         except QuerySyntax:
             parse_fts(q.fts[q.fts.index(": (") + 3 : -1])  # the user's own query words the error, as SQLite's does
             raise
-        phrases = tree.phrases()
         cand = tree.candidates()
         if cand is None:
             return []
         f = f or Filters()
-        with_, with_params, conds, params = filter_sql(f)
-        sql = (f"{with_}SELECT f.rowid, f.ntok, {', '.join('f.' + c for c in _ARRAY_COLS)}, coalesce(t.started_at, 0), "
-               "substr(coalesce(t.id, m.id), 1, 16), m.depth, m.id FROM message_fts f "
-               "JOIN messages m ON m.rowid = f.rowid LEFT JOIN turns t ON t.rowid = m.turn_rowid "
-               f"WHERE (f.lex @@ ?::tsquery OR f.lex @@ ?::tsquery) AND {' AND '.join(conds)}")
-        rows = self.db.execute(sql, [*with_params, cand, _quote(OVERSIZED), *params]).fetchall()
-        matched = []
-        for r in rows:
-            inst: dict = {}
-            if tree.match(dict(zip(COLUMNS, (x or [] for x in r[2:7]))), inst):
-                matched.append((r, inst))
+        n_rows, n_tokens = self.db.raw("SELECT rows, tokens FROM fts_stats").fetchone()
+        if not n_rows:
+            return []
+        if count and _countable(tree):
+            out = self._ranked_in_sql(tree, cand, f, count, latest, n_rows, n_tokens)
+            if out is not None:
+                return out
+        return self._ranked_in_python(tree, cand, f, count, latest, n_rows, n_tokens)
+
+    def _ranked_in_python(self, tree, cand: str, f: Filters, count: int, latest: bool, n_rows: int,
+                          n_tokens: int) -> list[tuple[int, float]]:
+        """Every candidate's tokens evaluated and scored here (any query): first how many there
+        are, up to ``_lateral_max`` (the GIN index alone), to read their messages the right way."""
+        big = _quote(OVERSIZED)
+        most = _lateral_max(n_rows)
+        n = self.db.raw("SELECT count(*) FROM (SELECT 1 FROM message_fts WHERE lex @@ %s::tsquery OR lex @@ %s::tsquery "
+                        "LIMIT %s) x", (cand, big, most + 1)).fetchone()[0]
+        rows = self._rows(f, "(f.lex @@ ?::tsquery OR f.lex @@ ?::tsquery)", [cand, big], lateral=n <= most)
+        matched = _matches(tree, rows)
         if not matched:
             return []
-        n_rows, n_tokens = self.db.raw("SELECT rows, tokens FROM fts_stats").fetchone()
+        phrases = tree.phrases()
+        return _ordered(_scored(matched, phrases, self._idf(phrases, n_rows), float(n_tokens) / float(n_rows)),
+                        count, latest)
+
+    def _ranked_in_sql(self, tree, cand: str, f: Filters, count: int, latest: bool, n_rows: int,
+                       n_tokens: int) -> list[tuple[int, float]] | None:
+        """A countable query (``_countable``), ranked from counts in SQL: which rows match and
+        their bm25 are functions of how many instances of each phrase each column holds, so the
+        server finds the matches and their order, without sending their tokens; then only the
+        rows that can be among the first ``count`` (a shortlist) are evaluated and scored here
+        exactly as ``_ranked_in_python`` does, and ordered. The phrases' row counts (for the IDF)
+        bound the matches, which says how to read their messages. None: not answered this way
+        (the caller evaluates every candidate instead; not expected)."""
+        phrases = tree.phrases()
+        hits: dict[int, int] = {}
+        idf = self._idf(phrases, n_rows, hits)
+        bound = _most(tree, hits)
+        if bound == 0:
+            return []
         avgdl = float(n_tokens) / float(n_rows)
+        counts, count_params, match, score, score_params = _sql_terms(tree, phrases, idf, avgdl)
+        with_, with_params, conds, params = filter_sql(f)
+        big = _quote(OVERSIZED)
+        # The counts, once per candidate (OFFSET 0: a subquery kept whole, so that the match and
+        # the score read its columns rather than each repeating the counting).
+        cands = (f"(SELECT f.rowid, f.ntok, {counts} FROM message_fts f "
+                 "WHERE f.lex @@ ?::tsquery OR f.lex @@ ?::tsquery OFFSET 0) ")
+        cand_params = [*count_params, cand, big]
+        if f.any() or latest:  # the matches joined to their message and turn (the filters, the key)
+            join, join_params, key = _join("c", conds, params, lateral=bound <= _lateral_max(n_rows))
+        else:  # the counts alone (unreachable rows are never in message_fts; this holds if one were)
+            join, join_params, key = "c WHERE c.rowid NOT IN (SELECT rowid FROM unreachable) AND ", [], ()
+        if latest:
+            # The order is the key's alone (_ordered's): the matches' first ``count`` are the answer.
+            order = f"{key[0]} DESC, {key[1]} DESC, {key[2]} DESC, {key[3]}"
+            sql = f"{with_}SELECT c.rowid FROM {cands}{join}{match} ORDER BY {order} LIMIT ?"
+            args = [*with_params, *cand_params, *join_params, count]
+        else:
+            # Every match's score as _scored computes it, then the shortlist: each row whose
+            # score is at most the count-th best's plus a margin (so that a last-bit difference
+            # in the server's arithmetic, were there one, could not leave a row out), ties and all.
+            head = (with_.rstrip() + ", ") if with_ else "WITH "
+            sql = (f"{head}s AS MATERIALIZED (SELECT c.rowid, {score} AS s FROM {cands}{join}{match}), "
+                   "cut AS (SELECT s.s FROM s ORDER BY s.s LIMIT 1 OFFSET ?) "
+                   "SELECT s.rowid FROM s WHERE s.s <= coalesce((SELECT cut.s + 1e-9::float8 * (abs(cut.s) + 1.0::float8) "
+                   "FROM cut), 'Infinity'::float8)")
+            args = [*with_params, *score_params, *cand_params, *join_params, count - 1]
+        short = [r[0] for r in self.db.execute(sql, args).fetchall()]
+        if not short:
+            return []
+        matched = _matches(tree, self._rows(f, "f.rowid = ANY(?)", [short], lateral=True))
+        if len(matched) != len(short):  # a shortlisted row gone, or not a match after all
+            return None
+        return _ordered(_scored(matched, phrases, idf, avgdl), count, latest)
+
+    def _rows(self, f: Filters, where: str, where_params: list, lateral: bool) -> list[tuple]:
+        """(rowid, ntok, the five token arrays, started_at, turn id prefix, depth, message id)
+        of the rows of ``message_fts f`` that ``where`` picks and the filters keep."""
+        with_, with_params, conds, params = filter_sql(f)
+        join, join_params, key = _join("f", conds, params, lateral)
+        sql = (f"{with_}SELECT f.rowid, f.ntok, {', '.join('f.' + c for c in _ARRAY_COLS)}, {', '.join(key)} "
+               f"FROM message_fts {join}{where}")
+        return self.db.execute(sql, [*with_params, *join_params, *where_params]).fetchall()
+
+    def _idf(self, phrases: list, n_rows: int, hits: dict | None = None) -> list[float]:
+        """bm25's IDF of each phrase (FTS5's: floored at 1e-6); ``hits``: id(phrase) → rows holding it."""
         idf = []
         for p in phrases:
-            hits = self._phrase_rows(p)
-            v = math.log((n_rows - hits + 0.5) / (hits + 0.5))
+            n = self._phrase_rows(p)
+            if hits is not None:
+                hits[id(p)] = n
+            v = math.log((n_rows - n + 0.5) / (n + 0.5))
             idf.append(v if v > 0.0 else 1e-6)
-        scored = []
-        for r, inst in matched:
-            d = float(r[1])
-            score = 0.0
-            for i, p in enumerate(phrases):
-                freq = 0.0
-                for pos in inst.get(id(p), ()):  # each instance weighs its column's weight
-                    freq += WEIGHTS[COLUMNS[pos >> 32]]
-                score += idf[i] * ((freq * (K1 + 1.0)) / (freq + K1 * (1 - B + B * d / avgdl)))
-            scored.append((r[0], -1.0 * score, r[7], r[8], r[9], r[10]))
-        scored.sort(key=lambda x: x[5])
-        scored.sort(key=lambda x: (x[2], x[3], x[4]), reverse=True)
-        if not latest:
-            scored.sort(key=lambda x: x[1])
-        if count:
-            scored = scored[:count]
-        return [(x[0], x[1]) for x in scored]
+        return idf
 
     def _phrase_rows(self, p: "Phrase") -> int:
         """How many rows hold phrase ``p`` in its columns (bm25's document frequency)."""
@@ -135,10 +203,15 @@ class PgFts:
         if len(p.tokens) == 1 and not p.initial:  # one lexeme: the GIN index counts exactly
             n = self.db.raw("SELECT count(*) FROM message_fts WHERE lex @@ %s::tsquery", (cand,)).fetchone()[0]
             rows = self.db.raw(f"SELECT {cols} FROM message_fts WHERE lex @@ %s::tsquery", (big,)).fetchall()
-        else:
-            n = 0
-            rows = self.db.raw(f"SELECT {cols} FROM message_fts WHERE lex @@ %s::tsquery OR lex @@ %s::tsquery",
-                               (cand, big)).fetchall()
+        else:  # counted in SQL, as Phrase.positions finds instances (_count_sql)
+            holds, params = [], []
+            for c in COLUMNS:
+                if c in p.cols:
+                    sql, ps = _count_sql(p, LETTERS[c])
+                    holds.append(f"{sql} > 0")
+                    params += ps
+            return self.db.execute(f"SELECT count(*) FROM message_fts f WHERE (f.lex @@ ?::tsquery OR f.lex @@ ?::tsquery) "
+                                   f"AND ({' OR '.join(holds)})", [cand, big, *params]).fetchone()[0]
         for r in rows:
             if p.positions(dict(zip(COLUMNS, (x or [] for x in r)))):
                 n += 1
@@ -148,6 +221,155 @@ class PgFts:
 def _quote(lexeme: str) -> str:
     """A lexeme as tsvector / tsquery text spell it (quoted)."""
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _lateral_max(n_rows: int) -> int:
+    """Up to how many candidates their messages and turns are read one by one by primary key
+    (a nested loop, forced by ``_join``'s LATERAL ... OFFSET 0) rather than by the planner's
+    choice, a hash join that reads every message: the planner cannot tell 20 candidates from
+    4,000 (a rare word has no statistic), and reading a million messages for 20 is most of
+    the time of a search; past this many, one pass over the table costs less than the lookups."""
+    return max(1000, n_rows // 32)
+
+
+def _join(alias: str, conds: list[str], params: list, lateral: bool) -> tuple[str, list, tuple[str, ...]]:
+    """(FROM clause after ``alias`` up to and including a ``WHERE`` or ``AND`` that the caller's
+    own condition follows, its parameters, the SQL of the key's parts: started_at, turn id
+    prefix, depth, message id) joining ``alias``'s rows to their message and turn under the
+    filters' conditions ``conds`` (filters.sql, over ``messages m`` and ``turns t``)."""
+    key = ("coalesce(t.started_at, 0)", "substr(coalesce(t.id, m.id), 1, 16)", "m.depth", "m.id")
+    if lateral:
+        inner = ", ".join(f"{k} AS k{i}" for i, k in enumerate(key))
+        return (f"{alias} CROSS JOIN LATERAL (SELECT {inner} FROM messages m LEFT JOIN turns t ON t.rowid = m.turn_rowid "
+                f"WHERE m.rowid = {alias}.rowid AND {' AND '.join(conds)} OFFSET 0) k WHERE ",
+                list(params), tuple(f"k.k{i}" for i in range(4)))
+    return (f"{alias} JOIN messages m ON m.rowid = {alias}.rowid LEFT JOIN turns t ON t.rowid = m.turn_rowid "
+            f"WHERE {' AND '.join(conds)} AND ", list(params), key)
+
+
+def _matches(tree, rows: list[tuple]) -> list[tuple[tuple, dict]]:
+    """(row, its phrases' instances) of the rows (``PgFts._rows``) that match the query."""
+    out = []
+    for r in rows:
+        inst: dict = {}
+        if tree.match(dict(zip(COLUMNS, (x or [] for x in r[2:7]))), inst):
+            out.append((r, inst))
+    return out
+
+
+def _scored(matched: list, phrases: list, idf: list[float], avgdl: float) -> list[tuple]:
+    """(rowid, score, started_at, turn id prefix, depth, message id) of matched rows: FTS5's
+    bm25, its floating-point operations in SQLite's order (``_sql_terms`` writes the same)."""
+    scored = []
+    for r, inst in matched:
+        d = float(r[1])
+        score = 0.0
+        for i, p in enumerate(phrases):
+            freq = 0.0
+            for pos in inst.get(id(p), ()):  # each instance weighs its column's weight
+                freq += WEIGHTS[COLUMNS[pos >> 32]]
+            score += idf[i] * ((freq * (K1 + 1.0)) / (freq + K1 * (1 - B + B * d / avgdl)))
+        scored.append((r[0], -1.0 * score, r[7], r[8], r[9], r[10]))
+    return scored
+
+
+def _ordered(scored: list[tuple], count: int, latest: bool) -> list[tuple[int, float]]:
+    """(rowid, score) in the SQLite index's order: score (best first) or key (``latest``), then
+    key newest first, then message id; the first ``count`` (0: all)."""
+    scored.sort(key=lambda x: x[5])
+    scored.sort(key=lambda x: (x[2], x[3], x[4]), reverse=True)
+    if not latest:
+        scored.sort(key=lambda x: x[1])
+    if count:
+        scored = scored[:count]
+    return [(x[0], x[1]) for x in scored]
+
+
+def _countable(tree) -> bool:
+    """Is the query AND / OR / NOT of phrases (words, "phrases", ``prefix*``, ``^``; no NEAR),
+    each of some token in some column? Then whether a row matches, and its bm25, depend only on
+    how many instances of each phrase each column holds, which SQL counts (``_count_sql``)."""
+    if isinstance(tree, Phrase):
+        return bool(tree.tokens) and bool(tree.cols)
+    if isinstance(tree, Op):
+        return _countable(tree.left) and _countable(tree.right)
+    return False
+
+
+def _count_sql(p: "Phrase", letter: str, row: str = "f") -> tuple[str, list]:
+    """SQL for how many instances of phrase ``p`` the token array ``row.letter`` holds, counted
+    as ``Phrase.positions`` finds them (each start where every token is equal, or starts with a
+    prefix token; at the first token only for ``^``), and its parameters."""
+    arr = f"{row}.{letter}"
+    if len(p.tokens) == 1 and not p.tokens[0][1] and not p.initial:  # one word: C's array_positions
+        return f"coalesce(cardinality(array_positions({arr}, ?::text)), 0)", [p.tokens[0][0]]
+    params = [t for t, _ in p.tokens]
+
+    def test(x: str, j: int) -> str:
+        return f"starts_with({x}, ?::text)" if p.tokens[j][1] else f"{x} = ?::text"
+
+    if p.initial:  # at the column's start: its first tokens, by subscript (a subscript walks
+        # a text array from its start, so only small ones are cheap)
+        return ("CASE WHEN " + " AND ".join(test(f"{arr}[{j + 1}]", j) for j in range(len(p.tokens)))
+                + " THEN 1 ELSE 0 END"), params
+    # Otherwise counted by a walk of the array unnested (a prefix: each token; a phrase: each
+    # start whose next tokens follow, by lead()), only in a row whose lexemes hold every token
+    # in this column (or that is oversized): the tsvector test is a binary search in C, the
+    # walk a subquery per row.
+    held = " & ".join(_quote(letter + t[:_MAX_LEXEME]) + (":*" if pre else "") for t, pre in p.tokens)
+    guard = [f"(({held}) | {_quote(OVERSIZED)})"]
+    if len(p.tokens) == 1:
+        return (f"CASE WHEN {row}.lex @@ ?::tsquery THEN (SELECT count(*) FROM unnest({arr}) x "
+                f"WHERE {test('x', 0)}) ELSE 0 END", guard + params)
+    # (A short array by subscripts, cheaper than a window there; a long one by lead(), linear.)
+    nexts = ", ".join(f"lead(x, {j}) OVER (ORDER BY o) AS x{j}" for j in range(1, len(p.tokens)))
+    conds = " AND ".join(test("x" if j == 0 else f"x{j}", j) for j in range(len(p.tokens)))
+    subs = " AND ".join(test(f"{arr}[i + {j}]", j) for j in range(len(p.tokens)))
+    return (f"CASE WHEN NOT {row}.lex @@ ?::tsquery THEN 0 WHEN cardinality({arr}) <= {_SHORT} THEN "
+            f"(SELECT count(*) FROM generate_subscripts({arr}, 1) i WHERE {subs}) "
+            f"ELSE (SELECT count(*) FROM (SELECT x, {nexts} FROM unnest({arr}) WITH ORDINALITY AS a(x, o)) z "
+            f"WHERE {conds}) END", guard + params + params)
+
+
+def _most(tree, hits: dict[int, int]) -> int:
+    """At most how many rows a countable query matches, from each phrase's row count."""
+    if isinstance(tree, Phrase):
+        return hits[id(tree)]
+    a = _most(tree.left, hits)
+    if tree.kind == "NOT":
+        return a
+    b = _most(tree.right, hits)
+    return min(a, b) if tree.kind == "AND" else a + b
+
+
+def _sql_terms(tree, phrases: list, idf: list[float], avgdl: float) -> tuple[str, list, str, str, list]:
+    """For a countable query: (the SELECT list of each phrase's count in each of its columns,
+    over ``message_fts f``; its parameters; the match condition over those counts as ``c``; the
+    bm25 score over them, the very floating-point operations of ``_scored`` in its order (the
+    weighted counts are sums of halves, exact either way); the score's parameters)."""
+    counts, count_params, freqs = [], [], []
+    for i, p in enumerate(phrases):
+        for c in COLUMNS:
+            if c in p.cols:
+                sql, params = _count_sql(p, LETTERS[c])
+                counts.append(f"{sql} AS n{i}{LETTERS[c]}")
+                count_params += params
+        freqs.append(" + ".join(f"{WEIGHTS[c]!r}::float8 * c.n{i}{LETTERS[c]}" for c in COLUMNS if c in p.cols))
+    index = {id(p): i for i, p in enumerate(phrases)}
+
+    def match(node) -> str:
+        if isinstance(node, Phrase):
+            i = index[id(node)]
+            return "(" + " + ".join(f"c.n{i}{LETTERS[c]}" for c in COLUMNS if c in node.cols) + ") > 0"
+        a, b = match(node.left), match(node.right)
+        return f"({a} {'AND NOT' if node.kind == 'NOT' else node.kind} {b})"
+
+    score, score_params = "0.0::float8", []
+    for i, freq in enumerate(freqs):
+        score = (f"({score} + ?::float8 * ((({freq}) * ?::float8) / (({freq}) + ?::float8 * "
+                 "(?::float8 + ?::float8 * c.ntok::float8 / ?::float8))))")
+        score_params += [idf[i], K1 + 1.0, K1, 1 - B, B, avgdl]
+    return ", ".join(counts), count_params, match(tree), f"-1.0::float8 * {score}", score_params
 
 
 # -- the query: parsed and evaluated ------------------------------------------------------------
