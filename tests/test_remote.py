@@ -17,6 +17,7 @@ from convgit.errors import NonFastForward
 from convgit.objects import Message
 from convgit.remotes import open_remote
 from convgit.remotes.refsdoc import parse
+from convgit.remotes.refsegments import Segments
 from helpers.remote import rewrite_threads
 from helpers.cli import assert_error, cli, env, ok, run  # noqa: F401 (fixtures)
 
@@ -153,10 +154,12 @@ def test_four_concurrent_pushers_lose_no_acknowledged_push(tmp_path, remote_url)
 
     def reader() -> None:
         store = open_remote(remote_url)
+        segments = Segments(store, tmp_path / "reader-cache", remote_url)
         while not stop.is_set():
             got = store.get("refs.json")
             if got is not None:
-                parse(got[0], remote_url)  # raises if a half-written document were ever seen
+                # raises if a half-written document, or one naming a segment not written yet, were ever seen
+                segments.resolve(parse(got[0], remote_url))
 
     threads = [threading.Thread(target=pusher, args=(i, s)) for i, s in enumerate(stores)]
     rd = threading.Thread(target=reader)
