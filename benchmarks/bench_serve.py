@@ -3,12 +3,17 @@
     .venv/bin/python benchmarks/bench_serve.py                 # defaults: 400 calls per cell
     .venv/bin/python benchmarks/bench_serve.py --calls 1000
 
-The upstream is the tests' fake provider (tests/helpers/serve.py: a real HTTP server on
-127.0.0.1, threaded, answering at once), in its own process; the proxy is the real ``convgit serve`` process on a
-fresh store with fsync on. In the same run, each cell makes the same calls to the upstream
-directly and through the proxy (alternating, so both see the same machine load) with httpx's
-async client: time to the first response byte (TTFB) and to the last, streaming (SSE chat
-completions) and not, 1 and 32 concurrent clients. "added" is proxy minus direct, per
+The load harness (``--harness lean``, the default; benchmarks/serve_load.py): the fake
+provider's answers (tests/helpers/serve.py) served by a lean asyncio HTTP/1.1 server in its
+own process, answering at once (``--upstream-delay MS``: after MS, as a model's first token),
+and a lean asyncio client with a keep-alive connection per client: together ~0.2-0.3 ms of CPU
+a call, so what is measured is the proxy (``--harness httpx``: httpx's async client and the
+tests' threaded fake upstream, the harness of the figures before session 11, which answered
+only 360-670 calls/s with no proxy at all). The proxy is the real ``convgit serve`` process
+on a fresh store with fsync on. In the same run, each cell makes the same calls to the upstream
+directly and through the proxy (alternating, so both see the same machine load): time to the
+first response byte (TTFB) and to the last, streaming (SSE chat completions) and not, 1 and
+32 concurrent clients. "added" is proxy minus direct, per
 percentile. Then the sustained rate: 32 clients, stateless conversations starting at 8
 messages and growing by 2 per call, until every call is committed to the store (the proxy's
 ``--json`` line per recorded call); each round first makes the same calls to the upstream
@@ -76,6 +81,43 @@ async def one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[float, f
     return (first or end) - t0, end - t0
 
 
+async def cell_lean(direct: str, proxies: dict[str, str], *, stream: bool, conc: int, calls: int) -> dict:
+    """``cell`` with the lean client (serve_load.Conn): a keep-alive connection per client and target."""
+    from serve_load import Conn
+
+    urls = {"direct": direct, **proxies}
+    names = list(urls)
+    res = {n: ([], []) for n in names}
+
+    async def worker(k: int) -> None:
+        conns = {n: Conn(u) for n, u in urls.items()}
+        for i in range(calls // conc):
+            body = json.dumps({"model": "gpt-fake", "stream": stream,
+                               "messages": [{"role": "user", "content": f"bench {k} {i} {time.time_ns()}"}]}).encode()
+            order = names[i % len(names):] + names[:i % len(names)]
+            for name in order:
+                status, _, ttfb, total = await conns[name].post("/v1/chat/completions", body)
+                assert status == 200, status
+                res[name][0].append(ttfb * 1000)
+                res[name][1].append(total * 1000)
+        for c in conns.values():
+            await c.close()
+
+    await asyncio.gather(*(worker(k) for k in range(conc)))
+    return _added(res, proxies)
+
+
+def _added(res: dict, proxies: dict) -> dict:
+    out = {}
+    for name in proxies:
+        for what, i in (("ttfb", 0), ("total", 1)):
+            for p in (50, 99):
+                d, v = pct(res["direct"][i], p), pct(res[name][i], p)
+                key = f"{what}_p{p}" if name == "after" else f"{name}_{what}_p{p}"
+                out[key] = {"direct": round(d, 2), "proxy": round(v, 2), "added": round(v - d, 2)}
+    return out
+
+
 async def cell(direct: str, proxies: dict[str, str], *, stream: bool, conc: int, calls: int) -> dict:
     """The same calls made directly and through each proxy (``proxies``: name → url), in
     rotating order; per proxy the p50/p99 TTFB and total and what it adds to the direct call."""
@@ -95,14 +137,30 @@ async def cell(direct: str, proxies: dict[str, str], *, stream: bool, conc: int,
                     res[name][1].append(total * 1000)
 
         await asyncio.gather(*(worker(k) for k in range(conc)))
-    out = {}
-    for name in proxies:
-        for what, i in (("ttfb", 0), ("total", 1)):
-            for p in (50, 99):
-                d, v = pct(res["direct"][i], p), pct(res[name][i], p)
-                key = f"{what}_p{p}" if name == "after" else f"{name}_{what}_p{p}"
-                out[key] = {"direct": round(d, 2), "proxy": round(v, 2), "added": round(v - d, 2)}
-    return out
+    return _added(res, proxies)
+
+
+async def sustained_lean(proxy: str, clients: int, calls: int, path: str = "/v1/chat/completions") -> float:
+    """``sustained`` with the lean client (serve_load.Conn): a keep-alive connection per client."""
+    from serve_load import Conn
+
+    t0 = time.perf_counter()
+
+    async def worker(k: int) -> None:
+        conn = Conn(proxy)
+        hist = []
+        for j in range(4):
+            hist += [{"role": "user", "content": f"c{k} warm {j}"}, {"role": "assistant", "content": f"a {j}"}]
+        for i in range(calls // clients):
+            hist.append({"role": "user", "content": f"c{k} q{i}"})
+            status, data, _, _ = await conn.post(path, json.dumps({"model": "gpt-fake", "messages": hist}).encode())
+            assert status == 200, data[:300]
+            doc = json.loads(data)
+            hist.append(doc["choices"][0]["message"] if "choices" in doc else {"role": "assistant", "content": f"r {i}"})
+        await conn.close()
+
+    await asyncio.gather(*(worker(k) for k in range(clients)))
+    return time.perf_counter() - t0
 
 
 async def sustained(proxy: str, clients: int, calls: int, path: str = "/v1/chat/completions") -> float:
@@ -373,11 +431,25 @@ def main() -> None:
     ap.add_argument("--before", default=None,
                     help="sustained: a source tree of another convgit (e.g. `git archive` of main) run by the "
                          "proxy in alternation with this one: before/after in the same run")
+    ap.add_argument("--harness", choices=("lean", "httpx"), default="lean",
+                    help="lean: the load harness of serve_load.py (asyncio HTTP/1.1 client and upstream); httpx: "
+                         "httpx's async client and the tests' threaded fake upstream (the figures before session 11)")
+    ap.add_argument("--upstream-delay", type=float, default=0.0,
+                    help="lean harness: ms the fake upstream waits before each answer (a model's time to first "
+                         "token; 0: at once, and 32 clients then load the proxy to its limit)")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
+    global sustained, cell, arun
+    if args.harness == "lean":
+        from serve_load import run as arun
+
+        sustained, cell = sustained_lean, cell_lean
+        upstream_cmd = [sys.executable, str(HERE / "serve_load.py"), "upstream", "0", str(args.upstream_delay)]
+    else:
+        arun = asyncio.run
+        upstream_cmd = [sys.executable, "-c", UPSTREAM]
     # The fake upstream in its own process: in this one it would share the GIL with the client.
-    up = subprocess.Popen([sys.executable, "-c", UPSTREAM], stdout=subprocess.PIPE, text=True,
-                          cwd=str(HERE.parent / "tests"))
+    up = subprocess.Popen(upstream_cmd, stdout=subprocess.PIPE, text=True, cwd=str(HERE.parent / "tests"))
     up.url = up.stdout.readline().strip()
     up.stop = up.kill
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
@@ -394,7 +466,7 @@ def main() -> None:
             urls = {name: p.wait_listening() for name, p in procs.items()}
             for stream in (False, True):
                 for conc in (1, 32):
-                    r = asyncio.run(cell(up.url, urls, stream=stream, conc=conc, calls=args.calls))
+                    r = arun(cell(up.url, urls, stream=stream, conc=conc, calls=args.calls))
                     rows.append(({"stream": stream, "clients": conc}, r))
                     print(json.dumps({"stream": stream, "clients": conc, **r}), flush=True)
             for name, p in procs.items():
@@ -409,7 +481,7 @@ def main() -> None:
                 prefill(tmp / f"base-{size}", size)
                 for rnd in range(args.rounds):
                     # the ceiling: the same calls made to the upstream directly, nothing logged
-                    direct = asyncio.run(sustained(up.url, 32, args.sustained))
+                    direct = arun(sustained(up.url, 32, args.sustained))
                     n = (args.sustained // 32) * 32
                     rates.setdefault((size, "direct (nothing logged)"), []).append(n / direct)
                     print(json.dumps({"code": "direct", "sustained_calls": n, "answered_s": round(direct, 2),
@@ -419,7 +491,7 @@ def main() -> None:
                         sp = ServeProcess(tmp / "s", up.url, env=serve_env(code))
                         url = sp.wait_listening()
                         c0 = _cpu_of(sp.proc.pid)
-                        answered = asyncio.run(sustained(url, 32, args.sustained))
+                        answered = arun(sustained(url, 32, args.sustained))
                         t0 = time.perf_counter()
                         n = (args.sustained // 32) * 32
                         sp.wait_calls(n, timeout=600)
@@ -456,7 +528,7 @@ def main() -> None:
                          ("proxy, logged", url, "/v1/chat/completions")]
                 for kind, target, path in (kinds if rnd % 2 == 0 else kinds[::-1]):
                     c0, w0 = _cpu_of(pid), time.perf_counter()
-                    answered = asyncio.run(sustained(target, 32, args.sustained, path))
+                    answered = arun(sustained(target, 32, args.sustained, path))
                     if kind == "proxy, logged":
                         sp.wait_calls(n, timeout=600)  # (the only logged calls of this server)
                     el = time.perf_counter() - w0

@@ -8,7 +8,7 @@ a ``call`` turn with model, usage, timing, status and error. The path of a call:
     client → proxy (relay, byte for byte) → upstream
                  └→ spool (durable, group-committed) → committer thread → convgit.commit.commit_many (+ embed.on_commit)
 
-Needs the ``serve`` extra (starlette, uvicorn, httpx), imported only here: no other command
+Needs the ``serve`` extra (starlette, uvicorn, aiohttp; uvloop and httptools when present), imported only here: no other command
 pays for them. ``ServeOptions`` + ``Server`` are the library entry points; ``convgit serve``
 (cli/cmd_serve.py) renders.
 """
@@ -171,7 +171,7 @@ class Server:
         app = make_app(self.proxy, on_start=lambda: self.on_listen(self.url))
         # (the upstream's own Server and Date headers are relayed: uvicorn adds none)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", server_header=False,
-                                date_header=False, timeout_graceful_shutdown=10, loop="asyncio")
+                                date_header=False, timeout_graceful_shutdown=10, loop="auto")
 
         class _Uvicorn(uvicorn.Server):
             def handle_exit(self, sig, frame) -> None:

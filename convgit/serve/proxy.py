@@ -20,7 +20,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import httpx
+import aiohttp
+import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
@@ -34,7 +35,13 @@ from .record import CallRecord
 LOGGED = {"/v1/chat/completions": sse.OPENAI_CHAT, "/v1/responses": sse.OPENAI_RESPONSES, "/v1/messages": sse.ANTHROPIC}
 
 _HISTORY = 4096  # Responses chains remembered by response id (as the committer does)
-UPSTREAM_POOLS = 4  # upstream connection pools, taken in turn (Proxy._pool)
+UPSTREAM_CONNECTIONS = 1000  # open connections to the upstreams at most (a request past them waits)
+
+# What the upstream client raises when the upstream cannot be reached, breaks a response, or
+# is silent past the timeout (aiohttp's timeouts are also TimeoutError)
+_UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError)
+# Headers aiohttp would add to a request that lacks them: the client's headers go as they are
+_NOT_ADDED = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
 
 _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
         "transfer-encoding", "upgrade", "host", "content-length"}
@@ -72,8 +79,8 @@ def forward_headers(headers) -> list[tuple[str, str]]:
     return [(k, v) for k, v in headers.items() if k.lower() not in _HOP and not k.lower().startswith("x-convgit-")]
 
 
-def _response_headers(resp: httpx.Response, extra: list[tuple[bytes, bytes]], *, length: int | None) -> list:
-    out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers.multi_items() if k.lower() not in _HOP]
+def _response_headers(resp: aiohttp.ClientResponse, extra: list[tuple[bytes, bytes]], *, length: int | None) -> list:
+    out = [(k, v) for k, v in resp.raw_headers if k.decode("latin-1").lower() not in _HOP]
     if length is not None:
         out.append((b"content-length", str(length).encode()))
     return out + extra
@@ -81,6 +88,28 @@ def _response_headers(resp: httpx.Response, extra: list[tuple[bytes, bytes]], *,
 
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                     404: "not_found_error", 429: "rate_limit_error"}
+
+
+class _Flags(msgspec.Struct):
+    stream: Any = None
+
+
+_flags = msgspec.json.Decoder(_Flags)
+
+
+def wants_stream(body: bytes) -> bool:
+    """Whether a request body asks for a stream (``"stream": true`` in a JSON object). Only
+    that key is decoded: the history beside it (the whole conversation, re-sent on every
+    call) is skipped, not built as Python objects."""
+    try:
+        return _flags.decode(body).stream is True
+    except msgspec.ValidationError:  # not an object
+        return False
+    except msgspec.DecodeError:  # not strict JSON: Python's reading (NaN, Infinity), as the record's
+        try:
+            return json.loads(body).get("stream") is True
+        except (ValueError, AttributeError):
+            return False
 
 
 def thread_header(headers: list[tuple[bytes, bytes]], default: str | None) -> str | None:
@@ -124,9 +153,7 @@ class Proxy:
         self.offer = offer or (lambda call_id, built: None)  # the build of an expected call, or None
         self.config = config  # the store's Config (how build hashes a chain), None: defaults
         self.cache = cache  # the prefixes parsed and hashed (prefix.PrefixCache, shared with the committer)
-        self.client: httpx.AsyncClient | None = None  # (the first pool)
-        self.clients: list[httpx.AsyncClient] = []  # the upstream connection pools (start)
-        self._next = 0
+        self.session: aiohttp.ClientSession | None = None  # the upstream connections (start)
         self._history: OrderedDict[str, tuple] = OrderedDict()  # Responses: response id → chain
 
     def prebuild(self, rec: CallRecord) -> "rec_mod.Built | None":
@@ -151,27 +178,26 @@ class Proxy:
         return b
 
     async def start(self) -> None:
-        """Open the upstream connection pools."""
+        """Open the upstream client: kept-alive connections, no cookie jar (one client's
+        cookies never reach another's requests), bodies as the upstream sent them (never
+        decompressed), no redirect followed, no proxy from the environment. The timeout is
+        per step: connecting (at most 30 s) and each read."""
         t = self.settings.timeout
-        per = max(1, 1000 // UPSTREAM_POOLS)
-        self.clients = [httpx.AsyncClient(timeout=httpx.Timeout(t, connect=min(t, 30.0)),
-                                          limits=httpx.Limits(max_connections=per, max_keepalive_connections=max(1, per // 5)),
-                                          follow_redirects=False, trust_env=False) for _ in range(UPSTREAM_POOLS)]
-        self.client = self.clients[0]
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=UPSTREAM_CONNECTIONS, limit_per_host=0),
+            timeout=aiohttp.ClientTimeout(total=None, connect=min(t, 30.0), sock_read=t),
+            cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False, trust_env=False)
 
-    def _pool(self) -> httpx.AsyncClient:
-        """The next upstream pool, round robin. httpcore looks at every connection of a pool
-        (a readability poll for each idle one, and a count of the idle ones for each) whenever
-        a request starts or ends: with 32 clients on one pool that is the proxy's largest
-        cost after the relaying itself; spread over pools, each has a fraction of them."""
-        self._next = (self._next + 1) % len(self.clients)
-        return self.clients[self._next]
+    async def _send(self, method: str, url: str, request: Request, body: bytes) -> aiohttp.ClientResponse:
+        """Send the client's request upstream; the response's headers are read, its body not yet."""
+        return await self.session.request(method, url, headers=forward_headers(request.headers), data=body,
+                                          allow_redirects=False, skip_auto_headers=_NOT_ADDED)
 
     async def stop(self) -> None:
-        """Close the upstream connection pool."""
-        for c in self.clients:
-            await c.aclose()
-        self.clients = []
+        """Close the upstream connections."""
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
 
     async def __call__(self, scope, receive, send) -> None:
         """Answer one ASGI request: refused (token), logged (the three APIs) or passed through."""
@@ -204,23 +230,22 @@ class Proxy:
     async def _pass_through(self, request: Request, send) -> None:
         body = await request.body()
         url = upstream_url(self._upstream_for(request), request.url.path, request.url.query)
-        client = self._pool()
-        req = client.build_request(request.method, url, headers=forward_headers(request.headers), content=body)
         try:
-            resp = await client.send(req, stream=True)
-        except httpx.HTTPError as e:
-            await _send_simple(send, 502, error_body(None, 502, f"upstream unreachable: {e}", rec_mod.UPSTREAM_UNREACHABLE))
+            resp = await self._send(request.method, url, request, body)
+        except _UPSTREAM_ERRORS as e:
+            await _send_simple(send, 502, error_body(None, 502, f"upstream unreachable: {_describe(e)}",
+                                                     rec_mod.UPSTREAM_UNREACHABLE))
             return
         try:
-            await send({"type": "http.response.start", "status": resp.status_code,
+            await send({"type": "http.response.start", "status": resp.status,
                         "headers": _response_headers(resp, [], length=None)})
-            async for chunk in resp.aiter_raw():
+            async for chunk in resp.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except httpx.HTTPError as e:
-            raise _UpstreamBroke(str(e)) from e
+        except _UPSTREAM_ERRORS as e:
+            raise _UpstreamBroke(_describe(e)) from e
         finally:
-            await resp.aclose()
+            resp.release()
 
     async def _logged(self, api: str, request: Request, receive, send) -> None:
         s = self.settings
@@ -232,10 +257,7 @@ class Proxy:
         except InvalidInput as e:
             await _send_simple(send, 400, error_body(api, 400, f"X-Convgit-Thread: {e.message}", e.code))
             return
-        try:
-            stream = json.loads(body).get("stream") is True
-        except (ValueError, AttributeError):
-            stream = False
+        stream = wants_stream(body)
         call = uuid.uuid4().hex
         extra = [(b"x-convgit-call", call.encode())]
         if thread:
@@ -248,16 +270,14 @@ class Proxy:
 
         url = upstream_url(s.anthropic_upstream if api == sse.ANTHROPIC else s.openai_upstream,
                            request.url.path, request.url.query)
-        client = self._pool()
-        req = client.build_request("POST", url, headers=forward_headers(request.headers), content=body)
         try:
-            resp = await client.send(req, stream=True)
-        except httpx.HTTPError as e:
-            code = rec_mod.UPSTREAM_TIMEOUT if isinstance(e, httpx.TimeoutException) else rec_mod.UPSTREAM_UNREACHABLE
+            resp = await self._send("POST", url, request, body)
+        except _UPSTREAM_ERRORS as e:
+            code = rec_mod.UPSTREAM_TIMEOUT if isinstance(e, TimeoutError) else rec_mod.UPSTREAM_UNREACHABLE
             await self.spool(record(error=code))
-            await _send_simple(send, 502, error_body(api, 502, f"upstream: {type(e).__name__}: {e}", code), extra)
+            await _send_simple(send, 502, error_body(api, 502, f"upstream: {type(e).__name__}: {_describe(e)}", code), extra)
             return
-        meta = {"status": resp.status_code, "content_encoding": resp.headers.get("content-encoding"),
+        meta = {"status": resp.status, "content_encoding": resp.headers.get("content-encoding"),
                 "upstream_request_id": resp.headers.get("x-request-id") or resp.headers.get("request-id")}
         is_sse = "text/event-stream" in resp.headers.get("content-type", "")
         try:
@@ -266,23 +286,24 @@ class Proxy:
             else:
                 await self._relay_whole(resp, send, extra, t0, record, meta)
         finally:
-            await resp.aclose()
+            resp.release()  # (a response not read to its end: its connection is closed, not reused)
 
     async def _relay_whole(self, resp, send, extra, t0, record, meta) -> None:
         chunks = []
         ttft = None
         try:
-            async for chunk in resp.aiter_raw():
+            async for chunk in resp.content.iter_any():
                 if ttft is None:
                     ttft = int((time.perf_counter() - t0) * 1000)
                 chunks.append(chunk)
-        except httpx.HTTPError as e:
+        except _UPSTREAM_ERRORS as e:
             await self.spool(record(response=b"".join(chunks), ttft_ms=ttft, error=rec_mod.UPSTREAM_STREAM_ERROR, **meta))
-            await _send_simple(send, 502, error_body(None, 502, f"upstream broke: {e}", rec_mod.UPSTREAM_STREAM_ERROR), extra)
+            await _send_simple(send, 502, error_body(None, 502, f"upstream broke: {_describe(e)}", rec_mod.UPSTREAM_STREAM_ERROR),
+                               extra)
             return
         data = b"".join(chunks)
         rec = record(response=data, ttft_ms=ttft, **meta)
-        ok = 200 <= resp.status_code < 300
+        ok = 200 <= resp.status < 300
         durable = self.spool(rec, expect_build=ok)  # the spool's write and fsync start now ...
         if ok:
             built = None
@@ -293,7 +314,7 @@ class Proxy:
             if built is not None:
                 extra = [*extra, (b"x-convgit-tip", built.tip.encode())]
         await durable
-        await send({"type": "http.response.start", "status": resp.status_code,
+        await send({"type": "http.response.start", "status": resp.status,
                     "headers": _response_headers(resp, extra, length=len(data))})
         await send({"type": "http.response.body", "body": data, "more_body": False})
 
@@ -309,9 +330,9 @@ class Proxy:
                 await self.spool(state["record"])
 
         async def relay() -> None:
-            await send({"type": "http.response.start", "status": resp.status_code,
+            await send({"type": "http.response.start", "status": resp.status,
                         "headers": _response_headers(resp, extra, length=None)})
-            async for chunk in resp.aiter_raw():
+            async for chunk in resp.content.iter_any():
                 if state["ttft"] is None:
                     state["ttft"] = int((time.perf_counter() - t0) * 1000)
                 state["chunks"].append(chunk)
@@ -345,9 +366,9 @@ class Proxy:
         watch.cancel()
         exc = relay_task.exception()
         if exc is not None:
-            if isinstance(exc, httpx.HTTPError):
+            if isinstance(exc, _UPSTREAM_ERRORS):
                 await spool(rec_mod.UPSTREAM_STREAM_ERROR)
-                raise _UpstreamBroke(str(exc)) from exc
+                raise _UpstreamBroke(_describe(exc)) from exc
             await spool(rec_mod.CLIENT_DISCONNECTED if isinstance(exc, OSError) else rec_mod.UPSTREAM_STREAM_ERROR)
             raise exc
         await spool(None if (compressed or state["spooled"]) else rec_mod.UPSTREAM_STREAM_ERROR)
@@ -355,6 +376,11 @@ class Proxy:
         rec = state["record"]
         if rec is not None and rec.api == sse.OPENAI_RESPONSES and rec.error is None:
             self.prebuild(rec)  # after the last byte: only so that a whole call continuing it knows its tip
+
+
+def _describe(e: BaseException) -> str:
+    """An upstream error in words (aiohttp's timeouts have none of their own)."""
+    return str(e) or type(e).__name__
 
 
 def scope_headers(request: Request) -> list[tuple[bytes, bytes]]:

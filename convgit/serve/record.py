@@ -106,6 +106,17 @@ class Built(msgspec.Struct):
 HistoryLookup = Callable[[str], "tuple[Draft, ...] | None"]
 
 
+def loads_json(data: bytes) -> Any:
+    """``json.loads(data)``, the same value, about twice as fast: msgspec decodes what is
+    strict UTF-8 JSON (the values it gives are the ones Python gives), and Python's own
+    reader takes what msgspec refuses (NaN, huge exponents, lone surrogates, UTF-16 ...) and
+    raises its own errors."""
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.MsgspecError:
+        return json.loads(data)
+
+
 def build(rec: CallRecord, *, history_for: HistoryLookup, config=None, raw: dict[str, str] | None = None,
           cache: PrefixCache | None = None) -> Built:
     """A record → the payload to commit (raises SchemaValidationFailed for a request that is
@@ -115,7 +126,7 @@ def build(rec: CallRecord, *, history_for: HistoryLookup, config=None, raw: dict
     conversations' prefixes already parsed and hashed (convgit/serve/prefix.py): the same
     result, only the messages after the cached prefix parsed and hashed."""
     try:
-        req = json.loads(rec.request)
+        req = loads_json(rec.request)
     except ValueError as e:
         raise SchemaValidationFailed(f"the request body is not JSON: {e}") from e
     if not isinstance(req, dict):
@@ -147,7 +158,7 @@ def build(rec: CallRecord, *, history_for: HistoryLookup, config=None, raw: dict
             error = error or UPSTREAM_STREAM_ERROR
     elif body and ok:
         try:
-            resp = json.loads(body)
+            resp = loads_json(body)
         except ValueError:
             error = error or UPSTREAM_MALFORMED
         if resp is not None and not isinstance(resp, dict):
