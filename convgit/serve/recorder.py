@@ -51,8 +51,8 @@ _MAX_BATCH = 512
 # the clients were answered already (the spool holds their calls), and in one process with
 # the proxy every batch's fixed cost (a transaction, its syncs, the index) is CPU the relay
 # does not get; a committer that keeps up with small batches makes the proxy answer slower.
-GATHER_CALLS = 64
-GATHER_SECONDS = 0.05
+GATHER_CALLS = 128
+GATHER_SECONDS = 0.1
 _EMBED_BACKOFF = (5.0, 300.0)  # seconds a failing provider is left alone: first, at most (doubling)
 _WARN_EVERY = 60.0  # the same kind of embedding warning at most this often in the server's log
 GC_CHECK_SECONDS = 30.0  # the committer looks at most this often whether gc --auto would act
