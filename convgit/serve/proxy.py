@@ -180,7 +180,7 @@ class Proxy:
     async def start(self) -> None:
         """Open the upstream client: kept-alive connections, no cookie jar (one client's
         cookies never reach another's requests), bodies as the upstream sent them (never
-        decompressed), no redirect followed, no proxy from the environment. The timeout is
+        decompressed), no redirect followed, no HTTP_PROXY or .netrc (trust_env off). The timeout is
         per step: connecting (at most 30 s) and each read."""
         t = self.settings.timeout
         self.session = aiohttp.ClientSession(
