@@ -18,12 +18,11 @@ import json
 import os
 import sqlite3
 import time
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 from pathlib import Path
 
 from .. import fsio
 from ..errors import ConvgitError, ObjectCorrupt, ObjectMissing, storage_failure
-from ..objects import Message
 from ..refs import parse_rename, parse_reflog_line
 from ..refformat import applied_archived, applied_entries
 from . import fts, reach
@@ -35,6 +34,9 @@ from . import catchup
 from .catchup import JournalState, _journal_stat
 from .totals import RunningTotals
 from .turn_rows import TurnRows
+
+if TYPE_CHECKING:
+    from ..objects import Message
 
 
 def invalidate(repo) -> None:
@@ -524,6 +526,8 @@ class IndexWriter(RunningTotals, TurnRows, JournalState):
         """The messages of ``cache`` (a transaction's new objects) that have no row here,
         found in a few queries (``_index_chain`` would otherwise ask once per message: a
         merge hands over hundreds of thousands). ``empty``: the index has no message rows."""
+        from ..objects import Message
+
         ids = [oid for oid, obj in cache.items() if isinstance(obj, Message)]
         if len(ids) < _BULK_LOOKUP:
             return frozenset()
