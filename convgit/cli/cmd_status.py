@@ -6,8 +6,9 @@ import typer
 
 from .. import api
 from . import output
-from .cmd_maintenance import _size
 from .app import app, get_repo
+
+_size = output.human_size  # (one formatter: cli/output.py)
 
 
 @app.command("status")
