@@ -25,8 +25,7 @@ from .. import fsio
 from ..errors import ConvgitError, ObjectCorrupt, ObjectMissing, storage_failure
 from ..refs import parse_rename, parse_reflog_line
 from ..refformat import applied_archived, applied_entries
-from . import fts, reach
-from .fts import FTS_SCHEMA
+from . import reach
 from .healing import healing, index_storage_failure
 from .rows import Reader, dump_json, part_row
 from .schema import INDEX_FILE, SCHEMA, SCHEMA_VERSION, TOTALS
@@ -212,6 +211,8 @@ class IndexWriter(RunningTotals, TurnRows, JournalState):
         db = None
         try:
             db = self._connect(tmp)
+            from .fts import FTS_SCHEMA  # (fts: loaded by the commands that write or search, not by status)
+
             db.executescript("BEGIN;" + SCHEMA + FTS_SCHEMA + "COMMIT;")  # one transaction: one sync, not one per table
             db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             db.execute("INSERT INTO meta VALUES ('built_at', ?)", (str(int(time.time() * 1000)),))
@@ -565,6 +566,8 @@ class IndexWriter(RunningTotals, TurnRows, JournalState):
         self.db.executemany("INSERT INTO parts VALUES (?,?,?,?,?,?,?,?,?,?)", [
             (p[0], p[1], p[2], p[3] if keep else None, *p[4:], None if p[3] is None else len(p[3].encode("utf-8", "surrogatepass")))
             for p in self._pending_parts])
+        from . import fts
+
         fts.index_messages(self.db, rows, self._pending_parts)  # (from the text in memory, in both modes)
         self._pending = {}
         self._pending_parts = []
