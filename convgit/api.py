@@ -143,10 +143,7 @@ def commit(
     ``after``: a revision (a message id or prefix, ``THREAD~N``) whose message the new messages
     follow; the thread decision then runs on the whole history (``--thread`` still trusted).
     ``move_head`` False: HEAD stays (a server writing for others leaves the user's HEAD alone)."""
-    from . import revparse
     from .commit import check_on_conflict, commit_payload
-    from .ids import check_thread_name
-    from .thread_ops import require_message as _require_message
 
     check_on_conflict(on_conflict)
     payload = to_payload(repo, data, model=model)
@@ -154,12 +151,17 @@ def commit(
     if continue_:
         if after is not None:
             raise InvalidInput("give --continue or a revision to continue after, not both")
+        from .ids import check_thread_name
+
         thread = thread if thread is not None else repo.refs.read_head()
         check_thread_name(thread)
         base = repo.refs.read(thread)
         if base is None:
             raise NotFound(f"thread {thread!r} does not exist: nothing to continue", thread=thread)
     elif after is not None:
+        from . import revparse
+        from .thread_ops import require_message as _require_message
+
         base = revparse.resolve(repo, after)
         _require_message(repo, base, after)
     result = commit_payload(repo, payload, thread=thread, on_conflict=on_conflict, now_ms=now_ms, move_head=move_head,
