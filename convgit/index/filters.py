@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from ..errors import InvalidInput, NotFound
 from ..ids import check_thread_name, is_oid
-from ..objects import ROLES
 from .healing import healing_call
 
 KEY_RE = re.compile(r"^\d{1,17}(-[0-9a-f]{0,16}(-\d{0,7})?)?$")
@@ -131,6 +130,8 @@ def make_filters(repo, *, model=(), thread=(), since: str | None = None, until: 
         if repo.refs.read(name) is None:
             raise NotFound(f"thread {name!r} does not exist", thread=name)
     roles = _split(role)
+    if roles:
+        from ..objects import ROLES  # (here: msgspec is not loaded by a search that reads no object)
     for r in roles:
         if r not in ROLES:
             raise InvalidInput(f"--role {r!r}: not a role ({', '.join(ROLES)})")
