@@ -205,3 +205,14 @@ def test_default_config_is_what_tomllib_reads():
 
     assert typed(config._default_tables()) == typed(tomllib.loads(config.DEFAULT_CONFIG_TOML))
     assert config._default_tables() is not config._default_tables()  # (a fresh copy each time)
+
+
+@pytest.mark.parametrize("module", ["app", "params", "views", "cmd_log", "cmd_status", "cmd_search", "cmd_commit",
+                                    "cmd_threads"])
+def test_command_modules_annotations_are_not_strings(module):
+    """typer evaluates a string annotation (PEP 563) twice per parameter when it builds a
+    command: the modules of the hot commands keep their annotations evaluated (convgit/cli/app.py)."""
+    import importlib
+
+    mod = importlib.import_module(f"convgit.cli.{module}")
+    assert not hasattr(mod, "annotations") or mod.annotations.__class__.__name__ != "_Feature", module

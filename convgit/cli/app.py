@@ -4,9 +4,13 @@ Start-up: a command imports only its own module. The root group knows every comm
 and module (``COMMANDS``) and imports the module, and builds the click command, when the
 command is looked up (``--help`` looks up all of them). Parameters are converted without
 pydantic (``params.lean``).
-"""
 
-from __future__ import annotations
+The modules whose functions typer reads (commands, callbacks, completion functions: this one,
+``params``, ``views`` and the hot commands' modules) do not use ``from __future__ import
+annotations``: typer takes every signature with ``inspect.signature(eval_str=True)`` and
+``get_type_hints``, which ``eval`` each annotation string twice, a few ms of `log`'s start-up;
+annotations evaluated once at import cost next to nothing (tests/test_startup.py).
+"""
 
 import os
 import sys

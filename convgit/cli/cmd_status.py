@@ -1,7 +1,5 @@
 """status."""
 
-from __future__ import annotations
-
 import typer
 
 from .. import api

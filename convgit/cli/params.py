@@ -15,8 +15,6 @@ converter) and ``typer._coercion.RuntimeParam``. If a typer release renames them
 does nothing and typer converts as it always did (slower, never wrong).
 """
 
-from __future__ import annotations
-
 import re
 from dataclasses import dataclass
 from pathlib import Path
