@@ -216,3 +216,28 @@ def test_command_modules_annotations_are_not_strings(module):
 
     mod = importlib.import_module(f"convgit.cli.{module}")
     assert not hasattr(mod, "annotations") or mod.annotations.__class__.__name__ != "_Feature", module
+
+
+def test_the_collector_is_paused_for_start_up_only(store, env, tmp_path):
+    """convgit/cli/__init__.py: the cyclic collector is off while typer and the command module
+    load, on (with start-up's objects frozen) when the command runs, and on after it."""
+    out = tmp_path / "gc.json"
+    code = (
+        "import gc, json, runpy, sys\n"
+        "import convgit.api as api\n"
+        "seen = {}\n"
+        "real = api.status\n"
+        "def status(repo):\n"
+        "    seen['in_command'] = gc.isenabled()\n"
+        "    seen['frozen'] = gc.get_freeze_count() > 0\n"
+        "    return real(repo)\n"
+        "api.status = status\n"
+        "sys.argv = ['convgit', 'status']\n"
+        "try:\n"
+        "    runpy.run_module('convgit', run_name='__main__', alter_sys=True)\n"
+        "finally:\n"
+        f"    seen['after'] = gc.isenabled(); open({str(out)!r}, 'w').write(json.dumps(seen))\n"
+    )
+    p = subprocess.run([PY, "-c", code], cwd=store, env=env, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    assert json.loads(out.read_text()) == {"in_command": True, "frozen": True, "after": True}

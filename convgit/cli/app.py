@@ -24,7 +24,7 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from ..errors import ConvgitError, InvalidInput, storage_failure
-from . import output, params
+from . import output, params, resume_gc
 
 # Every command, in the order `convgit --help` lists them (typer's order: the commands in the
 # order their modules registered them, then the groups), and the module that registers it.
@@ -252,6 +252,7 @@ def main_options(
         False, "--show-completion", callback=_completion, is_eager=True, expose_value=False,
         help="Print the shell completion script for the shell running convgit, and exit."),
 ) -> None:
+    resume_gc()  # (the command's module is loaded; what runs from here may make garbage)
     reset_repo()
     output.set_color(color)
     output.state["pager"] = not no_pager
