@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -20,7 +19,7 @@ if TYPE_CHECKING:  # runtime imports are in the functions: each command loads on
     from .commit import CommitResult
     from .index.filters import Filters
     from .ingest import Payload
-    from .objects import Message
+    from .log_entry import LogEntry
     from .repository import Repository
     from .stats import StatusReport
 
@@ -44,6 +43,7 @@ _REEXPORTS["StatusReport"] = "stats"
 # use too, so that `import convgit.api` (every command module does) costs next to nothing and
 # `status` loads neither msgspec nor the ref operations (start-up: docs/performance.md).
 _REEXPORTS["Repository"] = "repository"
+_REEXPORTS["LogEntry"] = "log_entry"
 _REEXPORTS.update({n: "results" for n in ("DeleteResult", "RenameResult", "RestoreResult", "SwitchResult",
                                           "UpdateRefResult")})
 _REEXPORTS.update({n: "thread_ops" for n in (
@@ -194,51 +194,6 @@ def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None
 # -- reading --------------------------------------------------------------------------------
 
 
-@dataclass
-class LogEntry:
-    """One message of a log walk: its id, parent, role, visible text, depth from the tip, and
-    the turn that gives it its time and model on this thread (``provenance`` says which rule)."""
-
-    id: str
-    parent: str | None
-    role: str
-    message: Message
-    text: str
-    depth: int
-    turn: dict | None
-
-    def to_json(self, repo: Repository) -> dict:
-        """The ``log --json`` shape of this entry (docs/json.md); ``repo`` resolves blob text."""
-        from .texts import part_json
-
-        t = self.turn or {}
-        return {
-            "id": self.id,
-            "parent": self.parent,
-            "role": self.role,
-            "text": self.text,
-            "parts": [part_json(repo, p) for p in self.message.parts],
-            "meta": self.message.meta,
-            "depth": self.depth,
-            "turn": t.get("turn"),
-            "started_at": iso(t.get("started_at")),
-            "model": t.get("resolved_model") or t.get("model"),
-            "provenance": t.get("provenance"),
-            "key": self.key,
-        }
-
-    @property
-    def key(self) -> str:
-        """The time-sortable key (index/filters.py): turn start, turn id, depth, of the message's
-        earliest turn anywhere (so a message has one key whichever thread shows it)."""
-        from .index.filters import sort_key
-
-        t = self.turn or {}
-        if "key_turn" in t:  # shown from the thread's own turn; the key is the store-wide one
-            return sort_key(t["key_started_at"], t["key_turn"], self.id, self.depth)
-        return sort_key(t.get("started_at"), t.get("turn"), self.id, self.depth)
-
-
 def log(
     repo: Repository,
     rev: str | None = None,
@@ -269,6 +224,7 @@ def iter_log(
     """``log`` as a stream: the first entry comes before the last is read, in memory that
     grows with threads and forks, not messages (except with ``reverse``, which must hold the
     ``count`` entries it turns around)."""
+    from .log_entry import LogEntry
     from .texts import message_text
     from .turn_views import _eager_first, turn_level
 
