@@ -241,3 +241,40 @@ def test_the_collector_is_paused_for_start_up_only(store, env, tmp_path):
     p = subprocess.run([PY, "-c", code], cwd=store, env=env, capture_output=True, timeout=60)
     assert p.returncode == 0, p.stderr.decode()
     assert json.loads(out.read_text()) == {"in_command": True, "frozen": True, "after": True}
+
+
+# What each hot command no longer loads (issue 10, start-up < 100 ms: docs/performance.md,
+# "Start-up", 2026-12-07). A module here is imported where it is used; bringing one back onto
+# a command's path costs that command its import time again.
+OBJECTS = ("msgspec", "convgit.codec", "convgit.objects")  # ~10 ms: only a command that reads or writes objects
+NOT_LOADED = {
+    ("status",): OBJECTS + ("convgit.results", "convgit.thread_ops", "convgit.revparse", "convgit.remotes",
+                            "convgit.index.fts", "convgit.config_types", "convgit.ref_move", "convgit.log_entry",
+                            "convgit.cli.cmd_maintenance", "tomllib", "ctypes", "random"),
+    ("threads",): OBJECTS + ("convgit.results", "convgit.revparse", "convgit.remotes", "convgit.index.fts",
+                             "convgit.config_types", "convgit.ref_move", "tomllib", "ctypes", "random"),
+    ("search", "foo"): OBJECTS + ("convgit.revparse", "convgit.remotes", "convgit.embedders", "convgit.index.chunks",
+                                  "convgit.index.nearest", "convgit.index.ivf", "convgit.config_types",
+                                  "convgit.ref_move", "convgit.log_entry", "tomllib", "ctypes", "random"),
+    ("log", "-n", "1"): ("convgit.remotes", "convgit.results", "convgit.thread_ops", "convgit.index.fts",
+                         "convgit.config_types", "convgit.ref_move", "convgit.semantic", "tomllib", "ctypes", "random"),
+    ("show",): ("convgit.remotes", "convgit.results", "convgit.thread_ops", "convgit.index.fts", "convgit.config_types",
+                "convgit.ref_move", "convgit.semantic", "tomllib", "ctypes", "random"),
+}
+
+
+@pytest.mark.parametrize("args", list(NOT_LOADED), ids=" ".join)
+def test_hot_commands_load_only_their_path(args, store, env, tmp_path):
+    mods = loaded(list(args), cwd=store, env=env, tmp_path=tmp_path)
+    assert present(mods, NOT_LOADED[args]) == []
+
+
+def test_commit_loads_only_the_single_document_parsers(store, env, tmp_path):
+    """commit - reads one document: none of import's readers (llm's logs.db, ZIP, streamed
+    arrays, the many-conversation exports, convgit's own), and no ref operation beyond its own."""
+    doc = {"messages": [{"role": "user", "content": "foo question 0"}, {"role": "assistant", "content": "answer 0"}]}
+    mods = loaded(["commit", "-"], cwd=store, env=env, tmp_path=tmp_path, input=json.dumps(doc).encode())
+    assert present(mods, ("convgit.ingest.llmdb", "convgit.ingest.jsonsplit", "convgit.ingest.exports",
+                          "convgit.ingest.native", "zipfile", "hashlib", "html", "shlex", "convgit.thread_ops",
+                          "convgit.revparse", "convgit.remotes", "convgit.results", "convgit.semantic",
+                          "convgit.config_types", "tomllib", "ctypes", "random")) == []
