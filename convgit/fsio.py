@@ -19,12 +19,10 @@ directory is.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import itertools
 import os
-import random
 import stat
 import sys
 import threading
@@ -197,6 +195,8 @@ def _syncfs(path: os.PathLike | str) -> None:
     """syncfs(2) of the file system holding ``path`` (the primitive; tests replace it)."""
     global _libc
     if sys.platform.startswith("linux"):
+        import ctypes  # (here: ~2 ms of every start-up otherwise; a syncfs costs far more)
+
         if _libc is None:
             _libc = ctypes.CDLL(None, use_errno=True)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -603,6 +603,8 @@ def _acquire(fd: int, kind: int, timeout: float, path: Path) -> None:
             if time.monotonic() >= deadline:
                 raise Locked(f"{path} is locked by another process (waited {timeout:g}s)")
             # Short, jittered polls: a waiter must notice a brief gap between other holders.
+            import random  # (here: only a waiter needs it; ~1 ms of every start-up otherwise)
+
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.01)
 

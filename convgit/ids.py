@@ -10,6 +10,7 @@ OID_LEN = 64
 SHORT_LEN = 12
 MIN_PREFIX = 4
 ZERO_OID = "0" * OID_LEN
+ANY = object()  # a compare-and-swap's expected tip that checks nothing (refs.ANY: "do not check the old value")
 
 _OID_RE = re.compile(r"[0-9a-f]{64}\Z")
 _PREFIX_RE = re.compile(r"[0-9a-f]{4,64}\Z")

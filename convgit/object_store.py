@@ -12,14 +12,28 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
-from . import codec, fsio
+from . import fsio
 from .config import crash_point
 from .errors import AmbiguousRevision, ObjectCorrupt, ObjectMissing, StorageFailed
 from .ids import is_oid
-from .objects import Object
 from .pack import Pack, PackFilter, write_pack
+
+if TYPE_CHECKING:
+    from .objects import Object
+
+# convgit.codec (and with it msgspec), imported when the first object is hashed or decoded:
+# a command that opens a store and reads no object (status, threads) loads neither.
+codec = None
+
+
+def _codec():
+    global codec
+    from . import codec as module
+
+    codec = module
+    return module
 
 # The one pack threshold (docs/format.md §6.1, §6.3): a batch of up to this many objects is
 # written loose, each file made durable before the next; a larger one is written as one pack
@@ -244,7 +258,7 @@ class ObjectStore:
                     return data
             else:
                 return data  # packs verify what they return
-        if codec.hash_bytes(data) != oid:
+        if (codec or _codec()).hash_bytes(data) != oid:
             packed = self._read_packed(oid, reload=False)  # a good packed copy wins
             if packed is not None:
                 return packed
@@ -308,7 +322,7 @@ class ObjectStore:
 
     def read(self, oid: str) -> Object:
         """The decoded object ``oid`` (verified against its id)."""
-        return codec.decode(self.read_bytes(oid), oid)
+        return (codec or _codec()).decode(self.read_bytes(oid), oid)
 
     def iter_loose(self) -> Iterator[str]:
         """The id of every loose object, fan-out directory by directory."""
@@ -393,7 +407,7 @@ class ObjectStore:
 
     def write(self, obj: Object) -> tuple[str, bool]:
         """Store ``obj``; ``(id, True if it was new)``."""
-        oid, data = codec.encode_and_hash(obj)
+        oid, data = (codec or _codec()).encode_and_hash(obj)
         return oid, self.write_raw(oid, data)
 
     def _freshen_packed(self, oid: str, packs: list[Pack] | None = None) -> bool:
@@ -424,8 +438,9 @@ class ObjectStore:
         graph.longest_stored_prefix relies on.
         """
         items = list(items)
+        hash_bytes = (codec or _codec()).hash_bytes
         for oid, data in items:
-            if codec.hash_bytes(data) != oid:
+            if hash_bytes(data) != oid:
                 raise ObjectCorrupt(f"refusing to store bytes under the wrong id {oid}", oid=oid)
         if self.fsync and len(items) > PACK_THRESHOLD:
             # Many objects: one pack, not loose files and a syncfs. A power loss before a

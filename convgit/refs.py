@@ -29,15 +29,14 @@ import contextlib
 import os
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from . import fsio
 from .config import crash_point
 from .errors import (InvalidRefName, NotFound, ObjectCorrupt, ObjectMissing, RefExists, RefStale, StorageFailed,
                      UnsafeSymlink)
-from .ids import check_thread_name, is_oid, short
+from .ids import ANY, check_thread_name, is_oid, short  # noqa: F401 (ANY re-exported)
 from .packedlogs import PACKED_LOGS, PackedLogsReader
 from .ref_create import BULK_CREATE_MIN, RefCreation
 from .ref_head import RefHead, StagedHead  # noqa: F401 (StagedHead re-exported)
@@ -50,7 +49,9 @@ from .refformat import (  # noqa: F401 (re-exported: the formats live in refform
     format_reflog_line, log_is_clean, open_packed_refs, parse_log, parse_packed_refs, parse_reflog_line, parse_rename, read_log_file, rename_message,
 )
 
-ANY = object()  # "do not check the old value"
+if TYPE_CHECKING:
+    from .ref_move import RefMove
+
 BATCH_REFS = 256  # threads locked and moved together by update_many
 NOT_APPLIED = object()  # update_many: a move not made
 AUTO_PACK_LOOSE = 1024  # more loose refs than this after a write: the writer packs them (§6.4)
@@ -64,23 +65,16 @@ PACKED_BYTES_PER_MOVE = 64 * 1024
 RENAME_DIRS_MAX = 4  # a batch's renames in at most this many directories: fsynced each, else a syncfs
 
 
-@dataclass(frozen=True)
-class RefMove:
-    """One compare-and-swap for ``RefStore.update_many``."""
-
-    name: str
-    new: str
-    expected: object = ANY
-    message: str = ""
-    turn: str | None = None
-    time_ms: int | None = None
-    extra: tuple[tuple[str, str], ...] = ()  # more (turn, message) lines at the new tip (merge)
-    # Moves made before this one in the same compare-and-swap, oldest first: (tip, turn,
-    # message) each. ``expected`` → steps[0] → ... → ``new``: a reflog line per step, one
-    # rename (a thread committed to several times in one bulk commit).
-    steps: tuple[tuple[str, str | None, str], ...] = ()
 
 
+def __getattr__(name: str):
+    # RefMove (a write's compare-and-swap) is in convgit/ref_move.py, imported when a write
+    # first asks for it: reading refs (status, log, threads) makes no dataclass for it.
+    if name == "RefMove":
+        from .ref_move import RefMove
+
+        return RefMove
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation, RefJournal, RefHead):

@@ -7,33 +7,10 @@ results were plain dicts before, and code written against them keeps working.
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator
 
-
-class _Document(Mapping):
-    """A result that reads as its JSON document (a read-only mapping over ``to_json()``)."""
-
-    @abstractmethod
-    def to_json(self) -> dict:
-        """The JSON document of this result (each result defines it)."""
-
-    def __getitem__(self, key: str) -> Any:
-        return self.to_json()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.to_json())
-
-    def __len__(self) -> int:
-        return len(self.to_json())
-
-
-def _with_warnings(doc: dict, warnings: list[str]) -> dict:
-    if warnings:
-        doc["warnings"] = list(warnings)
-    return doc
+from .document import Document as _Document
+from .document import with_warnings as _with_warnings
 
 
 @dataclass(frozen=True, eq=False)

@@ -8,7 +8,6 @@ import re
 from .errors import InvalidRefName, NotFound
 from .graph import read_message
 from .ids import check_thread_name, is_oid, is_oid_prefix
-from .remotes.tracking import read_tracking
 
 _SUFFIX = re.compile(r"(~\d*|\^+)+\Z")
 
@@ -39,6 +38,8 @@ def resolve_base(repo, base: str) -> tuple[str, str | None]:
         if tip is not None:
             return tip, base
         if "/" in base:  # a remote-tracking ref (NAME/THREAD, remotes/NAME/THREAD): after the threads, as in git
+            from .remotes.tracking import read_tracking
+
             found = read_tracking(repo.path, base)
             if found is not None:
                 return found[0], None

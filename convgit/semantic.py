@@ -13,18 +13,24 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from .config import EmbedConfig, load_embed_config
-from .embedders import Provider, make_provider
+from .config import load_embed_config
 from .errors import EmbeddingFailed, EmbeddingUnavailable, InvalidInput
-from .index import chunks as C
 from .index.filters import Filters
-from .index.nearest import chunk_texts, message_ids, semantic_ranked
 from .index.search import Hit, describe, fts_ranked, highlight_terms, plain_words
 from .index.search import search as fts_search
-from .index.vectors import VECTORS_DIR, VectorStore
 from .index.fts import parse
+
+if TYPE_CHECKING:
+    from .config_types import EmbedConfig
+    from .embedders import Provider
+    from .index import chunks as C
+    from .index.vectors import VectorStore
+
+# The providers, chunks, vectors and nearest-chunk search are imported by the functions that
+# embed or search by meaning: a full-text search (`search` on a store without vectors, the
+# common case) loads none of them (start-up: docs/performance.md).
 
 MODES = ("auto", "fts", "semantic", "hybrid")
 RRF_K = 60  # reciprocal-rank fusion: score = sum over the lists of 1 / (RRF_K + rank)
@@ -51,6 +57,10 @@ class Embedding:
 def open_embedding(repo, **overrides) -> Embedding:
     """The embedding setup of ``repo`` from config.toml ``[embed]``, with ``overrides``
     (``provider``, ``model``, ``dimension``, ``url``…) taking precedence."""
+    from .embedders import make_provider
+    from .index import chunks as C
+    from .index.vectors import VectorStore
+
     cfg = load_embed_config(repo.path / "config.toml", **overrides)
     provider = make_provider(cfg)
     rules = C.ChunkRules(cfg.include_reasoning, cfg.include_tools)
@@ -89,6 +99,8 @@ def embed(repo, *, emb: Embedding | None = None, retry: bool = True, batch_size:
     """Embed every pending chunk (and, with ``retry``, the failed ones) in batches.
     ``progress(done, total)`` is called after each batch. ``limit``: stop before embedding
     more than this many chunks (what is left stays pending: ``pending`` says at most how many)."""
+    from .index import chunks as C
+
     t0 = time.perf_counter()
     emb = emb or open_embedding(repo, **overrides)
     store, prov = emb.store, emb.provider
@@ -174,6 +186,8 @@ def embed(repo, *, emb: Embedding | None = None, retry: bool = True, batch_size:
 def embed_status(repo, **overrides) -> dict:
     """Chunks per state in the active namespace (``indexed``, ``pending``, ``failed``), the
     vectors stored, and every namespace under ``.convgit/vectors/``."""
+    from .index import chunks as C
+
     from .index.vectors import namespaces
 
     emb = open_embedding(repo, **overrides)
@@ -223,6 +237,8 @@ def embed_written(repo, *, warnings: list[str] | None = None) -> EmbedResult | N
 def has_vectors(repo) -> bool:
     """Does any namespace hold a vector? (A directory made by ``embed --status`` alone does
     not make plain-words searches hybrid.)"""
+    from .index.vectors import VECTORS_DIR
+
     root = repo.path / VECTORS_DIR
     if not root.is_dir():
         return False
@@ -263,6 +279,8 @@ def search(repo, query: str, *, mode: str = "auto", count: int = 20, latest: boo
 
 
 def _vector_search(repo, query, mode, count, latest, columns, filters, emb) -> list[Hit]:
+    from .index.nearest import chunk_texts, message_ids, semantic_ranked
+
     if not query.strip():
         raise InvalidInput("empty search query")
     emb = emb or open_embedding(repo)
@@ -319,6 +337,8 @@ def fuse(semantic: list[tuple[int, float, str, str]], fts: list[tuple[int, float
 def drop_orphan_vectors(repo, exists: Callable[[str], bool]) -> int:
     """Compact every namespace under ``.convgit/vectors/``: drop the vectors of messages for
     which ``exists(message id)`` is false (gc passes "is still stored"). Returns how many."""
+    from .index.vectors import VectorStore
+
     from .embedders import Namespace
     from .index.vectors import namespaces
 
@@ -343,6 +363,8 @@ def drop_orphan_vectors(repo, exists: Callable[[str], bool]) -> int:
 
 def orphan_vectors(repo, exists: Callable[[str], bool]) -> dict[str, int]:
     """namespace key → how many of its messages with vectors ``exists`` rejects (fsck)."""
+    from .index.vectors import VectorStore
+
     from .embedders import Namespace
     from .index.vectors import namespaces
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .gc_auto import auto_state
-from .results import _Document
+from .document import Document as _Document
 
 
 def _du(path: Path, parts: dict[str, str] | None = None) -> tuple[int, int, dict[str, int]]:

@@ -9,14 +9,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import codec, revparse
 from .errors import InvalidInput, NotFound, ObjectCorrupt, ObjectMissing, RefExists
 from .ids import check_thread_name, is_oid, short
-from .objects import Message, Turn
-from .repository import Repository
-from .results import DeleteResult, RenameResult, RestoreResult, SwitchResult, UpdateRefResult
 from .timefmt import iso
+
+if TYPE_CHECKING:  # (the rest is imported by the functions that use it: `threads` loads no msgspec)
+    from .objects import Turn
+    from .repository import Repository
+    from .results import DeleteResult, RenameResult, RestoreResult, SwitchResult, UpdateRefResult
 
 
 # -- threads --------------------------------------------------------------------------------
@@ -103,6 +105,9 @@ def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | N
          source: str | None = None) -> ForkResult:
     """A new thread whose tip is ``rev``. Writes no message, only a ``fork`` turn (whose
     ``source`` says who forked, e.g. ``mcp:<client>``)."""
+    from . import codec, revparse
+    from .objects import Turn
+
     oid, src_thread = revparse.resolve_with_thread(repo, rev)
     base, _ = revparse.split_rev(rev)
     if src_thread is None:
@@ -134,6 +139,9 @@ def fork(repo: Repository, rev: str, name: str | None = None, *, now_ms: int | N
 
 def require_message(repo: Repository, oid: str, rev: str) -> None:
     """Raise InvalidInput unless ``oid`` (named ``rev`` by the user) is a message."""
+    from . import codec
+    from .objects import Message
+
     obj = repo.objects.read(oid)
     if not isinstance(obj, Message):
         raise InvalidInput(f"{rev} names a {codec.type_name(obj)}, not a message", oid=oid)
@@ -160,6 +168,8 @@ def rename_thread(repo: Repository, old: str, new: str) -> RenameResult:
     """Rename a thread; HEAD follows it, and threads forked from it show the new name.
     HEAD is read before the rename; a failure to write it afterwards is a warning (the
     rename stands), in ``warnings``."""
+    from .results import RenameResult
+
     with repo.transaction() as tx:
         tx.read_head()
         tip = tx.rename(old, new)
@@ -174,6 +184,8 @@ def delete_thread(repo: Repository, name: str) -> DeleteResult:
     (``head``, ``head_moved``), so HEAD never silently names a deleted thread while others
     exist; with none left it keeps naming the deleted one. ``warnings``: what went wrong
     after the delete (it stands)."""
+    from .results import DeleteResult
+
     check_thread_name(name)
     broken = None
     with repo.transaction() as tx:
@@ -190,6 +202,8 @@ def delete_thread(repo: Repository, name: str) -> DeleteResult:
 
 def switch(repo: Repository, name: str) -> SwitchResult:
     """Point HEAD at the existing thread ``name`` (NotFound if there is none)."""
+    from .results import SwitchResult
+
     check_thread_name(name)
     if repo.refs.read(name) is None:
         raise NotFound(f"thread {name!r} does not exist", thread=name)
@@ -201,6 +215,9 @@ def switch(repo: Repository, name: str) -> SwitchResult:
 def update_ref(repo: Repository, name: str, new: str | None, old: str | None = None, *,
                create: bool = False) -> UpdateRefResult:
     """Plumbing CAS: move ``name`` to ``new`` if it is at ``old`` (``create``: must not exist)."""
+    from . import revparse
+    from .results import UpdateRefResult
+
     from .refs import ANY
 
     if new is not None:
@@ -266,6 +283,8 @@ def reflog(repo: Repository, thread: str | None = None) -> dict:
 
 
 def _turn_or_none(repo: Repository, oid: str | None) -> Turn | None:
+    from .objects import Turn
+
     if oid is None:
         return None
     try:
@@ -327,6 +346,8 @@ def restore_thread(repo: Repository, name: str, *, now_ms: int | None = None) ->
     reflog (the newest one if it was deleted several times); its reflog history comes back
     with it. NotFound when no deleted thread of that name is archived, or when gc has pruned
     its messages since; RefExists when a thread of that name exists again."""
+    from .results import RestoreResult
+
     check_thread_name(name)
     if repo.refs.read(name) is not None:
         raise RefExists(f"thread {name!r} exists: nothing to restore (rename it first to restore the deleted one)",

@@ -7,18 +7,13 @@ import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-import msgspec
-
-from . import graph, revparse
 from .errors import ConvgitError, InvalidInput, NotFound, ObjectCorrupt, ObjectMissing
-from .objects import Blob, Message, ToolCallPart, Turn
-from .repository import Repository
-from .texts import message_text
-from .texts import resolve_text as _resolve_text
 from .timefmt import iso
 
 if TYPE_CHECKING:  # runtime imports are in the functions: each command loads only what it uses
     from .index.filters import Filters
+    from .objects import Turn
+    from .repository import Repository
 
 
 def turn_level(repo: Repository, filters: "Filters | None") -> "Filters | None":
@@ -49,6 +44,8 @@ def summaries(repo: Repository, entries: list, *, filters: "Filters | None" = No
     for every other recorded call whose output is among them: a call that added no message
     (a re-sent stateless call) is listed as ``llm logs`` lists it, next to the turn that
     first brought its answer. ``filters``' model, time and source conditions pick those calls."""
+    from .objects import ToolCallPart
+
     from . import views
     from .index.filters import Filters, sort_key
 
@@ -121,6 +118,9 @@ def fragment_text(repo: Repository, name: str) -> str:
     config.toml ``[fragments]`` (its value is then read the same way), a file, or the id of a
     stored text (a blob: what ``hash-object FILE`` prints for a file's bytes, and what a
     text over the blob threshold is stored as; a unique prefix of 4+ hex digits works)."""
+    from . import revparse
+    from .objects import Blob
+
     from .config import load_fragment_aliases
 
     seen = set()
@@ -217,6 +217,10 @@ def turns(repo: Repository, *, count: int = 0, filters: "Filters | None" = None,
     (``log --turns -f``, texts from ``fragment_text``): only calls that sent or brought back
     each text: in the answer or the messages the call covers since the previous answer (its
     prompt, a system prompt, a pasted document), as ``-f`` is for messages."""
+    from . import graph
+    from .objects import Message
+    from .texts import message_text
+
     if count < 0:
         raise InvalidInput("-n must be 0 (all) or more")
     repo.index.refresh_if_changed()
@@ -279,6 +283,10 @@ def _turn_holds(repo: Repository, row: dict, fragments) -> bool:
     """Does the call ``row`` (a ``turn_rows`` entry) send or bring back every text of
     ``fragments``: in one part (text, reasoning, a tool call's arguments, a tool's output) of
     its output message or of the messages it covers before it (at least its prompt)."""
+    import msgspec
+    from .objects import Message
+    from .texts import resolve_text as _resolve_text
+
     texts: list[str] = []
     try:
         cur = repo.objects.read(row["output"])

@@ -191,3 +191,90 @@ def test_package_names_resolve_lazily(tmp_path):
             "ns = {}; exec('from convgit.api import *', ns); assert ns['Payload'].__name__ == 'Payload'")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
+
+
+def test_default_config_is_what_tomllib_reads():
+    """config.toml as `init` writes it is not parsed (tomllib costs ~3 ms of every start-up):
+    the tables it stands for are exactly what tomllib reads from it, types included."""
+    import tomllib
+
+    from convgit import config
+
+    def typed(v):
+        return {k: typed(x) for k, x in v.items()} if isinstance(v, dict) else (type(v), v)
+
+    assert typed(config._default_tables()) == typed(tomllib.loads(config.DEFAULT_CONFIG_TOML))
+    assert config._default_tables() is not config._default_tables()  # (a fresh copy each time)
+
+
+@pytest.mark.parametrize("module", ["app", "params", "views", "cmd_log", "cmd_status", "cmd_search", "cmd_commit",
+                                    "cmd_threads"])
+def test_command_modules_annotations_are_not_strings(module):
+    """typer evaluates a string annotation (PEP 563) twice per parameter when it builds a
+    command: the modules of the hot commands keep their annotations evaluated (convgit/cli/app.py)."""
+    import importlib
+
+    mod = importlib.import_module(f"convgit.cli.{module}")
+    assert not hasattr(mod, "annotations") or mod.annotations.__class__.__name__ != "_Feature", module
+
+
+def test_the_collector_is_paused_for_start_up_only(store, env, tmp_path):
+    """convgit/cli/__init__.py: the cyclic collector is off while typer and the command module
+    load, on (with start-up's objects frozen) when the command runs, and on after it."""
+    out = tmp_path / "gc.json"
+    code = (
+        "import gc, json, runpy, sys\n"
+        "import convgit.api as api\n"
+        "seen = {}\n"
+        "real = api.status\n"
+        "def status(repo):\n"
+        "    seen['in_command'] = gc.isenabled()\n"
+        "    seen['frozen'] = gc.get_freeze_count() > 0\n"
+        "    return real(repo)\n"
+        "api.status = status\n"
+        "sys.argv = ['convgit', 'status']\n"
+        "try:\n"
+        "    runpy.run_module('convgit', run_name='__main__', alter_sys=True)\n"
+        "finally:\n"
+        f"    seen['after'] = gc.isenabled(); open({str(out)!r}, 'w').write(json.dumps(seen))\n"
+    )
+    p = subprocess.run([PY, "-c", code], cwd=store, env=env, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    assert json.loads(out.read_text()) == {"in_command": True, "frozen": True, "after": True}
+
+
+# What each hot command no longer loads (issue 10, start-up < 100 ms: docs/performance.md,
+# "Start-up", 2026-12-07). A module here is imported where it is used; bringing one back onto
+# a command's path costs that command its import time again.
+OBJECTS = ("msgspec", "convgit.codec", "convgit.objects")  # ~10 ms: only a command that reads or writes objects
+NOT_LOADED = {
+    ("status",): OBJECTS + ("convgit.results", "convgit.thread_ops", "convgit.revparse", "convgit.remotes",
+                            "convgit.index.fts", "convgit.config_types", "convgit.ref_move", "convgit.log_entry",
+                            "convgit.cli.cmd_maintenance", "tomllib", "ctypes", "random"),
+    ("threads",): OBJECTS + ("convgit.results", "convgit.revparse", "convgit.remotes", "convgit.index.fts",
+                             "convgit.config_types", "convgit.ref_move", "tomllib", "ctypes", "random"),
+    ("search", "foo"): OBJECTS + ("convgit.revparse", "convgit.remotes", "convgit.embedders", "convgit.index.chunks",
+                                  "convgit.index.nearest", "convgit.index.ivf", "convgit.config_types",
+                                  "convgit.ref_move", "convgit.log_entry", "tomllib", "ctypes", "random"),
+    ("log", "-n", "1"): ("convgit.remotes", "convgit.results", "convgit.thread_ops", "convgit.index.fts",
+                         "convgit.config_types", "convgit.ref_move", "convgit.semantic", "tomllib", "ctypes", "random"),
+    ("show",): ("convgit.remotes", "convgit.results", "convgit.thread_ops", "convgit.index.fts", "convgit.config_types",
+                "convgit.ref_move", "convgit.semantic", "tomllib", "ctypes", "random"),
+}
+
+
+@pytest.mark.parametrize("args", list(NOT_LOADED), ids=" ".join)
+def test_hot_commands_load_only_their_path(args, store, env, tmp_path):
+    mods = loaded(list(args), cwd=store, env=env, tmp_path=tmp_path)
+    assert present(mods, NOT_LOADED[args]) == []
+
+
+def test_commit_loads_only_the_single_document_parsers(store, env, tmp_path):
+    """commit - reads one document: none of import's readers (llm's logs.db, ZIP, streamed
+    arrays, the many-conversation exports, convgit's own), and no ref operation beyond its own."""
+    doc = {"messages": [{"role": "user", "content": "foo question 0"}, {"role": "assistant", "content": "answer 0"}]}
+    mods = loaded(["commit", "-"], cwd=store, env=env, tmp_path=tmp_path, input=json.dumps(doc).encode())
+    assert present(mods, ("convgit.ingest.llmdb", "convgit.ingest.jsonsplit", "convgit.ingest.exports",
+                          "convgit.ingest.native", "zipfile", "hashlib", "html", "shlex", "convgit.thread_ops",
+                          "convgit.revparse", "convgit.remotes", "convgit.results", "convgit.semantic",
+                          "convgit.config_types", "tomllib", "ctypes", "random")) == []

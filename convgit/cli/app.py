@@ -4,9 +4,13 @@ Start-up: a command imports only its own module. The root group knows every comm
 and module (``COMMANDS``) and imports the module, and builds the click command, when the
 command is looked up (``--help`` looks up all of them). Parameters are converted without
 pydantic (``params.lean``).
-"""
 
-from __future__ import annotations
+The modules whose functions typer reads (commands, callbacks, completion functions: this one,
+``params``, ``views`` and the hot commands' modules) do not use ``from __future__ import
+annotations``: typer takes every signature with ``inspect.signature(eval_str=True)`` and
+``get_type_hints``, which ``eval`` each annotation string twice, a few ms of `log`'s start-up;
+annotations evaluated once at import cost next to nothing (tests/test_startup.py).
+"""
 
 import os
 import sys
@@ -20,7 +24,7 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from ..errors import ConvgitError, InvalidInput, storage_failure
-from . import output, params
+from . import output, params, resume_gc
 
 # Every command, in the order `convgit --help` lists them (typer's order: the commands in the
 # order their modules registered them, then the groups), and the module that registers it.
@@ -248,6 +252,7 @@ def main_options(
         False, "--show-completion", callback=_completion, is_eager=True, expose_value=False,
         help="Print the shell completion script for the shell running convgit, and exit."),
 ) -> None:
+    resume_gc()  # (the command's module is loaded; what runs from here may make garbage)
     reset_repo()
     output.set_color(color)
     output.state["pager"] = not no_pager

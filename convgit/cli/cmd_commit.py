@@ -1,7 +1,5 @@
 """init, commit."""
 
-from __future__ import annotations
-
 import sys
 from contextlib import contextmanager
 from pathlib import Path

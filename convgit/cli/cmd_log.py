@@ -1,7 +1,5 @@
 """log, show."""
 
-from __future__ import annotations
-
 from typing import List, Optional
 
 import typer

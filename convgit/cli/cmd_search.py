@@ -1,7 +1,5 @@
 """search."""
 
-from __future__ import annotations
-
 from typing import List, Optional
 
 import typer

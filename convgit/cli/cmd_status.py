@@ -1,13 +1,12 @@
 """status."""
 
-from __future__ import annotations
-
 import typer
 
 from .. import api
 from . import output
-from .cmd_maintenance import _size
 from .app import app, get_repo
+
+_size = output.human_size  # (one formatter: cli/output.py)
 
 
 @app.command("status")

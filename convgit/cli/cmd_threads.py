@@ -1,7 +1,5 @@
 """threads (list, rename, delete, restore), switch, fork, reflog."""
 
-from __future__ import annotations
-
 from typing import Optional
 
 import typer

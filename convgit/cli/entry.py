@@ -12,9 +12,15 @@ def main() -> None:
 
         sys.stdout.write(f"convgit {__version__}\n")
         return
-    from .app import run
+    from . import pause_gc, resume_gc
 
-    run(argv)
+    pause_gc()  # (start-up makes no garbage: the collector runs again before the command does)
+    try:
+        from .app import run
+
+        run(argv)
+    finally:
+        resume_gc()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,8 +1,6 @@
 """What `log`, `show` and `search` share: the filter options, and the reading views
 (-r, -x/--xl, -u, -s, -t) rendered for people and for programs."""
 
-from __future__ import annotations
-
 import sys
 from typing import List
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from ..errors import InvalidInput, NotFound
 from ..ids import check_thread_name, is_oid
-from ..objects import ROLES
 from .healing import healing_call
 
 KEY_RE = re.compile(r"^\d{1,17}(-[0-9a-f]{0,16}(-\d{0,7})?)?$")
@@ -45,7 +44,9 @@ def sort_key(started_at: int | None, turn: str | None, oid: str, depth: int) -> 
 
 # -- parsing option values ------------------------------------------------------------------
 
-_REL = re.compile(r"^(\d+)\s*(s|sec|secs|m|min|mins|h|hr|hrs|hours?|d|days?|w|wk|weeks?|y|yr|years?)$")
+# (a pattern, not a compiled one: matched once per --since/--until given, through re's own
+# cache; a command given neither compiles nothing: start-up, docs/performance.md)
+_REL = r"^(\d+)\s*(s|sec|secs|m|min|mins|h|hr|hrs|hours?|d|days?|w|wk|weeks?|y|yr|years?)$"
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000, "y": 31_536_000_000}
 
 
@@ -55,7 +56,7 @@ def parse_time(value: str, *, now_ms: int | None = None, what: str = "--since") 
     ``1y``; ``today``, ``yesterday``)."""
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     v = value.strip().lower()
-    m = _REL.match(v)
+    m = re.match(_REL, v)
     if m:
         unit = m.group(2)
         unit = "m" if unit.startswith("mi") or unit == "m" else unit[0]
@@ -131,6 +132,8 @@ def make_filters(repo, *, model=(), thread=(), since: str | None = None, until: 
         if repo.refs.read(name) is None:
             raise NotFound(f"thread {name!r} does not exist", thread=name)
     roles = _split(role)
+    if roles:
+        from ..objects import ROLES  # (here: msgspec is not loaded by a search that reads no object)
     for r in roles:
         if r not in ROLES:
             raise InvalidInput(f"--role {r!r}: not a role ({', '.join(ROLES)})")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 
-from .fts import fts_add, fts_remove
 
 
 def after_catch_up(db, known: dict[str, tuple], refs: dict[str, str], gone: set[str], *,
@@ -78,6 +77,8 @@ def _mark_reachable(db, oid: str | None, out: list[int], new_from: int | None = 
     back (or a stateless commit) continuing a history no thread reached. The walk goes on
     through them; stopping at the new tip left that history unreachable for good (and a later
     move skipped it as a subtree "known to hold no tip", marking a live history unreachable)."""
+    from .fts import fts_add  # (fts and its query language: loaded by the commands that write or search)
+
     row = db.execute("SELECT rowid, parent_rowid FROM messages WHERE id=?", (oid,)).fetchone()
     while row is not None:
         if db.execute("DELETE FROM unreachable WHERE rowid=?", (row[0],)).rowcount == 0:
@@ -104,6 +105,8 @@ def _reaches_tip(db, rid: int, oid: str, tips: set[str]) -> bool:
 
 
 def _mark_unreachable_from(db, oid: str | None, tips: set[str], out: list[int]) -> None:
+    from .fts import fts_remove
+
     row = db.execute("SELECT rowid, parent_rowid, id FROM messages WHERE id=?", (oid,)).fetchone()
     while row is not None:
         if _reaches_tip(db, row[0], row[2], tips):

@@ -6,17 +6,30 @@ from __future__ import annotations
 import json
 
 from ..errors import ConvgitError, ObjectCorrupt, ObjectMissing
-from ..objects import (
-    AttachmentPart,
-    Blob,
-    Message,
-    OpaquePart,
-    ReasoningPart,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-    Turn,
-)
+
+# The object types (convgit.objects, and msgspec with it), bound by _bind() when the first
+# object is looked at: a command that reads the index but no object (status, threads) loads
+# neither (start-up: docs/performance.md). Whoever holds an object has loaded them already.
+AttachmentPart = Blob = Message = OpaquePart = ReasoningPart = TextPart = ToolCallPart = ToolResultPart = Turn = None
+_PART_TYPES: dict = {}
+
+
+def _bind() -> None:
+    global AttachmentPart, Blob, Message, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart, Turn
+    from ..objects import (
+        AttachmentPart,
+        Blob,
+        Message,
+        OpaquePart,
+        ReasoningPart,
+        TextPart,
+        ToolCallPart,
+        ToolResultPart,
+        Turn,
+    )
+
+    _PART_TYPES.update({TextPart: "text", ReasoningPart: "reasoning", ToolCallPart: "tool_call",
+                        ToolResultPart: "tool_result", AttachmentPart: "attachment", OpaquePart: "opaque"})
 
 
 def dump_json(v) -> str | None:
@@ -39,6 +52,8 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, default=_json_de
 
 def part_text(p, blob_text=None) -> str | None:
     """The searchable text of a part (long text resolved from its blob by the caller)."""
+    if TextPart is None:
+        _bind()
     if isinstance(p, (TextPart, ReasoningPart)):
         return blob_text if p.blob else p.text
     if isinstance(p, ToolCallPart):
@@ -60,6 +75,8 @@ class Reader:
     """Objects for indexing: from the commit's in-memory cache, else from the store."""
 
     def __init__(self, objects, cache: dict) -> None:
+        if Message is None:
+            _bind()
         self.objects = objects
         self.cache = cache
 
@@ -106,6 +123,8 @@ class Reader:
 
 def part_row(rid: int, pos: int, p, reader: Reader) -> tuple:
     """The ``parts`` row of part ``p`` at ``pos`` of message row ``rid`` (text resolved from its blob)."""
+    if TextPart is None:
+        _bind()
     blob_text = reader.blob_text(p.blob) if isinstance(p, (TextPart, ReasoningPart)) and p.blob else None
     text = part_text(p, blob_text)
     name = tool_call_id = blob = mime = data = None
@@ -120,6 +139,5 @@ def part_row(rid: int, pos: int, p, reader: Reader) -> tuple:
         data = dump_json(p.data)
     elif isinstance(p, (TextPart, ReasoningPart)):
         blob = p.blob
-    type_ = {TextPart: "text", ReasoningPart: "reasoning", ToolCallPart: "tool_call", ToolResultPart: "tool_result",
-             AttachmentPart: "attachment", OpaquePart: "opaque"}[type(p)]
+    type_ = _PART_TYPES[type(p)]
     return (rid, pos, type_, text, name, tool_call_id, blob, mime, data)

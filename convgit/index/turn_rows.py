@@ -4,8 +4,12 @@
 
 from __future__ import annotations
 
-from ..objects import Turn
+from typing import TYPE_CHECKING
+
 from .rows import Reader, dump_json
+
+if TYPE_CHECKING:
+    from ..objects import Turn
 
 
 def _row_meta(t: Turn) -> dict | None:

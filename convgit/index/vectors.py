@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .. import fsio
-from . import ivf as IVF
 from ..errors import EmbeddingFailed
 
 VECTORS_DIR = "vectors"
@@ -207,11 +206,15 @@ class VectorStore:
         return self.search != "exact" and n >= self.ann_threshold
 
     def _ivf_path(self) -> Path:
+        from . import ivf as IVF
+
         return IVF.path_for(self.dir, int(self._meta("generation")))
 
     def ensure_ann(self, *, force: bool = False) -> str | None:
         """Build or update the IVF lists when the store is at the threshold (under the lock).
         Returns what was done ("fresh", "extended", "built") or None below the threshold."""
+        from . import ivf as IVF
+
         m = self.matrix()
         if m is None or not (force or self._ann_wanted(m.shape[0])):
             return None
@@ -240,6 +243,8 @@ class VectorStore:
         ``order`` (old row numbers) and the rows before ``start`` unchanged: the matrix's
         first ``start`` rows are copied as bytes, vectors.sqlite is copied and only the moved
         rows renumbered, then it is swapped in and the old generation's files removed."""
+        from . import ivf as IVF
+
         np = _numpy()
         gen = int(self._meta("generation")) + 1
         old_matrix, old_ivf = self._matrix_path(), self._ivf_path()
@@ -277,6 +282,8 @@ class VectorStore:
         """(row, cosine score) of the ``k`` rows nearest to unit vector ``qvec``, best first
         (ties by row). Exact (every row scored) below the threshold or without valid IVF
         lists; else the rows of the best lists and the unlisted tail, scored exactly."""
+        from . import ivf as IVF
+
         np = _numpy()
         m = self.matrix() if matrix is None else matrix
         if m is None or k <= 0:
@@ -381,6 +388,8 @@ class VectorStore:
     def compact(self, keep: Callable[[str], bool]) -> int:
         """Drop the vectors (and failures) of chunks whose message id ``keep`` rejects; the
         matrix is rewritten as a new generation and swapped in. Returns how many were dropped."""
+        from . import ivf as IVF
+
         np = _numpy()
         with fsio.flock(self.lock, shared=False, timeout=60):
             self._follow_swap()
@@ -404,6 +413,8 @@ class VectorStore:
         """Write the next generation (under the lock): matrix rows ``alive`` ((old row, mid,
         win), in their new order), failures without ``dead_failed``, the IVF lists ``lists``
         (or none), then swap the SQLite file in and remove the old generation's files."""
+        from . import ivf as IVF
+
         np = _numpy()
         gen = int(self._meta("generation")) + 1
         old_matrix = self._matrix_path()

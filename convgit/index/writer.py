@@ -18,16 +18,14 @@ import json
 import os
 import sqlite3
 import time
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 from pathlib import Path
 
 from .. import fsio
 from ..errors import ConvgitError, ObjectCorrupt, ObjectMissing, storage_failure
-from ..objects import Message
 from ..refs import parse_rename, parse_reflog_line
 from ..refformat import applied_archived, applied_entries
-from . import fts, reach
-from .fts import FTS_SCHEMA
+from . import reach
 from .healing import healing, index_storage_failure
 from .rows import Reader, dump_json, part_row
 from .schema import INDEX_FILE, SCHEMA, SCHEMA_VERSION, TOTALS
@@ -35,6 +33,9 @@ from . import catchup
 from .catchup import JournalState, _journal_stat
 from .totals import RunningTotals
 from .turn_rows import TurnRows
+
+if TYPE_CHECKING:
+    from ..objects import Message
 
 
 def invalidate(repo) -> None:
@@ -210,6 +211,8 @@ class IndexWriter(RunningTotals, TurnRows, JournalState):
         db = None
         try:
             db = self._connect(tmp)
+            from .fts import FTS_SCHEMA  # (fts: loaded by the commands that write or search, not by status)
+
             db.executescript("BEGIN;" + SCHEMA + FTS_SCHEMA + "COMMIT;")  # one transaction: one sync, not one per table
             db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             db.execute("INSERT INTO meta VALUES ('built_at', ?)", (str(int(time.time() * 1000)),))
@@ -524,6 +527,8 @@ class IndexWriter(RunningTotals, TurnRows, JournalState):
         """The messages of ``cache`` (a transaction's new objects) that have no row here,
         found in a few queries (``_index_chain`` would otherwise ask once per message: a
         merge hands over hundreds of thousands). ``empty``: the index has no message rows."""
+        from ..objects import Message
+
         ids = [oid for oid, obj in cache.items() if isinstance(obj, Message)]
         if len(ids) < _BULK_LOOKUP:
             return frozenset()
@@ -561,6 +566,8 @@ class IndexWriter(RunningTotals, TurnRows, JournalState):
         self.db.executemany("INSERT INTO parts VALUES (?,?,?,?,?,?,?,?,?,?)", [
             (p[0], p[1], p[2], p[3] if keep else None, *p[4:], None if p[3] is None else len(p[3].encode("utf-8", "surrogatepass")))
             for p in self._pending_parts])
+        from . import fts
+
         fts.index_messages(self.db, rows, self._pending_parts)  # (from the text in memory, in both modes)
         self._pending = {}
         self._pending_parts = []

@@ -9,18 +9,23 @@ it is hashed.
 
 from __future__ import annotations
 
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
 
 from ..config import Config
 from ..errors import ConvgitError, InvalidInput, PayloadTooLarge, SchemaValidationFailed
-from . import apis, chatgpt, claude, datasets, exports, llmdb, native, sessions, webui
+from . import apis, chatgpt, claude, datasets, sessions, webui
 from .chat import parse_chat
 from .decode import decode_json
-from .jsonsplit import CHUNK, Skipped, iter_array
 from .model import Conversation, Node, Payload, TurnInfo
+
+if TYPE_CHECKING:
+    from .jsonsplit import Skipped
+
+# What only `import` reads (llm's logs.db, ZIP files, streamed arrays, the many-conversation
+# exports, convgit's own) is imported by the functions that read it: `commit`, which takes one
+# document through payload_from_document, loads none of it (start-up: docs/performance.md).
 
 TREE_FORMATS = {"chatgpt": lambda doc, label="": chatgpt.parse(doc, label, detect=detect), "claude": claude.parse, "open-webui": webui.parse_owui,
                 "librechat": webui.parse_librechat}
@@ -137,6 +142,8 @@ def payload_conversation(payload: Payload, *, source: str, label: str, size: int
 
 def conversation_from_document(doc: Any, fmt: str | None, label: str, size: int = 0) -> Conversation:
     """One decoded document of format ``fmt`` (None: detected) as a Conversation to import."""
+    from . import native
+
     fmt = fmt or detect(doc)
     if fmt is None:
         raise SchemaValidationFailed("unknown format: not a conversation convgit can read (use --format)")
@@ -155,6 +162,8 @@ def conversation_from_document(doc: Any, fmt: str | None, label: str, size: int 
 
 def iter_path(path: str | Path, fmt: str | None = None, config: Config | None = None) -> Iterator[Conversation | Rejected]:
     """Every conversation in a file (JSON, JSONL, a ZIP export, an llm logs.db)."""
+    from . import llmdb
+
     config = config or Config()
     fmt = None if fmt in (None, "auto") else fmt
     if fmt is not None and fmt not in FORMATS:
@@ -234,6 +243,8 @@ _NOT_CONVERSATIONS = {"user.json", "users.json", "message_feedback.json", "share
 
 
 def _iter_zip(p: Path, fmt: str | None, config: Config, label: str) -> Iterator[Conversation | Rejected]:
+    import zipfile
+
     try:
         zf = zipfile.ZipFile(p)
         names = [i for i in zf.infolist() if not i.is_dir()]
@@ -263,6 +274,8 @@ def _iter_zip(p: Path, fmt: str | None, config: Config, label: str) -> Iterator[
 def iter_stream(f: BinaryIO, fmt: str | None, config: Config, label: str, *, size: int = 0,
                 jsonl: bool = False) -> Iterator[Conversation | Rejected]:
     """Conversations in one JSON/JSONL/transcript stream."""
+    from .jsonsplit import Skipped
+
     limit = config.max_payload_bytes
     if fmt == "transcript":
         raw = _read_limited(f, limit, label)
@@ -310,6 +323,8 @@ def _element(raw: bytes, fmt: str | None, label: str, limit: int) -> Conversatio
 
 def _document(raw: bytes, fmt: str | None, label: str, limit: int) -> Iterator[Conversation | Rejected]:
     """One JSON document: a conversation, or a convgit export bundle of several threads."""
+    from . import exports, native
+
     if fmt in (None, "grok", "chatbot-ui") and len(raw) <= limit and (b'"responses"' in raw or b'"history"' in raw):
         try:
             doc = decode_json(raw)
@@ -358,6 +373,8 @@ def _iter_array_source(f: BinaryIO, fmt: str | None, config: Config, label: str)
     message is (an earlier replay buffer that stopped remembering spliced the file), and an
     element or a message list over ``max_payload_bytes`` is refused without being buffered.
     """
+    from .jsonsplit import Skipped, iter_array
+
     limit = config.max_payload_bytes
     it = iter_array(f, max_element=limit)
     seen: list[tuple[int, bytes | Skipped]] = []  # read before the kind is known
@@ -405,6 +422,8 @@ def _iter_array_source(f: BinaryIO, fmt: str | None, config: Config, label: str)
 
 
 def _array_element(element: bytes | Skipped, kind: str | None, label: str, limit: int) -> Conversation | Rejected:
+    from .jsonsplit import Skipped
+
     if isinstance(element, Skipped):
         return Rejected(label, PayloadTooLarge(
             f"{element.size} bytes; the limit is {limit} (limits.max_payload_bytes)"), element.size)
@@ -415,6 +434,8 @@ def _message_list(seen: list[tuple[int, bytes | Skipped]], head: Any, it: Iterat
                   fmt: str | None, label: str, limit: int) -> Conversation | Rejected:
     """One conversation whose messages are the array's elements (``head`` is the first one,
     already decoded): decoded one by one, refused as soon as it exceeds ``limit`` bytes."""
+    from .jsonsplit import Skipped
+
     def too_large(size: int) -> Rejected:
         return Rejected(label, PayloadTooLarge(
             f"more than {limit} bytes in one conversation (limits.max_payload_bytes)"), size)
@@ -472,6 +493,8 @@ def _complete(line: bytes) -> bool:
 def _lines(first: bytes, f: BinaryIO, limit: int) -> Iterator[bytes | Skipped]:
     """The lines of a JSON Lines stream; a line over ``limit`` bytes comes as ``Skipped``,
     read to its end without being kept."""
+    from .jsonsplit import CHUNK, Skipped
+
     pending = first
     while True:
         nl = pending.find(b"\n")
