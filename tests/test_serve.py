@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import shutil
 import subprocess
 import sys
 import time
@@ -406,6 +407,55 @@ def test_an_unreachable_upstream_gives_a_502_in_the_clients_shape(store):
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable"
     assert a.status_code == 502 and a.json()["type"] == "error"
     assert [t.error for t in _turns(store)] == ["upstream_unreachable"] * 2
+
+
+def test_an_https_upstream_with_a_certificate_nobody_vouches_for_is_refused(store, tmp_path):
+    """The proxy checks an https upstream's certificate (certifi's bundle): a self-signed one
+    gets the client a 502 before any byte of the request is relayed, and the call is
+    recorded with its error. (A proxy that skipped the check would answer 200 here.)"""
+    import ssl
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make a certificate")
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    reached = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # pragma: no cover - reached only by a proxy that does not verify
+            reached.append(self.path)
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *a):
+            pass
+
+    srv = HTTPServer(("127.0.0.1", 0), Handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        sp = ServeProcess(store, f"https://127.0.0.1:{srv.server_address[1]}")
+        url = sp.wait_listening()
+        try:
+            r = httpx.post(url + "/v1/chat/completions", json=_chat(), timeout=30)
+            sp.wait_calls(1)
+        finally:
+            sp.stop()
+    finally:
+        srv.shutdown()
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable", r.text
+    assert "certificate" in r.json()["error"]["message"].lower()
+    assert reached == []
+    assert [t.error for t in _turns(store)] == ["upstream_unreachable"]
 
 
 def test_other_paths_pass_through_unlogged(server, upstream, store):

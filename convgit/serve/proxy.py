@@ -181,10 +181,12 @@ class Proxy:
         """Open the upstream client: kept-alive connections, no cookie jar (one client's
         cookies never reach another's requests), bodies as the upstream sent them (never
         decompressed), no redirect followed, no HTTP_PROXY or .netrc (trust_env off). The timeout is
-        per step: connecting (at most 30 s) and each read."""
+        per step: connecting (at most 30 s) and each read. An https upstream's certificate is
+        checked against certifi's bundle, as httpx did before (the same on every system:
+        some Python builds have no usable system store)."""
         t = self.settings.timeout
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=UPSTREAM_CONNECTIONS, limit_per_host=0),
+            connector=aiohttp.TCPConnector(limit=UPSTREAM_CONNECTIONS, limit_per_host=0, ssl=_tls_context()),
             timeout=aiohttp.ClientTimeout(total=None, connect=min(t, 30.0), sock_read=t),
             cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False, trust_env=False)
 
@@ -376,6 +378,15 @@ class Proxy:
         rec = state["record"]
         if rec is not None and rec.api == sse.OPENAI_RESPONSES and rec.error is None:
             self.prebuild(rec)  # after the last byte: only so that a whole call continuing it knows its tip
+
+
+def _tls_context():
+    """The TLS settings for https upstreams: certificates verified, against certifi's bundle."""
+    import ssl
+
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 def _describe(e: BaseException) -> str:
