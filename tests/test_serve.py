@@ -458,6 +458,55 @@ def test_an_https_upstream_with_a_certificate_nobody_vouches_for_is_refused(stor
     assert [t.error for t in _turns(store)] == ["upstream_unreachable"]
 
 
+def test_a_cookie_the_upstream_sets_never_reaches_another_clients_request(store):
+    """The upstream's Set-Cookie goes to the client that made the call, and the proxy keeps
+    none: a later request from another client reaches the upstream without it (a proxy with
+    a cookie jar, as an httpx client has, would send it on)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            seen.append(self.headers.get("cookie"))
+            body = json.dumps({"id": f"chatcmpl-{len(seen)}", "object": "chat.completion", "model": "m",
+                               "choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": f"answer {len(seen)}"}}]}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("set-cookie", "__cf_bm=secret-of-client-one; Path=/; HttpOnly")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        sp = ServeProcess(store, f"http://127.0.0.1:{srv.server_address[1]}")
+        url = sp.wait_listening()
+        try:
+            answers = []
+            for i in range(8):  # (each a new client, with no cookie of its own)
+                with httpx.Client(timeout=30) as c:
+                    answers.append(c.post(url + "/v1/chat/completions",
+                                          json=_chat(messages=[{"role": "user", "content": f"client {i}"}])))
+            sp.wait_calls(8)
+        finally:
+            sp.stop()
+    finally:
+        srv.shutdown()
+    assert [a.status_code for a in answers] == [200] * 8
+    assert "secret-of-client-one" in answers[0].headers["set-cookie"]  # relayed to the client that got it
+    assert seen == [None] * 8  # and never sent upstream again
+
+
 def test_other_paths_pass_through_unlogged(server, upstream, store):
     with httpx.Client(timeout=30) as c:
         for method, path, body in (("GET", "/v1/models", None), ("POST", "/v1/embeddings", {"input": "x", "model": "e"}),
