@@ -458,6 +458,22 @@ def test_an_https_upstream_with_a_certificate_nobody_vouches_for_is_refused(stor
     assert [t.error for t in _turns(store)] == ["upstream_unreachable"]
 
 
+def test_header_values_reach_the_upstream_byte_for_byte(server, upstream):
+    """A header value in UTF-8 (an app's X-Title) and the API key go upstream as the client
+    sent them. (main's httpx proxy answered 500 to a non-ASCII value; a relay
+    that wrote the latin-1 reading back as UTF-8 would send "cafÃ©".)"""
+    title = "café ☕ 日本".encode()
+    headers = [("authorization", f"Bearer {KEY}"), ("x-title", title), ("anthropic-beta", b"a-1"), ("anthropic-beta", b"b-2"),
+               ("content-type", b"application/json")]
+    with httpx.Client(timeout=30) as c:
+        r = c.post(server.url + "/v1/chat/completions", content=json.dumps(_chat()).encode(), headers=headers)
+    assert r.status_code == 200
+    fwd = upstream.requests[-1][1]  # (http.server reads header bytes as latin-1)
+    assert fwd["x-title"].encode("latin-1") == title
+    assert fwd["authorization"] == f"Bearer {KEY}"
+    server.wait_calls(1)
+
+
 def test_a_cookie_the_upstream_sets_never_reaches_another_clients_request(store):
     """The upstream's Set-Cookie goes to the client that made the call, and the proxy keeps
     none: a later request from another client reaches the upstream without it (a proxy with

@@ -73,10 +73,24 @@ def upstream_url(base: str, path: str, query: str) -> str:
     return base + path + (f"?{query}" if query else "")
 
 
-def forward_headers(headers) -> list[tuple[str, str]]:
-    """The client's headers as sent upstream: all of them (its API key included) except the
-    hop-by-hop ones and convgit's own ``X-Convgit-*``."""
-    return [(k, v) for k, v in headers.items() if k.lower() not in _HOP and not k.lower().startswith("x-convgit-")]
+def forward_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """The client's headers (``raw``: as the ASGI server gave them, bytes, every repeat) as sent
+    upstream: all of them (its API key included) except the hop-by-hop ones and convgit's own
+    ``X-Convgit-*``. The upstream client writes a value as UTF-8, so a value is handed to it
+    read as UTF-8: its bytes go out as they came (a UTF-8 ``X-Title: café`` stays that). A
+    value that is not UTF-8 is read as latin-1 (it goes out re-encoded: the one case not
+    byte for byte)."""
+    out = []
+    for k, v in raw:
+        name = k.decode("latin-1")
+        low = name.lower()
+        if low in _HOP or low.startswith("x-convgit-"):
+            continue
+        try:
+            out.append((name, v.decode("utf-8")))
+        except UnicodeDecodeError:
+            out.append((name, v.decode("latin-1")))
+    return out
 
 
 def _response_headers(resp: aiohttp.ClientResponse, extra: list[tuple[bytes, bytes]], *, length: int | None) -> list:
@@ -192,7 +206,7 @@ class Proxy:
 
     async def _send(self, method: str, url: str, request: Request, body: bytes) -> aiohttp.ClientResponse:
         """Send the client's request upstream; the response's headers are read, its body not yet."""
-        return await self.session.request(method, url, headers=forward_headers(request.headers), data=body,
+        return await self.session.request(method, url, headers=forward_headers(scope_headers(request)), data=body,
                                           allow_redirects=False, skip_auto_headers=_NOT_ADDED)
 
     async def stop(self) -> None:
