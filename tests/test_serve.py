@@ -523,6 +523,42 @@ def test_a_cookie_the_upstream_sets_never_reaches_another_clients_request(store)
     assert seen == [None] * 8  # and never sent upstream again
 
 
+def test_an_upstream_silent_past_the_timeout_gives_a_502_and_is_recorded(store):
+    """``--timeout``: an upstream that takes the request and never answers is given up on
+    after that long; the client gets a 502 ``upstream_timeout`` in its API's error shape, and
+    the call is recorded with that error."""
+    import threading
+
+    held = []
+
+    def silent(sock: socket.socket) -> None:
+        while True:
+            try:
+                c, _ = sock.accept()
+            except OSError:
+                return
+            held.append(c)  # read nothing back, answer nothing
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        threading.Thread(target=silent, args=(s,), daemon=True).start()
+        sp = ServeProcess(store, f"http://127.0.0.1:{s.getsockname()[1]}", "--timeout", "0.5")
+        url = sp.wait_listening()
+        try:
+            t = time.monotonic()
+            r = httpx.post(url + "/v1/chat/completions", json=_chat(), timeout=30)
+            waited = time.monotonic() - t
+            sp.wait_calls(1)
+        finally:
+            sp.stop()
+            for c in held:
+                c.close()
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_timeout", r.text
+    assert 0.4 < waited < 10
+    assert [t.error for t in _turns(store)] == ["upstream_timeout"]
+
+
 def test_other_paths_pass_through_unlogged(server, upstream, store):
     with httpx.Client(timeout=30) as c:
         for method, path, body in (("GET", "/v1/models", None), ("POST", "/v1/embeddings", {"input": "x", "model": "e"}),
