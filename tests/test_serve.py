@@ -559,6 +559,55 @@ def test_an_upstream_silent_past_the_timeout_gives_a_502_and_is_recorded(store):
     assert [t.error for t in _turns(store)] == ["upstream_timeout"]
 
 
+def test_a_gzip_answer_is_relayed_compressed_and_recorded_decoded(store, upstream):
+    """An upstream that compresses its answer (``content-encoding: gzip``): the client gets
+    the compressed bytes and the header, as sent (its HTTP library decompresses them); the
+    store records the conversation from the decompressed answer, and keeps the raw body
+    decompressed (docs/serve.md "What is stored")."""
+    import gzip
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            req = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+            doc = upstream.chat_completion(req, json.dumps(req, sort_keys=True).encode())
+            body = gzip.compress(json.dumps(doc).encode(), mtime=0)
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-encoding", "gzip")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        sp = ServeProcess(store, f"http://127.0.0.1:{srv.server_address[1]}")
+        url = sp.wait_listening()
+        try:
+            with httpx.Client(timeout=30) as c:
+                with c.stream("POST", url + "/v1/chat/completions", json=_chat(),
+                              headers={"accept-encoding": "gzip"}) as r:
+                    raw = b"".join(r.iter_raw())
+            doc = sp.wait_calls(1)[0]
+        finally:
+            sp.stop()
+    finally:
+        srv.shutdown()
+    assert r.status_code == 200 and r.headers["content-encoding"] == "gzip"
+    answer = json.loads(gzip.decompress(raw))
+    assert doc["error"] is None and doc["new_messages"] == 2
+    (t,) = _turns(store)
+    assert _objects(store)[t.meta["raw_response"]].data == gzip.decompress(raw)
+    assert _conversation(store, doc["thread"])[-1] == ("assistant", answer["choices"][0]["message"]["content"])
+
+
 def test_other_paths_pass_through_unlogged(server, upstream, store):
     with httpx.Client(timeout=30) as c:
         for method, path, body in (("GET", "/v1/models", None), ("POST", "/v1/embeddings", {"input": "x", "model": "e"}),
