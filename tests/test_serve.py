@@ -12,6 +12,7 @@ the spool (a locked store, kill -9 after the answer).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -409,14 +410,50 @@ def test_an_unreachable_upstream_gives_a_502_in_the_clients_shape(store):
     assert [t.error for t in _turns(store)] == ["upstream_unreachable"] * 2
 
 
+@contextlib.contextmanager
+def _through_a_one_off_upstream(store: Path, answer, *, tls: tuple[Path, Path] | None = None):
+    """``convgit serve`` on ``store`` in front of an upstream of the test's own: each POST is
+    answered by ``answer(headers, body) -> (headers, body)`` (status 200), over TLS with
+    ``tls`` = (cert, key). Yields the running ServeProcess; both are stopped after."""
+    import ssl
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            head, body = answer(self.headers, self.rfile.read(int(self.headers.get("content-length") or 0)))
+            self.send_response(200)
+            for k, v in [*head, ("content-length", str(len(body)))]:
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*tls)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        sp = ServeProcess(store, f"{'https' if tls else 'http'}://127.0.0.1:{srv.server_address[1]}")
+        sp.wait_listening()
+        try:
+            yield sp
+        finally:
+            sp.stop()
+    finally:
+        srv.shutdown()
+
+
 def test_an_https_upstream_with_a_certificate_nobody_vouches_for_is_refused(store, tmp_path):
     """The proxy checks an https upstream's certificate (certifi's bundle): a self-signed one
     gets the client a 502 before any byte of the request is relayed, and the call is
     recorded with its error. (A proxy that skipped the check would answer 200 here.)"""
-    import ssl
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
     if shutil.which("openssl") is None:
         pytest.skip("no openssl command to make a certificate")
     key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
@@ -425,33 +462,13 @@ def test_an_https_upstream_with_a_certificate_nobody_vouches_for_is_refused(stor
                    check=True, capture_output=True)
     reached = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # pragma: no cover - reached only by a proxy that does not verify
-            reached.append(self.path)
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
+    def answer(headers, body):  # pragma: no cover - reached only by a proxy that does not verify
+        reached.append(body)
+        return [("content-type", "application/json")], b"{}"
 
-        def log_message(self, *a):
-            pass
-
-    srv = HTTPServer(("127.0.0.1", 0), Handler)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(cert, key)
-    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        sp = ServeProcess(store, f"https://127.0.0.1:{srv.server_address[1]}")
-        url = sp.wait_listening()
-        try:
-            r = httpx.post(url + "/v1/chat/completions", json=_chat(), timeout=30)
-            sp.wait_calls(1)
-        finally:
-            sp.stop()
-    finally:
-        srv.shutdown()
+    with _through_a_one_off_upstream(store, answer, tls=(cert, key)) as sp:
+        r = httpx.post(sp.url + "/v1/chat/completions", json=_chat(), timeout=30)
+        sp.wait_calls(1)
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable", r.text
     assert "certificate" in r.json()["error"]["message"].lower()
     assert reached == []
@@ -478,46 +495,23 @@ def test_a_cookie_the_upstream_sets_never_reaches_another_clients_request(store)
     """The upstream's Set-Cookie goes to the client that made the call, and the proxy keeps
     none: a later request from another client reaches the upstream without it (a proxy with
     a cookie jar, as an httpx client has, would send it on)."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     seen = []
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def answer(headers, body):
+        seen.append(headers.get("cookie"))
+        doc = {"id": f"chatcmpl-{len(seen)}", "object": "chat.completion", "model": "m",
+               "choices": [{"index": 0, "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": f"answer {len(seen)}"}}]}
+        return [("content-type", "application/json"),
+                ("set-cookie", "__cf_bm=secret-of-client-one; Path=/; HttpOnly")], json.dumps(doc).encode()
 
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("content-length") or 0))
-            seen.append(self.headers.get("cookie"))
-            body = json.dumps({"id": f"chatcmpl-{len(seen)}", "object": "chat.completion", "model": "m",
-                               "choices": [{"index": 0, "finish_reason": "stop",
-                                            "message": {"role": "assistant", "content": f"answer {len(seen)}"}}]}).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("set-cookie", "__cf_bm=secret-of-client-one; Path=/; HttpOnly")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        sp = ServeProcess(store, f"http://127.0.0.1:{srv.server_address[1]}")
-        url = sp.wait_listening()
-        try:
-            answers = []
-            for i in range(8):  # (each a new client, with no cookie of its own)
-                with httpx.Client(timeout=30) as c:
-                    answers.append(c.post(url + "/v1/chat/completions",
-                                          json=_chat(messages=[{"role": "user", "content": f"client {i}"}])))
-            sp.wait_calls(8)
-        finally:
-            sp.stop()
-    finally:
-        srv.shutdown()
+    with _through_a_one_off_upstream(store, answer) as sp:
+        answers = []
+        for i in range(8):  # (each a new client, with no cookie of its own)
+            with httpx.Client(timeout=30) as c:
+                answers.append(c.post(sp.url + "/v1/chat/completions",
+                                      json=_chat(messages=[{"role": "user", "content": f"client {i}"}])))
+        sp.wait_calls(8)
     assert [a.status_code for a in answers] == [200] * 8
     assert "secret-of-client-one" in answers[0].headers["set-cookie"]  # relayed to the client that got it
     assert seen == [None] * 8  # and never sent upstream again
@@ -565,41 +559,19 @@ def test_a_gzip_answer_is_relayed_compressed_and_recorded_decoded(store, upstrea
     store records the conversation from the decompressed answer, and keeps the raw body
     decompressed (docs/serve.md "What is stored")."""
     import gzip
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def answer(headers, body):
+        req = json.loads(body)
+        doc = upstream.chat_completion(req, json.dumps(req, sort_keys=True).encode())
+        return [("content-type", "application/json"), ("content-encoding", "gzip")], \
+            gzip.compress(json.dumps(doc).encode(), mtime=0)
 
-        def do_POST(self):
-            req = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
-            doc = upstream.chat_completion(req, json.dumps(req, sort_keys=True).encode())
-            body = gzip.compress(json.dumps(doc).encode(), mtime=0)
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-encoding", "gzip")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        sp = ServeProcess(store, f"http://127.0.0.1:{srv.server_address[1]}")
-        url = sp.wait_listening()
-        try:
-            with httpx.Client(timeout=30) as c:
-                with c.stream("POST", url + "/v1/chat/completions", json=_chat(),
-                              headers={"accept-encoding": "gzip"}) as r:
-                    raw = b"".join(r.iter_raw())
-            doc = sp.wait_calls(1)[0]
-        finally:
-            sp.stop()
-    finally:
-        srv.shutdown()
+    with _through_a_one_off_upstream(store, answer) as sp:
+        with httpx.Client(timeout=30) as c:
+            with c.stream("POST", sp.url + "/v1/chat/completions", json=_chat(),
+                          headers={"accept-encoding": "gzip"}) as r:
+                raw = b"".join(r.iter_raw())
+        doc = sp.wait_calls(1)[0]
     assert r.status_code == 200 and r.headers["content-encoding"] == "gzip"
     answer = json.loads(gzip.decompress(raw))
     assert doc["error"] is None and doc["new_messages"] == 2
