@@ -410,9 +410,26 @@ def prefill(store: Path, conversations: int) -> None:
 
 
 def _cpu_of(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used, all its threads (Linux /proc)."""
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds (user + system) process ``pid`` and its live children (the committer
+    process) have used, all their threads (Linux /proc)."""
+    total = 0.0
+    for p in [pid] + _children(pid):
+        try:
+            f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(x) for x in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
 
 
 def serve_env(code: str | None) -> dict | None:
@@ -431,6 +448,9 @@ def main() -> None:
     ap.add_argument("--before", default=None,
                     help="sustained: a source tree of another convgit (e.g. `git archive` of main) run by the "
                          "proxy in alternation with this one: before/after in the same run")
+    ap.add_argument("--committers", default="process",
+                    help="sustained: the committer of each proxy run, in alternation (comma-separated: process, "
+                         "thread; 'default' passes no --committer, for a --before code that has no such option)")
     ap.add_argument("--harness", choices=("lean", "httpx"), default="lean",
                     help="lean: the load harness of serve_load.py (asyncio HTTP/1.1 client and upstream); httpx: "
                          "httpx's async client and the tests' threaded fake upstream (the figures before session 11)")
@@ -461,8 +481,11 @@ def main() -> None:
             # store, called in rotation with the upstream directly
             procs = {}
             for name, code in [("after", None)] + ([("before", args.before)] if args.before else []):
-                convgit.init(tmp / name).close()
-                procs[name] = ServeProcess(tmp / name, up.url, "--no-store-raw", env=serve_env(code))
+                for c in args.committers.split(","):
+                    variant = name if c == "process" else f"{name} (--committer {c})"
+                    convgit.init(tmp / variant).close()
+                    extra = ("--committer", c) if c != "default" else ()
+                    procs[variant] = ServeProcess(tmp / variant, up.url, "--no-store-raw", *extra, env=serve_env(code))
             urls = {name: p.wait_listening() for name, p in procs.items()}
             for stream in (False, True):
                 for conc in (1, 32):
@@ -475,6 +498,9 @@ def main() -> None:
         if "sustained" in parts:
             # a store per size, copied for each run; raw bodies kept (the default), fsync on
             codes = [("after", None)] + ([("before", args.before)] if args.before else [])
+            committers = args.committers.split(",")
+            codes = [(name if c == "process" else f"{name} (--committer {c})", code, c) for name, code in codes
+                     for c in committers]
             rates: dict[tuple[int, str], list[float]] = {}
             cpus: dict[tuple[int, str], list[float]] = {}
             for size in (int(x) for x in args.sizes.split(",")):
@@ -486,17 +512,19 @@ def main() -> None:
                     rates.setdefault((size, "direct (nothing logged)"), []).append(n / direct)
                     print(json.dumps({"code": "direct", "sustained_calls": n, "answered_s": round(direct, 2),
                                       "calls_per_s": round(n / direct, 1)}), flush=True)
-                    for name, code in (codes if rnd % 2 == 0 else codes[::-1]):
+                    for name, code, committer in (codes if rnd % 2 == 0 else codes[::-1]):
                         shutil.copytree(tmp / f"base-{size}", tmp / "s")
-                        sp = ServeProcess(tmp / "s", up.url, env=serve_env(code))
+                        extra = ("--committer", committer) if committer != "default" else ()
+                        sp = ServeProcess(tmp / "s", up.url, *extra, env=serve_env(code))
                         url = sp.wait_listening()
+                        time.sleep(1.0)  # (the committer process's start-up is not a call's cost)
                         c0 = _cpu_of(sp.proc.pid)
                         answered = arun(sustained(url, 32, args.sustained))
                         t0 = time.perf_counter()
                         n = (args.sustained // 32) * 32
                         sp.wait_calls(n, timeout=600)
                         logged = answered + (time.perf_counter() - t0)
-                        cpu = (_cpu_of(sp.proc.pid) - c0) * 1000 / n  # the server process, all threads
+                        cpu = (_cpu_of(sp.proc.pid) - c0) * 1000 / n  # the server process (and its committer's)
                         sp.stop()
                         shutil.rmtree(tmp / "s")
                         rate = n / logged

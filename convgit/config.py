@@ -354,6 +354,12 @@ def crash_point(name: str) -> None:
         os._exit(137)
 
 
+def env_without_crash_hook() -> dict[str, str]:
+    """This process's environment without ``CONVGIT_CRASH_AT``: for a process started again
+    after a crash (the serve committer's worker), which the hook named once."""
+    return {k: v for k, v in os.environ.items() if k != "CONVGIT_CRASH_AT"}
+
+
 def push_pack_bytes(default: int) -> int:
     """Bytes of objects per pack a push uploads: ``default``, or ``CONVGIT_PUSH_PACK_BYTES``
     (a test hook: small packs make a push of a small store span several)."""

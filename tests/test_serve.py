@@ -700,6 +700,9 @@ def test_a_locked_store_never_fails_a_call_and_the_spool_catches_up(store, upstr
     """While gc holds the store exclusively, calls are answered; they are committed after."""
     sp = ServeProcess(store, upstream.url, env={"CONVGIT_LOCK_TIMEOUT": "0.2"})
     url = sp.wait_listening()
+    # (a first call committed: the committer process is up, and finds the store locked below)
+    assert httpx.post(url + "/v1/chat/completions", json=_chat(messages=[{"role": "user", "content": "first"}])).status_code == 200
+    sp.wait_calls(1)
     repo = convgit.open_repo(store)
     try:
         with repo.exclusive_lock():
@@ -708,13 +711,13 @@ def test_a_locked_store_never_fails_a_call_and_the_spool_catches_up(store, upstr
                     r = c.post(url + "/v1/chat/completions", json=_chat(messages=[{"role": "user", "content": f"l{i}"}]))
                     assert r.status_code == 200
             time.sleep(0.6)
-            assert sp.calls == [] and sp.lines.empty()  # nothing committed yet...
+            assert len(sp.calls) == 1 and sp.lines.empty()  # nothing more committed yet...
             assert list((store / ".convgit" / "spool").glob("*.spool"))  # ... but spooled
-        sp.wait_calls(5)
+        sp.wait_calls(6)
     finally:
         repo.close()
         sp.stop()
-    assert len(_turns(store)) == 5
+    assert len(_turns(store)) == 6
     assert any("store not written" in ln for ln in sp.stderr)
 
 
@@ -789,14 +792,24 @@ def test_kill_9_after_the_answer_loses_no_call_and_records_none_twice(store, ups
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("point,calls", [("ref_after_tmp_fsync", 1), ("bulk_after_logs_rename", 6)])
-def test_a_committer_killed_mid_creation_records_each_call_once_and_fsck_is_clean(store, upstream, point, calls):
+@pytest.mark.parametrize("committer", ["thread", "process"])
+@pytest.mark.parametrize("point,calls", [("ref_after_tmp_fsync", 1), ("bulk_after_logs_rename", 6), ("serve_after_commit", 3)])
+def test_a_committer_killed_mid_creation_records_each_call_once_and_fsck_is_clean(store, upstream, point, calls, committer):
     """The committer dies between a new thread's reflog and its ref (one call: the per-ref
     path; six calls held back, then committed at once: the bulk path), so a stale reflog is
-    left; the next server commits the spooled calls again under the same names, archiving
-    that reflog. Each call is recorded once and the index holds what a rebuild holds (fsck
-    clean, no reindex): the cause of the kill -9 rounds' "index disagrees" failure."""
-    sp = ServeProcess(store, upstream.url, env={"CONVGIT_CRASH_AT": point, "CONVGIT_LOCK_TIMEOUT": "0.1"})
+    left; the calls are committed again under the same names, archiving that reflog. Each call
+    is recorded once and the index holds what a rebuild holds (fsck clean, no reindex): the
+    cause of the kill -9 rounds' "index disagrees" failure.
+
+    ``--committer thread``: the server dies with its committer; the next server commits the
+    spooled calls. ``--committer process``: the committer process dies, the server lives on
+    and starts another (without the crash hook), which commits the calls it is handed again,
+    each looked up in the store first.
+
+    ``serve_after_commit``: killed after the batch's commit point, before the spool was told:
+    the calls are in the store, and committing them again would record them twice."""
+    sp = ServeProcess(store, upstream.url, "--committer", committer,
+                      env={"CONVGIT_CRASH_AT": point, "CONVGIT_LOCK_TIMEOUT": "0.1"})
     url = sp.wait_listening()
     answered = []
     repo = convgit.open_repo(store)
@@ -813,11 +826,23 @@ def test_a_committer_killed_mid_creation_records_each_call_once_and_fsck_is_clea
         with ThreadPoolExecutor(calls) as pool:
             answered = list(pool.map(call, range(calls)))
     repo.close()
-    assert sp.proc.wait(60) == 137  # killed at the crash point, by its own committer
-    with convgit.open_repo(store) as repo:
-        packed = repo.refs.packed_logs()
-        logs = {n for n, _ in repo.refs.iter_log_files() if n} | set(packed.names() if packed else ())
-        assert logs - set(repo.refs.read_all())  # reflogs of threads that were never created
+    if committer == "thread":
+        assert sp.proc.wait(60) == 137  # killed at the crash point, by its own committer
+    if committer == "thread" and point != "serve_after_commit":
+        with convgit.open_repo(store) as repo:
+            packed = repo.refs.packed_logs()
+            logs = {n for n, _ in repo.refs.iter_log_files() if n} | set(packed.names() if packed else ())
+            assert logs - set(repo.refs.read_all())  # reflogs of threads that were never created
+    if committer == "process":
+        docs = sp.wait_calls(calls)  # recorded (serve_after_commit: before the crash, else by the next process)
+        end = time.monotonic() + 30
+        while not any("committer process stopped (exit 137)" in ln for ln in sp.stderr) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert any("committer process stopped (exit 137)" in ln for ln in sp.stderr), sp.stderr
+        time.sleep(1.0)  # (the next committer process, handed the calls again, looks them up)
+        assert sp.proc.poll() is None  # the server lived on
+        assert sorted(d["call"] for d in docs) == sorted(answered)
+        assert sp.stop() == 0
     _check_each_once(store, answered, upstream)
     r = subprocess.run([sys.executable, "-m", "convgit", "-C", str(store), "fsck"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 import convgit
-from helpers.serve import FakeUpstream, ServeProcess  # noqa: E402
+from helpers.serve import FakeUpstream, ServeProcess, recorded_calls  # noqa: E402
 
 
 def _mount(*args: str) -> subprocess.CompletedProcess:
@@ -33,23 +33,6 @@ def _can_mount(tmp: Path) -> bool:
     ok = _mount("-o", "remount,ro,bind", str(d)).returncode == 0
     subprocess.run(["umount", str(d)], capture_output=True)
     return ok
-
-
-def _recorded(store: Path) -> list[str]:
-    """The call ids of the turns the store's threads record (moves that happened)."""
-    from convgit.refformat import applied_entries, parse_log
-
-    repo = convgit.open_repo(store)
-    try:
-        out = []
-        for name, tip in convgit.show_refs(repo).items():
-            for e in applied_entries(parse_log(repo.refs.log_bytes(name)), tip):
-                t = repo.objects.read(e.turn) if e.turn else None
-                if t is not None and (t.meta or {}).get("call"):
-                    out.append(t.meta["call"])
-        return out
-    finally:
-        repo.close()
 
 
 def test_a_store_made_read_only_while_serving_loses_no_call(tmp_path):
@@ -74,9 +57,9 @@ def test_a_store_made_read_only_while_serving_loses_no_call(tmp_path):
 
         call("before")
         deadline = time.monotonic() + 30
-        while len(_recorded(store)) < 1 and time.monotonic() < deadline:
+        while len(recorded_calls(store)) < 1 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _recorded(store) == answered
+        assert recorded_calls(store) == answered
         # The store read-only under the server (a bind mount of it, remounted ro), the spool
         # a writable bind mount inside it.
         for args in (("--bind", str(dot), str(dot)), ("-o", "remount,ro,bind", str(dot)), ("--bind", str(spool), str(spool))):
@@ -89,15 +72,15 @@ def test_a_store_made_read_only_while_serving_loses_no_call(tmp_path):
         for i in range(3):
             call(f"while read-only {i}")
         time.sleep(1.5)  # the committer tries (and fails, and backs off) meanwhile
-        assert _recorded(store) == answered[:1]  # nothing committed...
+        assert recorded_calls(store) == answered[:1]  # nothing committed...
         assert len(list(spool.glob("*.spool"))) >= 1  # ... the calls are in the spool
         for m in reversed(mounted):
             subprocess.run(["umount", str(m)], check=True, capture_output=True)
         mounted.clear()
         deadline = time.monotonic() + 60
-        while sorted(_recorded(store)) != sorted(answered) and time.monotonic() < deadline:
+        while sorted(recorded_calls(store)) != sorted(answered) and time.monotonic() < deadline:
             time.sleep(0.2)  # the retries (backoff up to 5 s) commit them now
-        assert sorted(_recorded(store)) == sorted(answered)  # every call, once
+        assert sorted(recorded_calls(store)) == sorted(answered)  # every call, once
     finally:
         for m in reversed(mounted):
             subprocess.run(["umount", str(m)], capture_output=True)

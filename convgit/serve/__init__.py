@@ -6,7 +6,8 @@ history deduplicated (only the new tail is written), the answer assembled from t
 a ``call`` turn with model, usage, timing, status and error. The path of a call:
 
     client → proxy (relay, byte for byte) → upstream
-                 └→ spool (durable, group-committed) → committer thread → convgit.commit.commit_many (+ embed.on_commit)
+                 └→ spool (durable, group-committed) → committer (a process of its own, worker.py;
+                                                             or a thread) → convgit.commit.commit_many (+ embed.on_commit)
 
 Needs the ``serve`` extra (starlette, uvicorn, aiohttp; uvloop and httptools when present), imported only here: no other command
 pays for them. ``ServeOptions`` + ``Server`` are the library entry points; ``convgit serve``
@@ -48,6 +49,7 @@ class ServeOptions:
     allow_remote: bool = False
     token: str | None = None
     timeout: float = 600.0
+    committer: str = "process"  # "process": a worker process commits (worker.py); "thread": a thread of the server's
     warnings: list[str] = field(default_factory=list)
 
 
@@ -71,6 +73,8 @@ def check_options(opts: ServeOptions) -> None:
         check_thread_name(opts.thread)
     if opts.timeout <= 0:
         raise InvalidInput("--timeout must be positive")
+    if opts.committer not in ("process", "thread"):
+        raise InvalidInput(f"--committer must be process or thread, not {opts.committer!r}")
 
 
 def read_token_file(path: str | Path) -> str:
@@ -107,10 +111,17 @@ class Server:
         self.opts = opts
         self.on_listen = on_listen or (lambda url: None)
         self.warn = warn or (lambda text: None)
-        self.committer = Committer(repo_path, open_repo=lambda: Repository.open(repo_path),
-                                   on_call=on_call or (lambda doc: None), warn=self.warn)
+        if opts.committer == "process" and sys.executable:
+            from .worker import CommitterProcess
+
+            self.committer = CommitterProcess(repo_path, on_call=on_call or (lambda doc: None), warn=self.warn)
+        else:
+            self.committer = Committer(repo_path, open_repo=lambda: Repository.open(repo_path),
+                                       on_call=on_call or (lambda doc: None), warn=self.warn)
         self.writer = SpoolWriter(repo_path / SPOOL_DIR, fsync=fsync, deliver=self.committer.deliver, warn=self.warn)
         self.committer.writer = self.writer
+        if opts.committer == "process":
+            self.writer.on_removed = getattr(self.committer, "segment_removed", None)
         self._encode = encode_record
         settings = ProxySettings(openai_upstream=opts.openai_upstream, anthropic_upstream=opts.anthropic_upstream,
                                  thread=opts.thread, store_raw=opts.store_raw, token=opts.token, timeout=opts.timeout)

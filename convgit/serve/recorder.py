@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import api, codec, fsio, graph
+from ..config import crash_point
 from ..commit import commit_many, commit_payload
 from ..errors import AmbiguousThread, ConvgitError, Locked, RefExists, RefStale, StorageFailed
 from ..gc import GC_LOG
@@ -365,7 +366,7 @@ class Committer:
         self.warn = warn
         self.writer = None  # the SpoolWriter, told what is committed
         self._cond = threading.Condition()
-        self._queue: list[tuple[object, CallRecord]] = []
+        self._queue: list[tuple[object, CallRecord, bool]] = []
         self.prebuilt = Prebuilt()  # calls built by the proxy (X-Convgit-Tip)
         self.prefix = PrefixCache()  # prefixes parsed and hashed, by the proxy's builds and the committer's
         self._stop = False
@@ -388,10 +389,12 @@ class Committer:
         """Start the thread."""
         self._thread.start()
 
-    def deliver(self, segment, record: CallRecord) -> None:
-        """A durable (or, when the spool failed, in-memory) record to commit."""
+    def deliver(self, segment, record: CallRecord, check: bool = False) -> None:
+        """A durable (or, when the spool failed, in-memory) record to commit. ``check``: it may
+        be in the store already (a committer process that died handed it over again), so it is
+        looked up first (``Recorder.recorded_already``)."""
         with self._cond:
-            self._queue.append((segment, record))
+            self._queue.append((segment, record, check))
             self.idle.clear()
             self._cond.notify()
 
@@ -443,11 +446,12 @@ class Committer:
                     if stop:
                         return
                     continue
-                if not self._commit(recorder, [r for _, r in batch], stop=stop):
+                if not self._commit(recorder, [r for _, r, _ in batch], stop=stop, check=any(c for _, _, c in batch)):
                     with self._cond:  # the store refused and we are stopping: the spool keeps them
                         return
+                crash_point("serve_after_commit")  # (committed, not yet noted: the next committer checks the store)
                 by_seg: dict[int, tuple[object, list[str]]] = {}
-                for seg, r in batch:
+                for seg, r, _ in batch:
                     if seg is not None:
                         by_seg.setdefault(id(seg), (seg, []))[1].append(r.id)
                 if self.writer is not None:

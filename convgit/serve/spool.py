@@ -128,6 +128,7 @@ class SpoolWriter:
         self.segment: Segment | None = None
         self.segments: list[Segment] = []
         self._lock = threading.Lock()  # segments list (the committer marks records committed)
+        self.on_removed: Callable[[Segment], None] | None = None  # told of each segment deleted
         try:
             fsio.makedirs(directory, fsync=fsync)
         except Exception as e:  # a read-only store: serve anyway, from memory
@@ -176,14 +177,18 @@ class SpoolWriter:
     def collect(self) -> None:
         """Delete the segments that are closed and fully committed."""
         with self._lock:
-            keep = []
+            keep, gone = [], []
             for s in self.segments:
                 if s.done:
                     fsio.unlink_quiet(s.path)
                     fsio.unlink_quiet(done_path(s.path))
+                    gone.append(s)
                 else:
                     keep.append(s)
             self.segments = keep
+        if self.on_removed is not None:
+            for s in gone:
+                self.on_removed(s)
 
     def _new_segment(self) -> Segment:
         self._n += 1

@@ -25,6 +25,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import convgit
+
 ROOT = Path(__file__).resolve().parents[2]  # (the repository: tests/helpers/ is two below it)
 
 
@@ -372,3 +374,20 @@ class ServeProcess:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
+
+
+def recorded_calls(store: Path) -> list[str]:
+    """The call ids of the turns the store's threads record (moves that happened)."""
+    from convgit.refformat import applied_entries, parse_log
+
+    repo = convgit.open_repo(store)
+    try:
+        out = []
+        for name, tip in convgit.show_refs(repo).items():
+            for e in applied_entries(parse_log(repo.refs.log_bytes(name)), tip):
+                t = repo.objects.read(e.turn) if e.turn else None
+                if t is not None and (t.meta or {}).get("call"):
+                    out.append(t.meta["call"])
+        return out
+    finally:
+        repo.close()

@@ -286,7 +286,10 @@ CASES = (
 # push there and resumes it, tests/test_remote_refsegments.py after its ref segment).
 NOT_HERE = {"import_after_objects", "import_after_refs", "push_mid_pack", "push_after_pack", "push_refs_after_segments",
             # a fetch creating tracking refs packed at once: tests/test_remote_bulk.py kills it at both
-            "bulk_logs_after_tmp_fsync", "bulk_refs_after_tmp_fsync"}
+            "bulk_logs_after_tmp_fsync", "bulk_refs_after_tmp_fsync",
+            # a serve committer (thread or process) killed after a batch's commit, before the
+            # spool's note: tests/test_serve.py::test_a_committer_killed_...
+            "serve_after_commit"}
 
 
 def test_every_named_crash_point_is_exercised():
