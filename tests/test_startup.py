@@ -247,6 +247,8 @@ def test_the_collector_is_paused_for_start_up_only(store, env, tmp_path):
 # "Start-up", 2026-12-07). A module here is imported where it is used; bringing one back onto
 # a command's path costs that command its import time again.
 OBJECTS = ("msgspec", "convgit.codec", "convgit.objects")  # ~10 ms: only a command that reads or writes objects
+# What typer loads for its own rare paths (convgit/cli/lean_typer.py): no hot command loads them.
+TYPER_RARE = ("subprocess", "shutil", "traceback", "difflib", "gettext", "locale", "shellingham", "bz2", "lzma")
 NOT_LOADED = {
     ("status",): OBJECTS + ("convgit.results", "convgit.thread_ops", "convgit.revparse", "convgit.remotes",
                             "convgit.index.fts", "convgit.config_types", "convgit.ref_move", "convgit.log_entry",
@@ -265,8 +267,46 @@ NOT_LOADED = {
 
 @pytest.mark.parametrize("args", list(NOT_LOADED), ids=" ".join)
 def test_hot_commands_load_only_their_path(args, store, env, tmp_path):
-    mods = loaded(list(args), cwd=store, env=env, tmp_path=tmp_path)
-    assert present(mods, NOT_LOADED[args]) == []
+    mods = loaded(["-C", str(store), *args], cwd=store.parent, env=env, tmp_path=tmp_path)  # (-C: a short option)
+    assert present(mods, NOT_LOADED[args] + TYPER_RARE) == []
+
+
+def test_typers_rare_paths_load_the_real_modules(run, store):
+    """The modules lean_typer defers still work where typer uses them, in a real process:
+    "did you mean" (difflib) for a command and an option, an unknown short option."""
+    r = run("lgo", cwd=store)
+    assert r.rc == 2 and "No such command 'lgo'. Did you mean 'log'?" in r.err
+    r = run("log", "--cnt", "2", cwd=store)
+    assert r.rc == 2 and "No such option: --cnt (Possible options: --count" in r.err
+    r = run("log", "-Z", cwd=store)
+    assert r.rc == 2 and "No such option: -Z" in r.err
+    r = run("log", "-n1", "-nZ", cwd=store)
+    assert r.rc == 2 and "Invalid value for '-n' / '--count'" in r.err
+
+
+def test_lean_typer_defers_only_what_is_not_loaded(tmp_path):
+    """A stand-in leaves sys.modules once typer is loaded; what typer kept of it forwards to the
+    real module on first use; a module loaded before typer is typer's as it is."""
+    code = (
+        "import sys, json; import shutil\n"
+        "from convgit.cli.lean_typer import import_typer, _Deferred\n"
+        "typer = import_typer(); import typer.main, typer.core\n"
+        "out = {m: m in sys.modules for m in ('subprocess', 'difflib', 'traceback', 'gettext', 'shellingham')}\n"
+        "out['kept'] = isinstance(typer.main.subprocess, _Deferred)\n"
+        "out['shutil_real'] = typer.main.shutil is sys.modules['shutil']\n"
+        "out['close'] = typer.core.get_close_matches('lgo', ['log', 'show'])\n"
+        "out['difflib_now'] = 'difflib' in sys.modules and not isinstance(sys.modules['difflib'], _Deferred)\n"
+        "out['which'] = typer.main.subprocess.PIPE == __import__('subprocess').PIPE\n"
+        "out['same'] = typer.main.subprocess.Popen is sys.modules['subprocess'].Popen\n"
+        "out['summary'] = type(typer.main.StackSummary.from_list([])).__name__\n"
+        "print(json.dumps(out))\n"
+    )
+    p = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == {
+        "subprocess": False, "difflib": False, "traceback": False, "gettext": False, "shellingham": False,
+        "kept": True, "shutil_real": True, "close": ["log"], "difflib_now": True, "which": True, "same": True,
+        "summary": "StackSummary"}
 
 
 def test_commit_loads_only_the_single_document_parsers(store, env, tmp_path):
