@@ -248,7 +248,8 @@ def test_the_collector_is_paused_for_start_up_only(store, env, tmp_path):
 # a command's path costs that command its import time again.
 OBJECTS = ("msgspec", "convgit.codec", "convgit.objects")  # ~10 ms: only a command that reads or writes objects
 # What typer loads for its own rare paths (convgit/cli/lean_typer.py): no hot command loads them.
-TYPER_RARE = ("subprocess", "shutil", "traceback", "difflib", "gettext", "locale", "shellingham", "bz2", "lzma")
+TYPER_RARE = ("subprocess", "shutil", "traceback", "difflib", "gettext", "locale", "shellingham", "bz2", "lzma",
+              "typer.completion", "typer._completion_classes", "typer._completion_shared")
 NOT_LOADED = {
     ("status",): OBJECTS + ("convgit.results", "convgit.thread_ops", "convgit.revparse", "convgit.remotes",
                             "convgit.index.fts", "convgit.config_types", "convgit.ref_move", "convgit.log_entry",

@@ -1,13 +1,13 @@
-"""Import typer without the standard-library modules it loads for paths a command never takes.
+"""Import typer without the modules it loads for paths a command never takes.
 
 typer (0.29) imports, when it loads, modules for its own rare paths: ``subprocess`` and
 ``shutil`` (``typer.launch``, finding bash for completion, the terminal width of a progress
 bar), ``traceback`` (its pretty exceptions; off here), ``difflib`` ("did you mean" after an
 unknown command), ``gettext`` (translating its messages), ``shellingham`` (detecting the
-shell for ``--install-completion``); with them ``locale``, ``signal``, ``selectors``, ``bz2``,
-``lzma``, ``heapq``. None is used by a command that parses and runs, and none by the library
-on the hot commands' paths: together a sixth of ``import typer`` (docs/performance.md,
-"Start-up", session 12).
+shell for ``--install-completion``), its own completion module; with them ``locale``,
+``signal``, ``selectors``, ``bz2``, ``lzma``, ``heapq``. None is used by a command that parses
+and runs, and none by the library on the hot commands' paths: together a sixth of
+``import typer`` (docs/performance.md, "Start-up", session 12).
 
 ``import_typer()`` puts a stand-in for each of them in ``sys.modules`` while typer loads, and
 takes the stand-ins out again after, so any later ``import subprocess`` (convgit's own, or a
@@ -30,6 +30,10 @@ DEFERRED = {
     "difflib": ("get_close_matches",),
     "gettext": ("gettext",),
     "shellingham": (),
+    # typer's own completion module (with its shell classes and scripts), which it imports for
+    # the --install-completion options convgit does not let it add (add_completion=False);
+    # a completion request loads it as typer does (convgit.cli.app, _main_shell_completion).
+    "typer.completion": ("get_completion_inspect_parameters",),
 }
 
 
