@@ -312,11 +312,15 @@ def test_lean_typer_defers_only_what_is_not_loaded(tmp_path):
 
 def test_commit_loads_only_the_single_document_parsers(store, env, tmp_path):
     """commit - reads one document: none of import's readers (llm's logs.db, ZIP, streamed
-    arrays, the many-conversation exports, convgit's own), and no ref operation beyond its own."""
+    arrays, the many-conversation exports, convgit's own, the tree formats, datasets, session
+    files: detection asks convgit.ingest.shapes), no ref operation beyond its own, and a re-send
+    moves no ref (no RefMove made)."""
     doc = {"messages": [{"role": "user", "content": "foo question 0"}, {"role": "assistant", "content": "answer 0"}]}
     mods = loaded(["commit", "-"], cwd=store, env=env, tmp_path=tmp_path, input=json.dumps(doc).encode())
     assert present(mods, ("convgit.ingest.llmdb", "convgit.ingest.jsonsplit", "convgit.ingest.exports",
                           "convgit.ingest.native", "zipfile", "hashlib", "html", "shlex", "convgit.thread_ops",
+                          "convgit.ingest.chatgpt", "convgit.ingest.claude", "convgit.ingest.webui",
+                          "convgit.ingest.datasets", "convgit.ingest.sessions", "convgit.ref_move",
                           "convgit.revparse", "convgit.remotes", "convgit.results", "convgit.semantic",
                           "convgit.config_types", "tomllib", "ctypes", "random")) == []
 
@@ -345,3 +349,10 @@ def test_a_chain_of_loose_ids_opens_no_pack():
     assert first_missing(objects, ["a", "b", "c"]) == 3 and Objects.listed == 0
     assert first_missing(objects, ["a", "p", "c", "p", "x"], 4) == 4 and Objects.listed == 1
     assert first_missing(objects, ["p", "q"]) == 2 and Objects.listed == 2
+
+
+def test_session_formats_are_one_tuple():
+    """sources lists the session formats without importing their parser (ingest.shapes)."""
+    from convgit.ingest import sessions, shapes, sources
+
+    assert sessions.FILE_FORMATS == shapes.SESSION_FORMATS and set(shapes.SESSION_FORMATS) <= set(sources.FORMATS)
