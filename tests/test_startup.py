@@ -320,7 +320,7 @@ def test_commit_loads_only_the_single_document_parsers(store, env, tmp_path):
     assert present(mods, ("convgit.ingest.llmdb", "convgit.ingest.jsonsplit", "convgit.ingest.exports",
                           "convgit.ingest.native", "zipfile", "hashlib", "html", "shlex", "convgit.thread_ops",
                           "convgit.ingest.chatgpt", "convgit.ingest.claude", "convgit.ingest.webui",
-                          "convgit.ingest.datasets", "convgit.ingest.sessions", "convgit.ref_move",
+                          "convgit.ingest.datasets", "convgit.ingest.sessions", "convgit.ingest.apis", "convgit.ref_move",
                           "convgit.revparse", "convgit.remotes", "convgit.results", "convgit.semantic",
                           "convgit.config_types", "tomllib", "ctypes", "random")) == []
 

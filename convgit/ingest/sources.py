@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
 
 from ..config import Config
 from ..errors import ConvgitError, InvalidInput, PayloadTooLarge, SchemaValidationFailed
-from . import apis
 from .chat import parse_chat
 from .decode import decode_json
 from .model import Conversation, Node, Payload, TurnInfo
-from .shapes import (SESSION_FORMATS, chatgpt_looks_like, claude_looks_like, librechat_looks_like, owui_looks_like,
-                     sharegpt_looks_like)
+from .shapes import (SESSION_FORMATS, chatgpt_looks_like, claude_looks_like, is_anthropic_request, librechat_looks_like,
+                     owui_looks_like, sharegpt_looks_like)
 
 if TYPE_CHECKING:
     from .jsonsplit import Skipped
@@ -111,7 +110,7 @@ def detect(doc: Any) -> str | None:
     if "choices" in doc and "messages" not in doc:
         return "openai-completion"
     if isinstance(doc.get("messages"), list):
-        if apis.is_anthropic_request(doc) or (isinstance(doc.get("response"), dict) and doc["response"].get("type") == "message"):
+        if is_anthropic_request(doc) or (isinstance(doc.get("response"), dict) and doc["response"].get("type") == "message"):
             return "anthropic"
         if any(k in doc for k in ("images", "videos", "audios")):
             return "messages"
@@ -124,6 +123,8 @@ def payload_from_document(doc: Any, fmt: str | None = None, *, allow_bare_respon
     fmt = fmt or detect(doc) or "native"
     if fmt in TREE_FORMATS or fmt == "llm" or fmt in FILE_FORMATS:
         raise SchemaValidationFailed(f"this is a {fmt} export, which can hold many conversations: use `convgit import`")
+    if fmt in ("openai-completion", "openai-responses", "anthropic", "gemini", "aistudio"):
+        from . import apis
     if fmt == "openai-completion":
         if not allow_bare_response:
             raise SchemaValidationFailed("a chat.completion response needs the request: give {\"messages\": [...], \"response\": {...}}")
