@@ -223,7 +223,7 @@ def test_the_collector_is_paused_for_start_up_only(store, env, tmp_path):
     load, on (with start-up's objects frozen) when the command runs, and on after it."""
     out = tmp_path / "gc.json"
     code = (
-        "import gc, json, runpy, sys\n"
+        "import atexit, gc, json, runpy, sys\n"
         "import convgit.api as api\n"
         "seen = {}\n"
         "real = api.status\n"
@@ -233,10 +233,10 @@ def test_the_collector_is_paused_for_start_up_only(store, env, tmp_path):
         "    return real(repo)\n"
         "api.status = status\n"
         "sys.argv = ['convgit', 'status']\n"
-        "try:\n"
-        "    runpy.run_module('convgit', run_name='__main__', alter_sys=True)\n"
-        "finally:\n"
+        "def after():\n"  # (an atexit callback: the process then exits as Python does, entry.exit_now)
         f"    seen['after'] = gc.isenabled(); open({str(out)!r}, 'w').write(json.dumps(seen))\n"
+        "atexit.register(after)\n"
+        "runpy.run_module('convgit', run_name='__main__', alter_sys=True)\n"
     )
     p = subprocess.run([PY, "-c", code], cwd=store, env=env, capture_output=True, timeout=60)
     assert p.returncode == 0, p.stderr.decode()
@@ -356,3 +356,47 @@ def test_session_formats_are_one_tuple():
     from convgit.ingest import sessions, shapes, sources
 
     assert sessions.FILE_FORMATS == shapes.SESSION_FORMATS and set(shapes.SESSION_FORMATS) <= set(sources.FORMATS)
+
+
+# entry.exit_now: the process ends without Python's teardown when nothing is left for it.
+FAST_EXIT = """
+import os, sys, threading, time
+real = os._exit
+def spy(code):
+    sys.stderr.write(f"os._exit({code})\\n"); sys.stderr.flush(); real(code)
+os._exit = spy
+if sys.argv[1] == "thread":
+    threading.Thread(target=time.sleep, args=(0.2,)).start()
+sys.argv = ["convgit", *sys.argv[2:]]
+from convgit.cli.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("how, args, rc, fast", [
+    ("plain", ["status"], 0, True),
+    ("plain", ["log", "-n", "1"], 0, True),
+    ("plain", ["lgo"], 2, True),
+    ("plain", ["show", "nosuchrev"], 15, True),  # (not_found)
+    ("thread", ["status"], 0, False),  # another thread running: Python's exit (it waits for it)
+])
+def test_a_command_ends_without_teardown_when_nothing_is_left(how, args, rc, fast, store, env):
+    """The exit code and every byte of output are kept; stdout is complete through a pipe; the
+    index's WAL is closed (no -wal file left); a thread still running gets Python's exit."""
+    p = subprocess.run([PY, "-c", FAST_EXIT, how, *args], cwd=store, env=env, capture_output=True, timeout=60)
+    assert p.returncode == rc, p.stderr.decode()
+    assert (f"os._exit({rc})" in p.stderr.decode()) is fast
+    if rc == 0:
+        q = subprocess.run([PY, "-m", "convgit", *args], cwd=store, env=env, capture_output=True, timeout=60)
+        assert p.stdout == q.stdout and p.stdout
+    assert not list((store / ".convgit").glob("index.sqlite-*"))
+
+
+def test_a_long_output_is_complete_through_a_pipe(store, env, run):
+    """stdout's buffer is flushed before the process ends at once (a page of JSON, piped)."""
+    ok(run("commit", "-", cwd=store, input=json.dumps({"messages": [
+        {"role": ("user", "assistant")[i % 2], "content": f"m{i} " + "x" * 500} for i in range(40)]})))
+    p = subprocess.run([PY, "-m", "convgit", "log", "-n", "0", "--json"], cwd=store, env=env, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 0 and len(p.stdout) > 20_000
+    json.loads(p.stdout)
