@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from . import codec, object_store
 from .config import crash_point
@@ -21,7 +21,9 @@ from .errors import NotFound, ObjectCorrupt, PayloadTooLarge, RefExists, RefStal
 from .ids import check_thread_name
 from .ingest import Chain, Payload, build_chain
 from .objects import Message, Turn
-from .refs import RefMove
+
+if TYPE_CHECKING:
+    from .ref_move import RefMove
 
 ON_CONFLICT = ("reject", "fork")
 _MAX_RETRIES = 20
@@ -268,6 +270,8 @@ def _decoded(plan: Plan) -> dict[str, object]:
 
 
 def _ref_move(plan: Plan, now_ms: int) -> RefMove:
+    from .ref_move import RefMove  # (here: a re-send that moves nothing never makes one)
+
     return RefMove(plan.thread, plan.chain.tip if plan.move_ref else plan.old_tip, expected=plan.expected,
                    message=_reflog_message(plan), turn=plan.turn[0] if plan.turn else None, time_ms=now_ms)
 
@@ -398,6 +402,8 @@ def _coalesce(plans: list[Plan], movers: list[int], now: int) -> list[tuple[RefM
     """The ref moves of a batch, a thread's successive moves made one (its earlier ones as
     ``steps``: a reflog line each, one rename): on ext4 replacing a ref costs far more than
     anything else a commit does. Returns (move, the plans it carries)."""
+    from .ref_move import RefMove
+
     groups: list[tuple[RefMove, list[int]]] = []
     last: dict[str, int] = {}  # thread -> its group
     for i in movers:

@@ -93,7 +93,8 @@ def first_missing(objects, ids: list[str], end: int | None = None) -> int:
     pack that held the previous id and going round: a chain's messages were written in
     order, so its next id is in that pack or a later one. A chain spread over a pack per
     batch (``convgit serve``) then costs about one pack probe per id and one per pack, not
-    one per id and pack."""
+    one per id and pack. A chain whose ids are all loose files (a re-send of a recent
+    conversation) opens no pack index."""
     end = len(ids) if end is None else end
     is_loose = getattr(objects, "is_loose", None)
     packs = getattr(objects, "packs", None)
@@ -103,11 +104,13 @@ def first_missing(objects, ids: list[str], end: int | None = None) -> int:
                 return i
         return end
     by_age = getattr(objects, "packs_by_age", None)
-    loaded = by_age() if by_age is not None else packs()
+    loaded = None  # the packs, listed (and their indexes opened) for the first id not loose
     at = 0  # where the previous id was found
 
     def in_packs(oid: str) -> bool:
-        nonlocal at
+        nonlocal at, loaded
+        if loaded is None:
+            loaded = by_age() if by_age is not None else packs()
         n = len(loaded)
         if n and loaded[at].contains(oid):  # the common case: the same pack as the previous id
             return True

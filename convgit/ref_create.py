@@ -21,12 +21,12 @@ import os
 import stat
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import fsio
 from .config import crash_point
 from .errors import ConvgitError, InvalidRefName, ObjectMissing, StorageFailed
 from .ids import check_thread_name, is_oid
-from .packedlogs import PackedLog, rewrite_packed_logs
 from .refformat import PACKED_REFS, format_reflog_line, open_packed_refs
 
 BULK_CREATE_MIN = 4  # creations in one update_many from which they go straight into the packed files
@@ -35,6 +35,9 @@ BULK_CREATE_MIN = 4  # creations in one update_many from which they go straight 
 # creations and, at the next packing, their reading and unlinking).
 BULK_BYTES_PER_CREATE = 64 * 1024
 PACKED_LOGS_FILE = "packed-logs"
+
+if TYPE_CHECKING:
+    from .packedlogs import PackedLog
 
 
 class RefCreation:
@@ -148,6 +151,8 @@ class RefCreation:
             self.declare_packed()  # the format version that reads packed-refs, before it exists
         self.declare_packed_logs()  # ... and packed-logs (version 3)
         self.journal([moves[i].name for i in create])  # under the creation lock (§4 Journal)
+        from .packedlogs import PackedLog, rewrite_packed_logs  # (imported where reflogs are packed)
+
         now = int(time.time() * 1000)
         entries: dict[str, PackedLog | None] = {}
         tips: dict[str, str | None] = {}
@@ -205,6 +210,8 @@ class RefCreation:
             if "logs" in renamed:
                 logs = self.packed_logs()
                 if logs is not None:
+                    from .packedlogs import rewrite_packed_logs
+
                     fsio.replace_file(self.packed_logs_path, rewrite_packed_logs(logs, dict.fromkeys(names)), fsync=False)
             self.journal(sorted(names))  # changed back
         except Exception:  # the original error is the one to report

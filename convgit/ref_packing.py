@@ -9,13 +9,16 @@ import contextlib
 import os
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import fsio
 from .config import crash_point
 from .errors import InvalidRefName, ObjectCorrupt
 from .ids import check_thread_name
-from .packedlogs import PackedLog, absorbed_skip, digest, rewrite_packed_logs
 from .refformat import PACKED_REFS, log_is_clean
+
+if TYPE_CHECKING:
+    from .packedlogs import PackedLog
 
 
 class RefPacking:
@@ -88,6 +91,8 @@ class RefPacking:
                 return 0
             if journal:
                 self.journal(sorted(set(loose) | set(logs) | set(rewrites)))
+            from .packedlogs import PackedLog, absorbed_skip, digest, rewrite_packed_logs  # (where reflogs are packed)
+
             old_logs = self.packed_logs()
             changes: dict[str, PackedLog | None] = {}
             for name, (data, ino) in logs.items():

@@ -9,12 +9,14 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from . import fsio
 from .errors import StorageFailed, UnsafeSymlink
-from .packedlogs import PackedLog, PackedLogsReader, absorbed_skip, rewrite_packed_logs
 from .refformat import STALE_MESSAGE, ReflogEntry, applied_archived, parse_log, read_log_file
+
+if TYPE_CHECKING:
+    from .packedlogs import PackedLog, PackedLogsReader
 
 
 class ReflogFiles:
@@ -89,6 +91,8 @@ class ReflogFiles:
         packed = pl.get(name) if pl is not None else None
         if packed is None:
             return loose
+        from .packedlogs import absorbed_skip  # (loaded already: a packed log was read)
+
         return packed.data + loose[absorbed_skip(packed, ino, loose):]
 
     def _log_snapshot(self, name: str) -> tuple[bytes, int | None, PackedLogsReader | None]:
@@ -136,6 +140,8 @@ class ReflogFiles:
                 st = os.fstat(f.fileno())
                 skip = 0
                 if packed is not None and packed.ino and st.st_ino == packed.ino:
+                    from .packedlogs import absorbed_skip
+
                     skip = absorbed_skip(packed, st.st_ino, f.read(packed.absorbed))
                 if skip + offset >= st.st_size:  # nothing past it (a size asked: log_size)
                     return b"", max(0, st.st_size - skip)
@@ -176,6 +182,8 @@ class ReflogFiles:
             return None
         except OSError as e:
             raise StorageFailed(f"cannot read {self.packed_logs_path}: {e.strerror}") from e
+        from .packedlogs import PackedLogsReader  # (a store with packed reflogs: read here, where they are)
+
         f = os.fdopen(fd, "rb")  # closed with the reader (another thread may still be using it)
         try:
             size = os.fstat(fd).st_size
@@ -204,6 +212,8 @@ class ReflogFiles:
             pl = self.packed_logs()
             if pl is None:
                 return
+            from .packedlogs import rewrite_packed_logs
+
             fsio.replace_file(self.packed_logs_path, rewrite_packed_logs(pl, dict.fromkeys(names)), fsync=self.fsync)
 
     def archived_entries(self) -> list[tuple[str, list["ReflogEntry"]]]:

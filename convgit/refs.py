@@ -37,8 +37,7 @@ from .config import crash_point
 from .errors import (InvalidRefName, NotFound, ObjectCorrupt, ObjectMissing, RefExists, RefStale, StorageFailed,
                      UnsafeSymlink)
 from .ids import ANY, check_thread_name, is_oid, short  # noqa: F401 (ANY re-exported)
-from .packedlogs import PACKED_LOGS, PackedLogsReader
-from .ref_create import BULK_CREATE_MIN, RefCreation
+from .ref_create import BULK_CREATE_MIN, PACKED_LOGS_FILE, RefCreation
 from .ref_head import RefHead, StagedHead  # noqa: F401 (StagedHead re-exported)
 from .ref_journal import JOURNAL, JOURNAL_ARCHIVE, RefJournal  # noqa: F401 (re-exported)
 from .ref_packing import RefPacking
@@ -50,6 +49,7 @@ from .refformat import (  # noqa: F401 (re-exported: the formats live in refform
 )
 
 if TYPE_CHECKING:
+    from .packedlogs import PackedLogsReader
     from .ref_move import RefMove
 
 BATCH_REFS = 256  # threads locked and moved together by update_many
@@ -90,7 +90,7 @@ class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation, RefJournal, Ref
         self.deleted_logs_dir = root / "logs" / "deleted"
         self.journal_path = root / "logs" / JOURNAL
         self.packed_path = root / PACKED_REFS
-        self.packed_logs_path = root / PACKED_LOGS
+        self.packed_logs_path = root / PACKED_LOGS_FILE
         self._packed_cache: tuple[tuple, "_Packed"] | None = None
         self._logs_cache: tuple[tuple, PackedLogsReader, object] | None = None
         # Declares the store's format version that reads packed-refs (Repository sets it):

@@ -33,12 +33,15 @@ from __future__ import annotations
 
 import os
 from contextlib import ExitStack
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from . import codec, fsio
 from .config import crash_point
 from .errors import ConvgitError, ObjectCorrupt, StorageFailed
-from .refs import ANY, RefMove
+from .refs import ANY
+
+if TYPE_CHECKING:
+    from .ref_move import RefMove
 
 # What the index does when the transaction ends: catch up the threads it moved (and the
 # journal's), read every ref, or rebuild from the objects; or nothing (a dry run).

@@ -223,7 +223,7 @@ def test_the_collector_is_paused_for_start_up_only(store, env, tmp_path):
     load, on (with start-up's objects frozen) when the command runs, and on after it."""
     out = tmp_path / "gc.json"
     code = (
-        "import gc, json, runpy, sys\n"
+        "import atexit, gc, json, runpy, sys\n"
         "import convgit.api as api\n"
         "seen = {}\n"
         "real = api.status\n"
@@ -233,10 +233,10 @@ def test_the_collector_is_paused_for_start_up_only(store, env, tmp_path):
         "    return real(repo)\n"
         "api.status = status\n"
         "sys.argv = ['convgit', 'status']\n"
-        "try:\n"
-        "    runpy.run_module('convgit', run_name='__main__', alter_sys=True)\n"
-        "finally:\n"
+        "def after():\n"  # (an atexit callback: the process then exits as Python does, entry.exit_now)
         f"    seen['after'] = gc.isenabled(); open({str(out)!r}, 'w').write(json.dumps(seen))\n"
+        "atexit.register(after)\n"
+        "runpy.run_module('convgit', run_name='__main__', alter_sys=True)\n"
     )
     p = subprocess.run([PY, "-c", code], cwd=store, env=env, capture_output=True, timeout=60)
     assert p.returncode == 0, p.stderr.decode()
@@ -247,6 +247,12 @@ def test_the_collector_is_paused_for_start_up_only(store, env, tmp_path):
 # "Start-up", 2026-12-07). A module here is imported where it is used; bringing one back onto
 # a command's path costs that command its import time again.
 OBJECTS = ("msgspec", "convgit.codec", "convgit.objects")  # ~10 ms: only a command that reads or writes objects
+# What typer loads for its own rare paths (convgit/cli/lean_typer.py): no hot command loads them.
+TYPER_RARE = ("subprocess", "shutil", "traceback", "difflib", "gettext", "locale", "shellingham", "bz2", "lzma",
+              "typer.completion", "typer._completion_classes", "typer._completion_shared")
+# ... nor what reads packed reflogs (convgit.packedlogs, loaded where a reflog is read), nor the
+# object decoder before an object is read (convgit.codec makes it on first use).
+ON_NO_HOT_PATH = TYPER_RARE + ("convgit.packedlogs",)
 NOT_LOADED = {
     ("status",): OBJECTS + ("convgit.results", "convgit.thread_ops", "convgit.revparse", "convgit.remotes",
                             "convgit.index.fts", "convgit.config_types", "convgit.ref_move", "convgit.log_entry",
@@ -265,16 +271,153 @@ NOT_LOADED = {
 
 @pytest.mark.parametrize("args", list(NOT_LOADED), ids=" ".join)
 def test_hot_commands_load_only_their_path(args, store, env, tmp_path):
-    mods = loaded(list(args), cwd=store, env=env, tmp_path=tmp_path)
-    assert present(mods, NOT_LOADED[args]) == []
+    mods = loaded(["-C", str(store), *args], cwd=store.parent, env=env, tmp_path=tmp_path)  # (-C: a short option)
+    assert present(mods, NOT_LOADED[args] + ON_NO_HOT_PATH) == []
+
+
+def test_typers_rare_paths_load_the_real_modules(run, store):
+    """The modules lean_typer defers still work where typer uses them, in a real process:
+    "did you mean" (difflib) for a command and an option, an unknown short option."""
+    r = run("lgo", cwd=store)
+    assert r.rc == 2 and "No such command 'lgo'. Did you mean 'log'?" in r.err
+    r = run("log", "--cnt", "2", cwd=store)
+    assert r.rc == 2 and "No such option: --cnt (Possible options: --count" in r.err
+    r = run("log", "-Z", cwd=store)
+    assert r.rc == 2 and "No such option: -Z" in r.err
+    r = run("log", "-n1", "-nZ", cwd=store)
+    assert r.rc == 2 and "Invalid value for '-n' / '--count'" in r.err
+
+
+def test_lean_typer_defers_only_what_is_not_loaded(tmp_path):
+    """A stand-in leaves sys.modules once typer is loaded; what typer kept of it forwards to the
+    real module on first use; a module loaded before typer is typer's as it is."""
+    code = (
+        "import sys, json; import shutil\n"
+        "from convgit.cli.lean_typer import import_typer, _Deferred\n"
+        "typer = import_typer(); import typer.main, typer.core\n"
+        "out = {m: m in sys.modules for m in ('subprocess', 'difflib', 'traceback', 'gettext', 'shellingham')}\n"
+        "out['kept'] = isinstance(typer.main.subprocess, _Deferred)\n"
+        "out['shutil_real'] = typer.main.shutil is sys.modules['shutil']\n"
+        "out['close'] = typer.core.get_close_matches('lgo', ['log', 'show'])\n"
+        "out['difflib_now'] = 'difflib' in sys.modules and not isinstance(sys.modules['difflib'], _Deferred)\n"
+        "out['which'] = typer.main.subprocess.PIPE == __import__('subprocess').PIPE\n"
+        "out['same'] = typer.main.subprocess.Popen is sys.modules['subprocess'].Popen\n"
+        "out['summary'] = type(typer.main.StackSummary.from_list([])).__name__\n"
+        "print(json.dumps(out))\n"
+    )
+    p = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == {
+        "subprocess": False, "difflib": False, "traceback": False, "gettext": False, "shellingham": False,
+        "kept": True, "shutil_real": True, "close": ["log"], "difflib_now": True, "which": True, "same": True,
+        "summary": "StackSummary"}
 
 
 def test_commit_loads_only_the_single_document_parsers(store, env, tmp_path):
     """commit - reads one document: none of import's readers (llm's logs.db, ZIP, streamed
-    arrays, the many-conversation exports, convgit's own), and no ref operation beyond its own."""
+    arrays, the many-conversation exports, convgit's own, the tree formats, datasets, session
+    files: detection asks convgit.ingest.shapes), no ref operation beyond its own, and a re-send
+    moves no ref (no RefMove made)."""
     doc = {"messages": [{"role": "user", "content": "foo question 0"}, {"role": "assistant", "content": "answer 0"}]}
     mods = loaded(["commit", "-"], cwd=store, env=env, tmp_path=tmp_path, input=json.dumps(doc).encode())
     assert present(mods, ("convgit.ingest.llmdb", "convgit.ingest.jsonsplit", "convgit.ingest.exports",
                           "convgit.ingest.native", "zipfile", "hashlib", "html", "shlex", "convgit.thread_ops",
+                          "convgit.ingest.chatgpt", "convgit.ingest.claude", "convgit.ingest.webui",
+                          "convgit.ingest.datasets", "convgit.ingest.sessions", "convgit.ingest.apis", "convgit.ref_move",
                           "convgit.revparse", "convgit.remotes", "convgit.results", "convgit.semantic",
                           "convgit.config_types", "tomllib", "ctypes", "random")) == []
+
+
+def test_a_chain_of_loose_ids_opens_no_pack():
+    """graph.first_missing lists the packs (opening every index: ~0.1 ms a pack, 50 packs at
+    100,000 threads) only for an id that is not a loose file: a re-send opens none."""
+    from convgit.graph import first_missing
+
+    class Objects:
+        listed = 0
+
+        def is_loose(self, oid):
+            return oid != "p"
+
+        def packs_by_age(self):
+            Objects.listed += 1
+            return [type("P", (), {"contains": staticmethod(lambda oid: oid == "p")})()]
+
+        packs = packs_by_age
+
+        def contains(self, oid):
+            return False
+
+    objects = Objects()
+    assert first_missing(objects, ["a", "b", "c"]) == 3 and Objects.listed == 0
+    assert first_missing(objects, ["a", "p", "c", "p", "x"], 4) == 4 and Objects.listed == 1
+    assert first_missing(objects, ["p", "q"]) == 2 and Objects.listed == 2
+
+
+def test_session_formats_are_one_tuple():
+    """sources lists the session formats without importing their parser (ingest.shapes)."""
+    from convgit.ingest import sessions, shapes, sources
+
+    assert sessions.FILE_FORMATS == shapes.SESSION_FORMATS and set(shapes.SESSION_FORMATS) <= set(sources.FORMATS)
+
+
+# entry.exit_now: the process ends without Python's teardown when nothing is left for it.
+FAST_EXIT = """
+import os, sys, threading, time
+real = os._exit
+def spy(code):
+    sys.stderr.write(f"os._exit({code})\\n"); sys.stderr.flush(); real(code)
+os._exit = spy
+if sys.argv[1] == "thread":
+    threading.Thread(target=time.sleep, args=(0.2,)).start()
+sys.argv = ["convgit", *sys.argv[2:]]
+from convgit.cli.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("how, args, rc, fast", [
+    ("plain", ["status"], 0, True),
+    ("plain", ["log", "-n", "1"], 0, True),
+    ("plain", ["lgo"], 2, True),
+    ("plain", ["show", "nosuchrev"], 15, True),  # (not_found)
+    ("thread", ["status"], 0, False),  # another thread running: Python's exit (it waits for it)
+])
+def test_a_command_ends_without_teardown_when_nothing_is_left(how, args, rc, fast, store, env):
+    """The exit code and every byte of output are kept; stdout is complete through a pipe; the
+    index's WAL is closed (no -wal file left); a thread still running gets Python's exit."""
+    p = subprocess.run([PY, "-c", FAST_EXIT, how, *args], cwd=store, env=env, capture_output=True, timeout=60)
+    assert p.returncode == rc, p.stderr.decode()
+    assert (f"os._exit({rc})" in p.stderr.decode()) is fast
+    if rc == 0:
+        q = subprocess.run([PY, "-m", "convgit", *args], cwd=store, env=env, capture_output=True, timeout=60)
+        assert p.stdout == q.stdout and p.stdout
+    assert not list((store / ".convgit").glob("index.sqlite-*"))
+
+
+def test_a_long_output_is_complete_through_a_pipe(store, env, run):
+    """stdout's buffer is flushed before the process ends at once (a page of JSON, piped)."""
+    ok(run("commit", "-", cwd=store, input=json.dumps({"messages": [
+        {"role": ("user", "assistant")[i % 2], "content": f"m{i} " + "x" * 500} for i in range(40)]})))
+    p = subprocess.run([PY, "-m", "convgit", "log", "-n", "0", "--json"], cwd=store, env=env, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 0 and len(p.stdout) > 20_000
+    json.loads(p.stdout)
+
+
+def test_the_packed_logs_name_is_one():
+    """refs names packed-logs without importing convgit.packedlogs (ref_create's constant)."""
+    from convgit.packedlogs import PACKED_LOGS
+    from convgit.ref_create import PACKED_LOGS_FILE
+
+    assert PACKED_LOGS == PACKED_LOGS_FILE == "packed-logs"
+
+
+def test_the_object_decoder_is_made_on_first_use(tmp_path):
+    """convgit.codec builds its Decoder (a tagged union of every object type: ~1.3 ms) when the
+    first object is decoded; a commit that reads none does not pay for it."""
+    code = ("import convgit.codec as c\nassert c._decoder is None\n"
+            "oid, data = c.encode_and_hash(c.Blob(data=b'x'))\n"
+            "assert c.decode(data) == c.Blob(data=b'x') and c._decoder is not None\n")
+    p = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr

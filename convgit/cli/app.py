@@ -18,6 +18,9 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Optional
 
+from .lean_typer import import_typer
+
+import_typer()  # (typer loaded without the modules of its rare paths; the imports below find it)
 import typer
 import typer.main
 from typer.core import TyperGroup

@@ -29,6 +29,11 @@ try:
 except ImportError:  # pragma: no cover - another typer: keep its own conversion
     RuntimeParam = None
 
+try:
+    from typer._click.parser import _normalize_opt, _OptionParser
+except ImportError:  # pragma: no cover - another typer: its own parser as it is
+    _OptionParser = None
+
 _MISS = object()
 _DECIMAL = re.compile(r"-?[0-9]{1,18}")  # what int() and pydantic read alike, within int64
 
@@ -40,6 +45,17 @@ def lean(command) -> None:
             param._usage_display_name = _usage_name.__get__(param)  # git's style: REV, [REV], PATH...
             param.display_type_rich = _no_type  # "PATH  Export files", not "PATH <list[str]>  ..."
             param._convgit_usage = True
+    if _Parser is not None and not getattr(command, "_convgit_parser", False):
+        made_parser = command.make_parser
+
+        def make_parser(ctx):
+            parser = made_parser(ctx)
+            if type(parser) is _OptionParser:
+                parser.__class__ = _Parser
+            return parser
+
+        command.make_parser = make_parser
+        command._convgit_parser = True
     if RuntimeParam is None:
         return
     for param in getattr(command, "params", ()):
@@ -135,6 +151,23 @@ if RuntimeParam is not None:
                     return _MISS
                 return coerce_cli_path(value, self.parameter_info, path_type=Path, param=param, ctx=ctx)
             return _MISS  # pragma: no cover
+
+
+_Parser = None
+if _OptionParser is not None:
+
+    class _Parser(_OptionParser):
+        """typer's option parser, which tries a short option (``-C``, ``-n``) as a long one first
+        and, when that fails, computes "did you mean" suggestions (importing difflib) that it
+        then throws away to match it as a short option. This goes to the short match directly
+        when that is where typer's would end; every other argument is typer's path."""
+
+        def _process_opts(self, arg: str, state) -> None:
+            if "=" not in arg and arg[:2] not in self._opt_prefixes \
+                    and _normalize_opt(arg, self.ctx) not in self._long_opt:
+                self._match_short_opt(arg, state)
+                return
+            super()._process_opts(arg, state)
 
 
 # -- completion (the work is in cli/completion.py, imported only when a shell asks) ------------

@@ -16,9 +16,7 @@ from ..objects import OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolRes
 from .chat import _drafts, completion_meta, parse_time
 from .model import Draft, Payload, TurnInfo
 from .parts import _b64, _pending_attachment, content_to_parts, normalize_role
-
-_ANTHROPIC_BLOCKS = {"tool_use", "tool_result", "thinking", "redacted_thinking"}
-
+from .shapes import is_anthropic_request  # noqa: F401 (re-exported)
 
 def _s(d: dict, k: str) -> str | None:
     v = d.get(k)
@@ -142,39 +140,6 @@ def _items(items: list, where: str) -> list[Draft]:
 
 
 # -- Anthropic ------------------------------------------------------------------------------
-
-
-# Message keys and roles only OpenAI's Chat Completions has: a document holding one is read as
-# a chat document even when a content list also holds Anthropic-style blocks (LiteLLM and
-# others put ``thinking`` blocks beside ``tool_calls``); the Anthropic reader has no place
-# for them.
-_OPENAI_ONLY_KEYS = ("tool_calls", "function_call", "tool_call_id", "reasoning_content", "refusal", "audio")
-_OPENAI_ONLY_ROLES = ("tool", "function", "developer")
-
-
-def _openai_only(m: Any) -> bool:
-    if not isinstance(m, dict):
-        return False
-    role = m.get("role")
-    return any(m.get(k) not in (None, [], {}) for k in _OPENAI_ONLY_KEYS) or (
-        isinstance(role, str) and role.strip().lower() in _OPENAI_ONLY_ROLES)
-
-
-def is_anthropic_request(doc: dict) -> bool:
-    """True when ``doc`` is an Anthropic Messages request: a top-level ``system`` or content
-    blocks of Anthropic's types, and no message with a key or role only OpenAI's chat shape
-    has (``tool_calls``, ``tool_call_id``, role ``tool``, ...)."""
-    msgs = doc.get("messages") or ()
-    if any(_openai_only(m) for m in msgs):
-        return False
-    if "system" in doc and isinstance(doc.get("messages"), list):
-        return True
-    for m in msgs:
-        c = m.get("content") if isinstance(m, dict) else None
-        if isinstance(c, list) and any(isinstance(b, dict) and (b.get("type") in _ANTHROPIC_BLOCKS or
-                                                                 isinstance(b.get("source"), dict)) for b in c):
-            return True
-    return False
 
 
 def anthropic_payload(doc: dict) -> Payload:

@@ -16,18 +16,11 @@ from ..errors import SchemaValidationFailed
 from ..objects import AttachmentPart, OpaquePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from .model import Conversation, Draft, Node
 from .parts import normalize_role
+from .shapes import chatgpt_looks_like as looks_like
 
 SOURCE = "chatgpt"
 _CONV_KEYS = ("mapping", "current_node", "conversation_id", "id")
 _MSG_HASHED = {"author", "content", "recipient", "channel", "weight"}
-
-
-def looks_like(doc: Any) -> bool:
-    """A ChatGPT conversation: a ``mapping`` tree, or the keys an entry without one still has.
-    A ``chat_messages`` list is Claude's, whatever else the document holds."""
-    if not isinstance(doc, dict) or isinstance(doc.get("chat_messages"), list):
-        return False
-    return "mapping" in doc or "current_node" in doc or ("conversation_id" in doc and "title" in doc)
 
 
 def parse(doc: Any, label: str = "", *, detect: Callable[[Any], str | None] | None = None) -> Conversation:

@@ -16,15 +16,11 @@ from ..objects import AttachmentPart, OpaquePart, ReasoningPart, TextPart, ToolC
 from .chat import parse_time
 from .model import Conversation, Draft, Node
 from .parts import PendingAttachment, normalize_role
+from .shapes import claude_looks_like as looks_like  # noqa: F401 (re-exported)
 
 SOURCE = "claude"
 ROOT_SENTINELS = {"00000000-0000-4000-8000-000000000000", "00000000-0000-0000-0000-000000000000"}
 _BLOCK_PROVENANCE = ("start_timestamp", "stop_timestamp", "flags")
-
-
-def looks_like(doc: Any) -> bool:
-    """True for a Claude.ai conversation (a ``chat_messages`` list)."""
-    return isinstance(doc, dict) and isinstance(doc.get("chat_messages"), list)
 
 
 def parse(doc: Any, label: str = "") -> Conversation:

@@ -18,17 +18,12 @@ from ..objects import AttachmentPart, TextPart, ToolCallPart, ToolResultPart
 from .chat import _drafts
 from .model import Draft, Payload, TurnInfo
 from .parts import normalize_role
+from .shapes import sharegpt_looks_like  # noqa: F401 (re-exported)
 
 _FROM = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bing": "assistant",
          "bard": "assistant", "assistant": "assistant", "model": "assistant", "system": "system",
          "function_call": "assistant", "observation": "tool", "tool": "tool", "function": "tool"}
 _MEDIA = re.compile(r"<(image|video|audio)>")
-
-
-def sharegpt_looks_like(doc: Any) -> bool:
-    """True for a ShareGPT record (or bare list) of ``{from, value}`` turns."""
-    turns = doc.get("conversations") if isinstance(doc, dict) else doc
-    return isinstance(turns, list) and bool(turns) and all(isinstance(t, dict) and "from" in t and "value" in t for t in turns[:3])
 
 
 def sharegpt_payload(doc: Any) -> Payload:

@@ -30,8 +30,9 @@ from ..errors import SchemaValidationFailed
 from ..objects import ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from .chat import parse_time
 from .model import Conversation, Draft, Node
+from .shapes import SESSION_FORMATS
 
-FILE_FORMATS = ("sillytavern", "claude-code", "codex")
+FILE_FORMATS = SESSION_FORMATS
 
 
 def detect_first_line(doc: Any) -> str | None:

@@ -15,24 +15,50 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
 
 from ..config import Config
 from ..errors import ConvgitError, InvalidInput, PayloadTooLarge, SchemaValidationFailed
-from . import apis, chatgpt, claude, datasets, sessions, webui
 from .chat import parse_chat
 from .decode import decode_json
 from .model import Conversation, Node, Payload, TurnInfo
+from .shapes import (SESSION_FORMATS, chatgpt_looks_like, claude_looks_like, is_anthropic_request, librechat_looks_like,
+                     owui_looks_like, sharegpt_looks_like)
 
 if TYPE_CHECKING:
     from .jsonsplit import Skipped
 
 # What only `import` reads (llm's logs.db, ZIP files, streamed arrays, the many-conversation
-# exports, convgit's own) is imported by the functions that read it: `commit`, which takes one
-# document through payload_from_document, loads none of it (start-up: docs/performance.md).
+# exports, convgit's own, the tree formats, datasets and session files) is imported by the
+# functions that read it: `commit`, which takes one document through payload_from_document,
+# loads none of it; its detection asks convgit.ingest.shapes (start-up: docs/performance.md).
 
-TREE_FORMATS = {"chatgpt": lambda doc, label="": chatgpt.parse(doc, label, detect=detect), "claude": claude.parse, "open-webui": webui.parse_owui,
-                "librechat": webui.parse_librechat}
+
+def _chatgpt(doc: Any, label: str = "") -> Conversation:
+    from . import chatgpt
+
+    return chatgpt.parse(doc, label, detect=detect)
+
+
+def _claude(doc: Any, label: str = "") -> Conversation:
+    from . import claude
+
+    return claude.parse(doc, label)
+
+
+def _owui(doc: Any, label: str = "") -> Conversation:
+    from . import webui
+
+    return webui.parse_owui(doc, label)
+
+
+def _librechat(doc: Any, label: str = "") -> Conversation:
+    from . import webui
+
+    return webui.parse_librechat(doc, label)
+
+
+TREE_FORMATS = {"chatgpt": _chatgpt, "claude": _claude, "open-webui": _owui, "librechat": _librechat}
 PAYLOAD_FORMATS = ("native", "openai", "openai-completion", "openai-responses", "anthropic", "gemini", "aistudio",
                    "sharegpt", "messages", "conversation", "transcript")
 # Formats of a whole file, several conversations per document or one per file.
-FILE_FORMATS = ("grok", "chatbot-ui", "open-webui-db", *sessions.FILE_FORMATS)
+FILE_FORMATS = ("grok", "chatbot-ui", "open-webui-db", *SESSION_FORMATS)
 FORMATS = ("auto", *TREE_FORMATS, "llm", *FILE_FORMATS, *PAYLOAD_FORMATS)
 
 
@@ -54,26 +80,26 @@ def detect(doc: Any) -> str | None:
     """The format of one decoded conversation document, or None."""
     if isinstance(doc, list):
         if doc and all(isinstance(x, dict) for x in doc[:3]):
-            if datasets.sharegpt_looks_like(doc):
+            if sharegpt_looks_like(doc):
                 return "sharegpt"
             if all("role" in x for x in doc[:3]):
                 return "native"
         return None
     if not isinstance(doc, dict):
         return None
-    if chatgpt.looks_like(doc):
+    if chatgpt_looks_like(doc):
         return "chatgpt"
-    if claude.looks_like(doc):
+    if claude_looks_like(doc):
         return "claude"
-    if webui.owui_looks_like(doc):
+    if owui_looks_like(doc):
         return "open-webui"
-    if webui.librechat_looks_like(doc):
+    if librechat_looks_like(doc):
         return "librechat"
     if "chunkedPrompt" in doc:
         return "aistudio"
     if "contents" in doc or "candidates" in doc:
         return "gemini"
-    if datasets.sharegpt_looks_like(doc):
+    if sharegpt_looks_like(doc):
         return "sharegpt"
     if isinstance(doc.get("conversation"), list):
         return "conversation"
@@ -84,7 +110,7 @@ def detect(doc: Any) -> str | None:
     if "choices" in doc and "messages" not in doc:
         return "openai-completion"
     if isinstance(doc.get("messages"), list):
-        if apis.is_anthropic_request(doc) or (isinstance(doc.get("response"), dict) and doc["response"].get("type") == "message"):
+        if is_anthropic_request(doc) or (isinstance(doc.get("response"), dict) and doc["response"].get("type") == "message"):
             return "anthropic"
         if any(k in doc for k in ("images", "videos", "audios")):
             return "messages"
@@ -97,6 +123,8 @@ def payload_from_document(doc: Any, fmt: str | None = None, *, allow_bare_respon
     fmt = fmt or detect(doc) or "native"
     if fmt in TREE_FORMATS or fmt == "llm" or fmt in FILE_FORMATS:
         raise SchemaValidationFailed(f"this is a {fmt} export, which can hold many conversations: use `convgit import`")
+    if fmt in ("openai-completion", "openai-responses", "anthropic", "gemini", "aistudio"):
+        from . import apis
     if fmt == "openai-completion":
         if not allow_bare_response:
             raise SchemaValidationFailed("a chat.completion response needs the request: give {\"messages\": [...], \"response\": {...}}")
@@ -109,6 +137,8 @@ def payload_from_document(doc: Any, fmt: str | None = None, *, allow_bare_respon
         return apis.gemini_payload(_obj(doc, fmt))
     if fmt == "aistudio":
         return apis.aistudio_payload(_obj(doc, fmt))
+    if fmt in ("sharegpt", "conversation", "messages"):
+        from . import datasets
     if fmt == "sharegpt":
         return datasets.sharegpt_payload(doc)
     if fmt == "conversation":
@@ -162,7 +192,7 @@ def conversation_from_document(doc: Any, fmt: str | None, label: str, size: int 
 
 def iter_path(path: str | Path, fmt: str | None = None, config: Config | None = None) -> Iterator[Conversation | Rejected]:
     """Every conversation in a file (JSON, JSONL, a ZIP export, an llm logs.db)."""
-    from . import llmdb
+    from . import llmdb, webui
 
     config = config or Config()
     fmt = None if fmt in (None, "auto") else fmt
@@ -197,7 +227,7 @@ def iter_path(path: str | Path, fmt: str | None = None, config: Config | None = 
         return
     size = p.stat().st_size
     with open(p, "rb") as f:
-        kind = fmt if fmt in sessions.FILE_FORMATS else _session_kind(f) if fmt is None else None
+        kind = fmt if fmt in SESSION_FORMATS else _session_kind(f) if fmt is None else None
         if kind is not None:
             yield _session_file(f, kind, config, label, size)
             return
@@ -206,6 +236,8 @@ def iter_path(path: str | Path, fmt: str | None = None, config: Config | None = 
 
 def _session_kind(f: BinaryIO) -> str | None:
     """The whole-file JSONL format (sessions.py) whose first line starts ``f``, or None."""
+    from . import sessions
+
     first = f.readline(1 << 20)
     f.seek(0)
     try:
@@ -230,6 +262,8 @@ def _session_file(f: BinaryIO, kind: str, config: Config, label: str, size: int)
             if i == len(lines) and not raw.endswith(b"\n"):
                 break
             return Rejected(label, SchemaValidationFailed(f"line {i}: {e.message}"), size)
+    from . import sessions
+
     return _one(label, size, lambda: _sized(sessions.parse_file(kind, docs, label), size))
 
 
@@ -278,6 +312,8 @@ def iter_stream(f: BinaryIO, fmt: str | None, config: Config, label: str, *, siz
 
     limit = config.max_payload_bytes
     if fmt == "transcript":
+        from . import datasets
+
         raw = _read_limited(f, limit, label)
         yield _one(label, len(raw), lambda: payload_conversation(
             datasets.transcript_payload(_text(raw, label)), source="transcript", label=label, size=len(raw)))

@@ -21,19 +21,12 @@ from ..objects import AttachmentPart, OpaquePart, ReasoningPart, TextPart, ToolC
 from .chat import parse_time
 from .model import Conversation, Draft, Node
 from .parts import normalize_role
+from .shapes import librechat_looks_like, owui_looks_like
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 
 # -- Open WebUI -----------------------------------------------------------------------------
-
-
-def owui_looks_like(doc: Any) -> bool:
-    """True for an Open WebUI chat (``history.messages``, at the top or under ``chat``)."""
-    if not isinstance(doc, dict):
-        return False
-    chat = doc.get("chat") if isinstance(doc.get("chat"), dict) else doc
-    return isinstance(chat.get("history"), dict) and isinstance(chat["history"].get("messages"), dict)
 
 
 def parse_owui(doc: Any, label: str = "") -> Conversation:
@@ -180,12 +173,6 @@ def _output_item(it: Any) -> Any:
 
 
 # -- LibreChat ------------------------------------------------------------------------------
-
-
-def librechat_looks_like(doc: Any) -> bool:
-    """True for a LibreChat export (``conversationId`` and messages)."""
-    return isinstance(doc, dict) and "conversationId" in doc and (
-        isinstance(doc.get("messages"), list) or isinstance(doc.get("messagesTree"), list))
 
 
 def parse_librechat(doc: Any, label: str = "") -> Conversation:
