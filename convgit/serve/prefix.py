@@ -20,7 +20,7 @@ impossible, a miss only costs the full path. Entries never say anything about th
 (content addresses are pure): whether a cached prefix is *stored* is the committer's
 business (``Recorder``'s stored tips, checked again inside the transaction).
 
-Shared by the proxy's builds (event loop) and the committer's (its thread): a lock around
+Shared by the proxy's builds (event loop) and a committer thread's (a committer process keeps its own): a lock around
 the tables; entries are never changed once made. Bounded: least recently used entries go
 once their weight (bytes of keys and encoded messages) passes ``max_bytes``.
 """
