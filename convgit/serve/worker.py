@@ -133,7 +133,9 @@ class CommitterProcess:
     def start(self) -> None:
         """Start the worker (from this thread, which must outlive it: the worker's
         parent-death signal follows the thread that started it) and the two threads."""
-        self._spawn(crash_hook=True)
+        proc, sock = self._spawn(crash_hook=True)
+        with self._cond:
+            self._proc, self._sock, self._started_at = proc, sock, time.monotonic()
         self._sender.start()
         self._receiver.start()
 
@@ -192,7 +194,8 @@ class CommitterProcess:
             self._out.append((_frame(b"S", _KEY.pack(key)), fd, None))
         return key
 
-    def _spawn(self, *, crash_hook: bool) -> None:
+    def _spawn(self, *, crash_hook: bool) -> tuple[subprocess.Popen, socket.socket]:
+        """A new worker and the server's end of its socket (not yet the one frames go to)."""
         from ..config import env_without_crash_hook
 
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -204,9 +207,7 @@ class CommitterProcess:
                 start_new_session=True)  # (a Ctrl-C to the terminal is the server's to handle)
         finally:
             child.close()
-        with self._cond:
-            self._proc, self._sock = proc, parent
-            self._started_at = time.monotonic()
+        return proc, parent
 
     def _respawn(self) -> bool:
         """A worker died: start another, hand it every call not yet committed (checked
@@ -226,12 +227,12 @@ class CommitterProcess:
         with self._cond:
             if self._stop:
                 return False
-        old = self._sock
-        self._spawn(crash_hook=False)
-        if old is not None:
-            old.close()
+        proc, sock = self._spawn(crash_hook=False)
         with self._cond:
-            # (frames not sent to the dead worker are dropped, but for the descriptors to close)
+            # The new socket and what it is sent, together: a frame queued for the dead worker
+            # never reaches the new one (a call sent twice could be committed twice in one
+            # batch). Those frames are dropped, but for the descriptors to close.
+            old, self._proc, self._sock, self._started_at = self._sock, proc, sock, time.monotonic()
             out = [(b"", None, fd) for _, _, fd in self._out if fd is not None]
             out += [(_frame(b"S", _KEY.pack(k)), fd, None) for k, (_, fd) in self._segs.items()]
             out += [(_frame(b"C", _KEY.pack(k if k in self._segs else NO_SEGMENT) + b"\x01" + data), None, None)
@@ -240,6 +241,8 @@ class CommitterProcess:
                 out.append((_STOP, None, None))
             self._out = out
             self._cond.notify()
+        if old is not None:
+            old.close()
         return True
 
     def _send_loop(self) -> None:
