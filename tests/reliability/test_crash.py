@@ -158,6 +158,18 @@ def _check_after_kill(root: Path, ackpath: Path, k: int, *, full: bool) -> tuple
     return problems, len(acks)
 
 
+def _wait_growth(path: Path, size: int, timeout: float) -> None:
+    """Until ``path`` is longer than ``size`` bytes (or ``timeout`` seconds passed)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if path.stat().st_size > size:
+                return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.0005)
+
+
 def kill_loop(root: Path, source: Path, *, kills: int, seed: int, broken: bool = False) -> dict:
     rnd = random.Random(seed)
     ackpath = root.parent / "acks.jsonl"
@@ -166,6 +178,7 @@ def kill_loop(root: Path, source: Path, *, kills: int, seed: int, broken: bool =
     stats = {"kills": 0, "acks": 0, "first_failure": None, "problems": []}
     try:
         for k in range(kills):
+            size0 = ackpath.stat().st_size if ackpath.exists() else 0
             pid = os.fork()
             if pid == 0:  # the worker: never returns
                 try:
@@ -174,6 +187,11 @@ def kill_loop(root: Path, source: Path, *, kills: int, seed: int, broken: bool =
                     errpath.write_text(traceback.format_exc())
                 finally:
                     os._exit(1)
+            if k % 2:
+                # Every other kill waits for the worker's first operation to start: on a slow or
+                # loaded machine opening the store can take the whole window, and no kill would
+                # land among the operations. The others may land in the open, as before.
+                _wait_growth(ackpath, size0, 5.0)
             time.sleep(rnd.uniform(0, 0.030))
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
