@@ -14,24 +14,11 @@ import convgit
 from convgit.capture import capture, flush
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers.serve import FakeUpstream  # noqa: E402
+from helpers.serve import store, upstream  # noqa: E402,F401 (fixtures)
 from test_serve import _conversation, _threads, _turns  # noqa: E402
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    up = FakeUpstream().start()
-    yield up
-    up.stop()
-
-
-@pytest.fixture
-def store(tmp_path) -> Path:
-    convgit.init(tmp_path / "s").close()
-    return tmp_path / "s"
 
 
 def test_openai_calls_are_answered_unchanged_and_logged(store, upstream):

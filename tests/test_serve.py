@@ -31,23 +31,10 @@ from convgit.errors import InvalidInput
 from convgit.objects import Message, Turn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers.serve import FakeUpstream, ServeProcess  # noqa: E402
+from helpers.serve import ServeProcess, store, upstream  # noqa: E402,F401 (fixtures)
 
 KEY = "sk-test-SECRETKEY-0123456789abcdef"
 ANT_KEY = "sk-ant-SECRETKEY-fedcba9876543210"
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    up = FakeUpstream().start()
-    yield up
-    up.stop()
-
-
-@pytest.fixture
-def store(tmp_path) -> Path:
-    convgit.init(tmp_path / "s").close()
-    return tmp_path / "s"
 
 
 @pytest.fixture

@@ -24,20 +24,7 @@ import httpx
 import pytest
 
 import convgit
-from helpers.serve import FakeUpstream, ServeProcess, recorded_calls  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    up = FakeUpstream().start()
-    yield up
-    up.stop()
-
-
-@pytest.fixture
-def store(tmp_path) -> Path:
-    convgit.init(tmp_path / "s").close()
-    return tmp_path / "s"
+from helpers.serve import ServeProcess, recorded_calls, store, upstream  # noqa: E402,F401 (fixtures)
 
 
 def _worker_pids(pid: int) -> list[int]:

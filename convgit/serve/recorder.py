@@ -389,10 +389,10 @@ class Committer:
         """Start the thread."""
         self._thread.start()
 
-    def deliver(self, segment, record: CallRecord, check: bool = False) -> None:
+    def deliver(self, segment, record: CallRecord, check: bool = False, data: bytes | None = None) -> None:
         """A durable (or, when the spool failed, in-memory) record to commit. ``check``: it may
         be in the store already (a committer process that died handed it over again), so it is
-        looked up first (``Recorder.recorded_already``)."""
+        looked up first (``Recorder.recorded_already``). ``data``: its spool bytes (unused here)."""
         with self._cond:
             self._queue.append((segment, record, check))
             self.idle.clear()

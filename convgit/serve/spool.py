@@ -232,8 +232,8 @@ class SpoolWriter:
         except Exception as e:  # a full or read-only disk: the calls go on, committed from memory
             self.warn(f"spool not written ({e}); {len(batch)} call(s) are only in memory until committed")
             seg = None
-        for _, record, done in batch:
-            self.deliver(seg, record)
+        for data, record, done in batch:
+            self.deliver(seg, record, data=data)
             try:
                 done()
             except Exception:  # the waiting request is gone (a cancelled future)

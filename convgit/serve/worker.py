@@ -139,11 +139,13 @@ class CommitterProcess:
         self._sender.start()
         self._receiver.start()
 
-    def deliver(self, segment, record) -> None:
-        """A durable (or, when the spool failed, in-memory) record to commit."""
-        from .record import encode_record
+    def deliver(self, segment, record, data: bytes | None = None) -> None:
+        """A durable (or, when the spool failed, in-memory) record to commit; ``data``: its
+        bytes as the spool wrote them (encoded here when not given)."""
+        if data is None:
+            from .record import encode_record
 
-        data = encode_record(record)
+            data = encode_record(record)
         with self._cond:
             key = self._segment_key(segment)
             self._pending[record.id] = (key, data)

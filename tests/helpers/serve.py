@@ -25,6 +25,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
+
 import convgit
 
 ROOT = Path(__file__).resolve().parents[2]  # (the repository: tests/helpers/ is two below it)
@@ -391,3 +393,21 @@ def recorded_calls(store: Path) -> list[str]:
         return out
     finally:
         repo.close()
+
+
+# -- fixtures for the serve tests (imported by them: ``from helpers.serve import store, upstream``)
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    """A FakeUpstream on 127.0.0.1 for the test module."""
+    up = FakeUpstream().start()
+    yield up
+    up.stop()
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    """A fresh store (the directory holding .convgit) at ``tmp_path/s``."""
+    convgit.init(tmp_path / "s").close()
+    return tmp_path / "s"
