@@ -138,3 +138,11 @@ def test_kill_9_of_the_server_takes_its_committer_process_with_it(store, upstrea
     sp.stop()
     assert sorted(recorded_calls(store)) == sorted(answered)
     assert not list((store / ".convgit" / "spool").glob("*.spool"))
+
+
+def test_an_unknown_committer_is_refused_and_nothing_is_written(store):
+    r = subprocess.run([sys.executable, "-m", "convgit", "-C", str(store), "serve", "--committer", "fork", "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 10, r.stderr
+    assert "[invalid_input]" in r.stderr and "--committer must be process or thread" in r.stderr
+    assert not (store / ".convgit" / "spool").exists()
