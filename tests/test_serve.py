@@ -747,17 +747,21 @@ def _kill_rounds(store: Path, upstream, rounds: int, *, clients: int = 1, calls:
     return answered
 
 
-def _check_each_once(store: Path, answered: list[str], upstream) -> None:
+def _check_each_once(store: Path, answered: list[str], upstream) -> list[dict]:
+    """A new server drains what the killed ones left: each answered call recorded once.
+    Returns that server's ``--json`` call lines."""
     sp = ServeProcess(store, upstream.url)
     sp.wait_listening()
     deadline = time.monotonic() + 60
     while list((store / ".convgit" / "spool").glob("*.spool")) and time.monotonic() < deadline:
         time.sleep(0.1)  # the new server drains what the killed ones left
     sp.stop()
+    lines = sp.calls + [sp.lines.get() for _ in range(sp.lines.qsize())]
     calls = [t.meta["call"] for t in _turns(store)]
     assert len(calls) == len(set(calls)), "a call recorded twice"
     assert sorted(calls) == sorted(answered), "an answered call is missing"
     assert not list((store / ".convgit" / "spool").glob("*.spool"))
+    return [d for d in lines if "call" in d]
 
 
 @pytest.mark.slow
@@ -780,7 +784,8 @@ def test_kill_9_after_the_answer_loses_no_call_and_records_none_twice(store, ups
 
 
 @pytest.mark.parametrize("committer", ["thread", "process"])
-@pytest.mark.parametrize("point,calls", [("ref_after_tmp_fsync", 1), ("bulk_after_logs_rename", 6), ("serve_after_commit", 3)])
+@pytest.mark.parametrize("point,calls", [("ref_after_tmp_fsync", 1), ("bulk_after_logs_rename", 6), ("serve_after_commit", 3),
+                                         ("serve_before_lines", 3)])
 def test_a_committer_killed_mid_creation_records_each_call_once_and_fsck_is_clean(store, upstream, point, calls, committer):
     """The committer dies between a new thread's reflog and its ref (one call: the per-ref
     path; six calls held back, then committed at once: the bulk path), so a stale reflog is
@@ -794,7 +799,11 @@ def test_a_committer_killed_mid_creation_records_each_call_once_and_fsck_is_clea
     each looked up in the store first.
 
     ``serve_after_commit``: killed after the batch's commit point, before the spool was told:
-    the calls are in the store, and committing them again would record them twice."""
+    the calls are in the store, and committing them again would record them twice.
+    ``serve_before_lines``: killed after the commit, before the calls' ``--json`` lines: the
+    next committer writes them, marked ``recovered``. With the process committer each call
+    has exactly one line (serve_after_commit: the lines written before the kill are not
+    written again)."""
     sp = ServeProcess(store, upstream.url, "--committer", committer,
                       env={"CONVGIT_CRASH_AT": point, "CONVGIT_LOCK_TIMEOUT": "0.1"})
     url = sp.wait_listening()
@@ -815,7 +824,7 @@ def test_a_committer_killed_mid_creation_records_each_call_once_and_fsck_is_clea
     repo.close()
     if committer == "thread":
         assert sp.proc.wait(60) == 137  # killed at the crash point, by its own committer
-    if committer == "thread" and point != "serve_after_commit":
+    if committer == "thread" and point not in ("serve_after_commit", "serve_before_lines"):
         with convgit.open_repo(store) as repo:
             packed = repo.refs.packed_logs()
             logs = {n for n, _ in repo.refs.iter_log_files() if n} | set(packed.names() if packed else ())
@@ -828,9 +837,14 @@ def test_a_committer_killed_mid_creation_records_each_call_once_and_fsck_is_clea
         assert any("committer process stopped (exit 137)" in ln for ln in sp.stderr), sp.stderr
         time.sleep(1.0)  # (the next committer process, handed the calls again, looks them up)
         assert sp.proc.poll() is None  # the server lived on
-        assert sorted(d["call"] for d in docs) == sorted(answered)
         assert sp.stop() == 0
-    _check_each_once(store, answered, upstream)
+        docs = docs + [sp.lines.get() for _ in range(sp.lines.qsize())]
+        assert sorted(d["call"] for d in docs if "call" in d) == sorted(answered)  # one line each
+        assert all(d.get("recovered") for d in docs if "call" in d) == (point == "serve_before_lines")
+    drained = _check_each_once(store, answered, upstream)
+    if committer == "thread" and point == "serve_before_lines":  # the next server writes the lines
+        assert sorted(d["call"] for d in drained) == sorted(answered)
+        assert all(d["recovered"] and d["thread"] and d["new_messages"] is None for d in drained)
     r = subprocess.run([sys.executable, "-m", "convgit", "-C", str(store), "fsck"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 

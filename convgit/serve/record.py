@@ -324,8 +324,12 @@ def _request_only(req: dict) -> dict:
     return {k: v for k, v in req.items() if k != "response"}
 
 
-def summary(rec: CallRecord, built: Built | None, result: Any = None, problem: str | None = None) -> dict:
-    """The one-line-per-call log entry (``convgit serve --json`` prints it as JSON)."""
+def summary(rec: CallRecord, built: Built | None, result: Any = None, problem: str | None = None,
+            recovered: bool = False) -> dict:
+    """The one-line-per-call log entry (``convgit serve --json`` prints it as JSON).
+    ``recovered``: the call was found in the store already when its commit was tried again
+    (a committer died after committing it, before its line was written): the line is marked
+    so, and ``new_messages`` is null (what that commit added is not known here)."""
     usage = built.payload.turn.usage if built else None
     u = usage or {}
     doc = {
@@ -345,4 +349,6 @@ def summary(rec: CallRecord, built: Built | None, result: Any = None, problem: s
     }
     if problem:
         doc["not_recorded"] = problem
+    if recovered:
+        doc["recovered"] = True
     return doc

@@ -27,7 +27,7 @@ import time
 import traceback
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from .. import api, codec, fsio, graph
 from ..config import crash_point
@@ -45,6 +45,7 @@ from .record import CallRecord
 # A store that cannot be written now (full, read-only, locked, racing writers): retried later.
 RETRY = (StorageFailed, Locked, RefStale, OSError)
 _HISTORY_CACHE = 4096
+_RECOVERED = "recovered"  # commit_batch: a call found in the store already (not a problem)
 _STORED_TIPS = 65536  # tips remembered as stored (the hole check's hint)
 _HINT_REACH = 16
 _MAX_BATCH = 512
@@ -59,6 +60,14 @@ _WARN_EVERY = 60.0  # the same kind of embedding warning at most this often in t
 GC_CHECK_SECONDS = 30.0  # the committer looks at most this often whether gc --auto would act
 LOOSE_CHECK_SECONDS = 5.0  # ... and, when idle, at most this often whether loose objects should be packed
 HEAD_EVERY_SECONDS = 1.0  # HEAD follows the last call at most this often (and this long after it at most)
+
+
+class _Found(NamedTuple):
+    """Where a call found recorded before is (its summary's ``thread`` and ``tip``)."""
+
+    thread: str | None
+    tip: str
+    new_messages: None = None
 
 
 class Recorder:
@@ -114,6 +123,11 @@ class Recorder:
         while len(self._history) > _HISTORY_CACHE:
             self._history.popitem(last=False)
 
+    def _thread_of(self, tip: str) -> str | None:
+        """A thread holding ``tip`` (a call found recorded before: where its line says it is)."""
+        names = self.repo.index.threads_containing(tip, limit=1)
+        return names[0] if names else None
+
     def recorded_already(self, r: CallRecord, tip: str) -> bool:
         """Whether a call was committed before (a spool left by a server that died after
         committing, before noting it): its ``call:<id>`` alias in the index, else a turn
@@ -160,10 +174,11 @@ class Recorder:
             if r.api == rec_mod.sse.OPENAI_RESPONSES:  # only a Responses call is continued by its id
                 self._remember(b.response_id, b.history)
             if check_recorded and self.recorded_already(r, b.tip):
+                built.append((r, b, _RECOVERED))
                 continue
             built.append((r, b, None))
         summaries: list[dict] = []
-        ok = [(r, b) for r, b, problem in built if b is not None]
+        ok = [(r, b) for r, b, problem in built if b is not None and problem is None]
         self._hint([b for _, b in ok])
         results = self._commit_all([b for _, b in ok], blobs) if ok else []
         self._learn([b for _, b in ok], results)
@@ -175,7 +190,9 @@ class Recorder:
             self.unembedded = True
         res_of = {id(b): res for (_, b), res in zip(ok, results)}
         for r, b, problem in built:
-            if b is None:
+            if problem is _RECOVERED:  # (committed before: its line again, marked, for a log that lost it)
+                summaries.append(rec_mod.summary(r, b, _Found(self._thread_of(b.tip), b.tip), recovered=True))
+            elif b is None:
                 self._reject(r, problem or "")
                 summaries.append(rec_mod.summary(r, None, problem=problem))
             else:
@@ -492,7 +509,9 @@ class Committer:
         bugs = 0
         while True:
             try:
-                for doc in recorder.commit_batch(records, check_recorded=check_recorded):
+                docs = recorder.commit_batch(records, check_recorded=check_recorded)
+                crash_point("serve_before_lines")  # (committed, no line written: the next committer writes them)
+                for doc in docs:
                     self.on_call(doc)
                 return True
             except RETRY as e:

@@ -21,7 +21,9 @@ Each frame is ``u32 length · u8 kind · body``. What this keeps true, as in one
 - **Nothing lost.** The server keeps every call it handed over until the worker says it is
   committed. A worker that dies (a crash, a kill) is started again and handed those calls
   again with ``check`` set: each is looked up in the store first (``Recorder.recorded_already``),
-  so a call committed just before the death is not recorded twice.
+  so a call committed just before the death is not recorded twice. Its line is sent again,
+  marked ``recovered``; the server drops it when it wrote that call's line already, so each
+  call has one line.
 - **A server killed with kill -9 takes its worker with it** (``PR_SET_PDEATHSIG``), and the
   spool segments stay locked while either lives: the worker holds each segment's descriptor,
   passed over the socket (the same open file, so the same ``flock``). The next server drains
@@ -108,6 +110,10 @@ class CommitterProcess:
         # Frames to send, each with a descriptor to pass along and one to close once sent.
         self._out: list[tuple[bytes, int | None, int | None]] = []
         self._pending: dict[str, tuple[int, bytes]] = {}  # call id -> (segment key, record), until committed
+        # Calls whose line was written but not yet reported committed: a worker that dies in
+        # between leaves them pending, the next one finds them recorded and sends a line again
+        # (marked ``recovered``), which is dropped here: one line per call.
+        self._reported: set[str] = set()
         # key -> (spool Segment, our own duplicate of its descriptor: the segment stays locked
         # until the spool deletes it, even after the spool writer moved on to a newer one)
         self._segs: dict[int, tuple[object, int]] = {}
@@ -291,12 +297,20 @@ class CommitterProcess:
 
     def _received(self, kind: bytes, body: bytes) -> None:
         if kind == b"O":
-            self.on_call(json.loads(body))
+            doc = json.loads(body)
+            cid = doc.get("call")
+            with self._cond:
+                if cid in self._reported:
+                    return  # (written before the worker that committed it died)
+                if cid in self._pending:
+                    self._reported.add(cid)
+            self.on_call(doc)
         elif kind == b"K":
             key, ids = json.loads(body)
             with self._cond:
                 for i in ids:
                     self._pending.pop(i, None)
+                    self._reported.discard(i)
                 entry = self._segs.get(key)
             seg = entry[0] if entry is not None else None
             if seg is not None and self.writer is not None:

@@ -306,8 +306,8 @@ NOT_HERE = {"import_after_objects", "import_after_refs", "push_mid_pack", "push_
             # a fetch creating tracking refs packed at once: tests/test_remote_bulk.py kills it at both
             "bulk_logs_after_tmp_fsync", "bulk_refs_after_tmp_fsync",
             # a serve committer (thread or process) killed after a batch's commit, before the
-            # spool's note: tests/test_serve.py::test_a_committer_killed_...
-            "serve_after_commit"}
+            # spool's note, or before the calls' --json lines: tests/test_serve.py::test_a_committer_killed_...
+            "serve_after_commit", "serve_before_lines"}
 
 
 def test_every_named_crash_point_is_exercised():
