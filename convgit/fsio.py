@@ -42,6 +42,45 @@ TMP_PREFIX = "tmp_"
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
+SMALL_MAP = 1 << 20  # a mapped file up to this size is read whole at its first lookup (will_need)
+
+
+def map_read(f) -> "mmap.mmap | bytes":  # noqa: F821 (imported when called)
+    """The open file ``f`` mapped read-only (``b""`` when empty), advised as read at random:
+    what a lookup in a pack index, a pack or ``packed-refs`` reads is a page here and there.
+    Without the advice, each page fault on a file that is not in the page cache reads the
+    whole read-ahead window around it (8 MiB on this project's machines): one probe of a
+    large store's pack index read megabytes, and ``status``, which reads only each index's
+    header, read every index whole (docs/performance.md, "Cold pages"). A reader about to
+    read a range says so with ``will_need`` (a small file: all of it, at its first lookup).
+    The file must only ever be replaced by rename, never rewritten in place (convgit's packs
+    and ``packed-refs``)."""
+    import mmap
+
+    if not os.fstat(f.fileno()).st_size:
+        return b""
+    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        m.madvise(mmap.MADV_RANDOM)
+    except (AttributeError, OSError, ValueError):  # (not on this system: the kernel's default)
+        pass
+    return m
+
+
+def will_need(m, start: int, length: int) -> None:
+    """Tell the kernel that ``length`` bytes of the mapping ``m`` from ``start`` are about to
+    be read: one read-ahead of that range, not a fault per page (``map_read``)."""
+    import mmap
+
+    if not isinstance(m, mmap.mmap) or length <= 0:
+        return
+    at = start - start % mmap.PAGESIZE
+    try:
+        m.madvise(mmap.MADV_WILLNEED, at, min(length + start - at, len(m) - at))
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def _storage_error(op: str, path: os.PathLike | str, e: OSError) -> StorageFailed:
     if e.errno == errno.ELOOP:
         return UnsafeSymlink(f"{op} {path}: refused, it is a symlink (convgit writes nothing through one)",

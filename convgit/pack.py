@@ -164,7 +164,7 @@ class Pack:
         self.pack_path = idx_path.with_suffix(".pack")
         self.name = idx_path.stem
         with open(idx_path, "rb") as f:
-            self._idx = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(f.fileno()).st_size else b""
+            self._idx = fsio.map_read(f)
         idx = self._idx
         version = _VERSIONS.get(bytes(idx[:8])) if len(idx) >= _HDR + 1024 + 64 else None
         if version is None:
@@ -192,6 +192,7 @@ class Pack:
         self._pack_f = None
         self._pack = None
         self._idx_ok: bool | None = None
+        self._looked_up = False
         self._chunks: OrderedDict[int, bytes] = OrderedDict()
         self._fragment_bytes: OrderedDict[int, bytes] = OrderedDict()  # fragment index -> its bytes
         self._fragment_at: dict[bytes, int] = {}  # fragment id -> its index (looked up once)
@@ -200,6 +201,7 @@ class Pack:
     def idx_ok(self) -> bool:
         """Does the index match its checksum? (Computed once; used when a lookup misses.)"""
         if self._idx_ok is None:
+            fsio.will_need(self._idx, 0, len(self._idx))
             self._idx_ok = blake3(self._idx[:-32]).digest() == self._idx[-32:]
         return self._idx_ok
 
@@ -218,6 +220,10 @@ class Pack:
         if len(raw) != 32:
             return -1
         idx, at = self._idx, self._ids_at
+        if not self._looked_up:  # a small index: read whole at once (fsio.map_read)
+            self._looked_up = True
+            if len(idx) <= fsio.SMALL_MAP:
+                fsio.will_need(idx, 0, len(idx))
         while hi - lo > _SCAN:
             mid = (lo + hi) // 2
             a = at + 32 * mid
@@ -247,6 +253,7 @@ class Pack:
 
     def ids(self) -> Iterator[str]:
         """Every id in the pack, in id order."""
+        fsio.will_need(self._idx, self._ids_at, 32 * self.count)
         for i in range(self.count):
             yield self._id(i).hex()
 
@@ -434,11 +441,19 @@ class Pack:
         start = off + _ENTRY.size
         if start + n > len(pack):
             raise ObjectCorrupt(f"object {oid}: truncated in {self.pack_path.name}", oid=oid)
+        if n > mmap.PAGESIZE:
+            fsio.will_need(pack, start, n)
         return enc, pack[start : start + n]
 
     def ids_in_pack_order(self) -> list[str]:
         """Every id, in the order the objects lie in the pack (reading them in this order
-        decompresses each chunk once)."""
+        decompresses each chunk once). The caller reads them all: the index and the pack are
+        read ahead whole."""
+        fsio.will_need(self._idx, 0, len(self._idx))
+        try:
+            fsio.will_need(self._open_pack(), 0, len(self._pack))
+        except ObjectCorrupt:  # (a missing pack: said by the reads that need it)
+            pass
         return [self._id(i).hex() for i in sorted(range(self.count), key=self._where)]
 
     def _open_pack(self):
@@ -447,8 +462,7 @@ class Pack:
                 self._pack_f = open(self.pack_path, "rb")
             except FileNotFoundError:
                 raise ObjectCorrupt(f"{self.pack_path.name} is missing (its index is present)") from None
-            size = os.fstat(self._pack_f.fileno()).st_size
-            self._pack = mmap.mmap(self._pack_f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+            self._pack = fsio.map_read(self._pack_f)
         return self._pack
 
     def close(self) -> None:
@@ -472,12 +486,14 @@ class Pack:
         """Problems with this pack: checksums, entry bounds, and (``objects``) every object's hash."""
         problems = []
         idx = self._idx
+        fsio.will_need(idx, 0, len(idx))
         if blake3(idx[:-32]).digest() != idx[-32:]:
             problems.append(f"{self.idx_path.name}: index checksum mismatch")
         try:
             pack = self._open_pack()
         except ObjectCorrupt as e:
             return problems + [e.message]
+        fsio.will_need(pack, 0, len(pack))
         if len(pack) < _HDR + 32 or pack[:8] != _PACK_MAGICS[self.version]:
             return problems + [f"{self.pack_path.name}: not a pack (or not the version its index says)"]
         count_at = len(pack) - 36 if self.version >= 2 else 8  # version 2 and 3: the count is in the trailer
@@ -743,6 +759,7 @@ class PackFilter:
         import array
 
         words = array.array("Q")
+        fsio.will_need(pack._idx, pack._ids_at, 32 * pack.count)
         words.frombytes(pack._idx[pack._ids_at : pack._ids_at + 32 * pack.count])
         bits, mask = self._bits, self._mask
         for j in range(3):  # the ids are hashes: three of their 64-bit words are the probes

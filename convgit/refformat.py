@@ -167,7 +167,7 @@ class _Packed:
         return self._bad  # type: ignore[return-value]
 
     def _parse(self) -> None:
-        p = parse_packed_refs(self._data)
+        p = parse_packed_refs(bytes(self._data))  # (a mapped file: its bytes, once)
         self._refs, self._bad = p._refs, p._bad
 
     def _searching(self) -> bool:
@@ -324,12 +324,14 @@ def parse_packed_refs(data: bytes) -> _Packed:
     return _Packed(refs, bad, header_ok, data)
 
 
-def open_packed_refs(data: bytes) -> _Packed:
+def open_packed_refs(data) -> _Packed:
     """``packed-refs`` as readers use it: parsed at once when small, else searched by name
-    and parsed only when every ref is asked for."""
+    and parsed only when every ref is asked for. ``data``: its bytes, or (a large file) a
+    read-only map of it (``fsio.map_read``)."""
     if len(data) <= PACKED_SCAN_BYTES:
-        return parse_packed_refs(data)
-    return _Packed(None, None, data.startswith(PACKED_HEADER.encode()), data)
+        return parse_packed_refs(bytes(data))
+    header = PACKED_HEADER.encode()
+    return _Packed(None, None, data[:len(header)] == header, data)
 
 
 def format_packed_refs(refs: dict[str, str], keep: list[str] = ()) -> bytes:

@@ -149,7 +149,10 @@ class RefStore(ReflogFiles, RefPacking, RefRenames, RefCreation, RefJournal, Ref
             return self._packed_cache[1]
         try:
             with open(os.open(self.packed_path, os.O_RDONLY | fsio.NOFOLLOW), "rb") as f:
-                data = f.read()
+                # A large file is mapped, not read: one ref looked up is a binary search that
+                # reads ~17 pages of it, not 9 MB at 100,000 threads (it is only ever replaced
+                # by rename, so the mapping stays what it was while this process holds it).
+                data = f.read() if os.fstat(f.fileno()).st_size <= fsio.SMALL_MAP else fsio.map_read(f)
         except FileNotFoundError:
             return _Packed({}, [], True)
         except OSError as e:
