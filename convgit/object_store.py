@@ -155,8 +155,12 @@ class ObjectStore:
 
     def _filter_for(self, packs: list[Pack]) -> PackFilter | None:
         """The Bloom filter over ``packs`` (the current pack list), kept in step with it: new
-        packs are added, a removed one means a rebuild. Built only once this store has
-        probed them often (a bulk writer): a one-shot command never pays for it."""
+        packs are added; a removed pack's ids stay in it (a "maybe" more, answered by the
+        packs, never a wrong answer), until the ids of packs gone outnumber the live ones:
+        then it is built again. (Rebuilt at every removal before: a serve committer merges
+        its small packs every few batches, and at 100,000 conversations each rebuild read
+        500,000 ids.) Built only once this store has probed them often (a bulk writer): a
+        one-shot command never pays for it."""
         f = self._filter
         if f is None:
             self._probes += 1
@@ -165,9 +169,10 @@ class ObjectStore:
         elif self._filter_of is self._packs:  # the pack list has not changed since
             return f
         names = {p.name for p in packs}
-        if f is None or not f.packs <= names or f.full(sum(p.count for p in packs if p.name not in f.packs)):
+        if f is None or f.full(sum(p.count for p in packs if p.name not in f.packs)) or f.stale(sum(p.count for p in packs)):
             f = self._filter = PackFilter(packs)
-        elif len(f.packs) != len(names):
+        elif f.packs != names:
+            f.packs &= names
             for p in packs:
                 if p.name not in f.packs:
                     f.add(p)

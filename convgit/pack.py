@@ -45,6 +45,7 @@ import mmap
 import os
 import re
 import struct
+import sys
 import time
 import zlib
 from bisect import bisect_left
@@ -754,18 +755,39 @@ class PackFilter:
         """Would ``more`` ids exceed what this filter was sized for?"""
         return (self._n + more) * self._BITS_PER_ID > self._mask + 1
 
+    def stale(self, live: int) -> bool:
+        """Do the ids added for packs since removed (``live``: the ids of the packs there are
+        now) outnumber the live ones? (They only make "maybe" more likely.)"""
+        return self._n - live > live
+
     def add(self, pack: Pack) -> None:
         """Take in every id of ``pack``."""
         import array
 
-        words = array.array("Q")
         fsio.will_need(pack._idx, pack._ids_at, 32 * pack.count)
-        words.frombytes(pack._idx[pack._ids_at : pack._ids_at + 32 * pack.count])
         bits, mask = self._bits, self._mask
-        for j in range(3):  # the ids are hashes: three of their 64-bit words are the probes
-            for h in words[j::4]:
-                h &= mask
-                bits[h >> 3] |= 1 << (h & 7)
+        # The ids are hashes: three of their 64-bit words (little-endian, as ``may_contain``
+        # reads them) are the probes. With numpy (the semantic extra) in one vectorised pass:
+        # a store of 900,000 objects took 0.7 s in the loop below, the first lookups a serve
+        # committer or an import made waited for it.
+        try:
+            import numpy as np
+        except ImportError:
+            np = None
+        if np is not None and pack.count:
+            w = np.frombuffer(pack._idx, dtype="<u8", count=4 * pack.count, offset=pack._ids_at)
+            h = w.reshape(-1, 4)[:, :3].ravel() & np.uint64(mask)
+            np.bitwise_or.at(np.frombuffer(bits, dtype=np.uint8), (h >> np.uint64(3)).astype(np.intp),
+                             np.left_shift(np.uint8(1), (h & np.uint64(7)).astype(np.uint8)))
+        else:
+            words = array.array("Q")
+            words.frombytes(pack._idx[pack._ids_at : pack._ids_at + 32 * pack.count])
+            if sys.byteorder != "little":
+                words.byteswap()
+            for j in range(3):
+                for h in words[j::4]:
+                    h &= mask
+                    bits[h >> 3] |= 1 << (h & 7)
         self.packs.add(pack.name)
         self._n += pack.count
 

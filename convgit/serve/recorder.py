@@ -561,20 +561,25 @@ class Committer:
     _gc_checked = float("-inf")  # (monotonic) when _auto_gc last looked
 
     def _auto_gc(self, repo, recorder: Recorder | None = None) -> None:
-        """gc --auto in this thread, between batches (no lock is held), when ``[gc] auto`` is
-        on and it would act: looked at after a batch at most every GC_CHECK_SECONDS, so a
-        long-running proxy keeps its store packed. A failed gc is a warning, never lost calls."""
+        """Start ``gc --auto`` in the background, as a write of the command line does
+        (``gc_auto.start_background_gc``: its own process, ``gc.lock`` handed over, its errors
+        in ``gc-auto.log``), when ``[gc] auto`` is on and it would act: looked at after a batch
+        at most every GC_CHECK_SECONDS, so a long-running proxy keeps its store packed. Not in
+        this thread: merging a large store's packs takes seconds, and calls were not committed
+        meanwhile (at 100,000 conversations, the first one held the committer for most of a
+        2,000-call run). A gc running beside the committer is any gc run by hand: its new ref
+        journal and its log make the recorder forget its stored tips (``Recorder._hint``)."""
+        from ..gc_auto import start_background_gc
+
         now = time.monotonic()
         if not repo.config.gc_auto or now - self._gc_checked < GC_CHECK_SECONDS:
             return
         self._gc_checked = now
         try:
             if api.gc_due(repo):
-                if recorder is not None:
-                    recorder.forget_stored()  # (it may prune)
-                api.gc(repo, auto=True)
+                start_background_gc(repo, check=False)
         except (ConvgitError, OSError) as e:
-            self.warn(f"gc --auto failed ({getattr(e, 'message', e)}); the next check tries again")
+            self.warn(f"gc --auto not started ({getattr(e, 'message', e)}); the next check tries again")
 
     _loose_looked = float("-inf")  # (monotonic) when _compact last listed the loose objects
 

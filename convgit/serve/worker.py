@@ -361,6 +361,10 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(0)
 
 
+def _ignore(signum, frame) -> None:
+    """A signal the server handles for this process."""
+
+
 def worker_main(argv: list[str]) -> None:
     """``python -m convgit.serve.worker STORE FD PARENT_PID``: commit what the server sends."""
     import gc
@@ -370,8 +374,10 @@ def worker_main(argv: list[str]) -> None:
     repo_path, fd, parent_pid = Path(argv[0]), int(argv[1]), int(argv[2])
     # Ctrl-C and a SIGTERM to the process group are the server's to handle: it finishes the
     # calls in flight and then tells this process to commit what is queued and exit.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # (A handler that does nothing, not SIG_IGN: an ignored signal stays ignored across exec,
+    # and the background gc this process may start must stop on a SIGTERM.)
+    signal.signal(signal.SIGINT, _ignore)
+    signal.signal(signal.SIGTERM, _ignore)
     _die_with_parent(parent_pid)
     from ..repository import Repository
     from .record import decode_record
