@@ -11,6 +11,8 @@ history (the committer's hint).
 
 from __future__ import annotations
 
+import os
+
 import json
 import subprocess
 import sys
@@ -191,3 +193,38 @@ def test_the_committer_parses_a_history_once_and_checks_only_its_new_tail(tmp_pa
         finally:
             repo.close()
     assert tips[True] == tips[False]
+
+
+def test_no_hint_is_used_while_a_gc_holds_its_lock(tmp_path, monkeypatch):
+    """The committer starts gc --auto in the background; until that gc is done (``gc.lock``
+    free again) a batch takes the full hole check, not its stored-tip hint: the gc may prune
+    what the hint takes as stored, and its new journal only says so once it is done."""
+    from convgit import fsio
+
+    records = _records(conversations=1, calls=6)  # one history growing by 2 each call
+    probed: list[int] = []
+    real = decide.first_missing
+
+    def counting(objects, ids, end=None):
+        probed.append(len(ids) if end is None else end)
+        return real(objects, ids, end)
+
+    monkeypatch.setattr(decide, "first_missing", counting)
+    convgit.init(tmp_path / "s").close()
+    repo = Repository.open(tmp_path / "s" / ".convgit")
+    try:
+        rec = Recorder(repo, cache=PrefixCache())
+        for r in records[:4]:
+            rec.commit_batch([r])
+        probed.clear()
+        fd = fsio.try_flock(repo.path / "gc.lock", shared=False)  # a gc runs
+        try:
+            rec.commit_batch([records[4]])
+        finally:
+            os.close(fd)
+        assert max(probed) >= 7, probed  # the whole history checked (all but the 2 new messages)
+        probed.clear()
+        rec.commit_batch([records[5]])  # (the gc is done; a real one would have a new journal too)
+        assert max(probed) <= 2, probed  # the new tail only, again
+    finally:
+        repo.close()

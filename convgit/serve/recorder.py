@@ -22,6 +22,7 @@ store (the ``serve:openai-responses`` alias of the response id, recorded with it
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import traceback
@@ -213,6 +214,9 @@ class Recorder:
             self._stored.clear()
             self._store_gen = gen
         if not self._stored:
+            return
+        if _gc_running(self.repo):  # (the gc --auto this committer started, say): no hint until
+            self._stored.clear()   # it is done, since it may prune what a hint takes as stored
             return
         for b in built:
             c = b.chain
@@ -619,6 +623,18 @@ class Committer:
             fsio.unlink_quiet(seg)
             fsio.unlink_quiet(spool_mod.done_path(seg))
             self._embed(recorder)
+
+
+def _gc_running(repo) -> bool:
+    """Is ``gc.lock`` held (a gc, an fsck, a pack merge)? One non-blocking ``flock`` try."""
+    try:
+        fd = fsio.try_flock(repo.path / "gc.lock", shared=True)
+    except ConvgitError:
+        return True  # (cannot tell: the full check)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
 
 
 def _store_generation(repo) -> tuple:
