@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_scale.py                      # 1,000 and 10,000 threads
     .venv/bin/python benchmarks/bench_scale.py --sizes 1000,10000,100000
     .venv/bin/python benchmarks/bench_scale.py --no-llm --rounds 5  # quick
+    .venv/bin/python benchmarks/bench_scale.py --sizes 1000,100000 --cold --gc  # read from disk, packs merged
 
 For each size it builds a store of N conversations (4 messages each; fsync off while
 building, as the issue asks) and an llm logs.db of the same N conversations (through llm's
@@ -92,6 +93,16 @@ def llm_drive(py: Path, corpus: list, db: Path, tmp: Path, env: dict) -> dict:
     return json.loads(p.stdout)
 
 
+def evict_file(path: Path) -> None:
+    """Drop one file's pages from the page cache (after a sync)."""
+    os.sync()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def continuation(i: int, r: int) -> dict:
     hist = conv(i)
     return {"messages": hist + [{"role": "user", "content": f"round {r}: one more question for thread {i}"}],
@@ -105,14 +116,20 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=10, help="API / llm calls per size per round")
     ap.add_argument("--no-llm", action="store_true")
     ap.add_argument("--no-cli", action="store_true")
+    ap.add_argument("--cold", action="store_true",
+                    help="drop the stores' and logs.dbs' pages from the page cache before each size's calls, every "
+                         "round (benchmarks/bench_cold.py's evict): a store read from disk, not whatever the "
+                         "machine's cache kept (docs/performance.md, session 13)")
+    ap.add_argument("--gc", action="store_true",
+                    help="gc --auto each built store (its packs merged, as the command line would have left it)")
     ap.add_argument("--out", type=Path, default=OUT / "scale.json")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     os.environ.pop("CONVGIT_FSYNC", None)  # timed with fsync on (the store default)
     import convgit
 
-    res: dict = {"sizes": sizes, "rounds": args.rounds, "calls": args.calls, "build_s": {}, "api_ms": {}, "llm_ms": {},
-                 "cli_ms": {}}
+    res: dict = {"sizes": sizes, "rounds": args.rounds, "calls": args.calls, "cold": args.cold, "gc": args.gc,
+                 "build_s": {}, "api_ms": {}, "llm_ms": {}, "cli_ms": {}, "api_round_ms": {}}
     with tempfile.TemporaryDirectory(prefix="convgit-scale-") as td:
         tmp = Path(td)
         py = None if args.no_llm else ensure_llm()
@@ -121,6 +138,8 @@ def main() -> None:
         for n in sizes:
             res["build_s"][n] = {"convgit": round(build_convgit(tmp / f"c{n}", n), 2)}
             repos[n] = convgit.open_repo(tmp / f"c{n}" / ".convgit")
+            if args.gc:
+                convgit.gc(repos[n], auto=True)
             if py is not None:
                 t0 = time.perf_counter()
                 corpus = [conv(i) for i in range(n)]
@@ -149,6 +168,12 @@ def main() -> None:
         for r in range(args.rounds):
             for n in sizes:
                 repo = repos[n]
+                if args.cold:
+                    from bench_cold import evict
+
+                    evict(tmp / f"c{n}")
+                    if (tmp / f"llm{n}.db").exists():
+                        evict_file(tmp / f"llm{n}.db")
                 ts = []
                 for c in range(args.calls):
                     i = pick(n)
@@ -177,6 +202,7 @@ def main() -> None:
             repo.close()
     med = lambda xs: round(statistics.median(xs), 2) if xs else None  # noqa: E731
     for n in sizes:
+        res["api_round_ms"][n] = [round(x, 2) for x in api[n]]  # (the rounds' medians: a trend is a cache warming)
         res["api_ms"][n] = med(api[n])
         res["llm_ms"][n] = med(llm_t[n])
         res["cli_ms"][n] = {k: med(v) for k, v in cli[n].items()}
