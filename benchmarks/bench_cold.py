@@ -37,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_scale import build_convgit, continuation  # noqa: E402
+from bench_scale import build_convgit, continuation, evict_file  # noqa: E402
 
 OUT = HERE / "out"
 COMMANDS = {
@@ -53,14 +53,7 @@ def evict(store: Path) -> None:
     os.sync()
     for root, _, files in os.walk(store):
         for f in files:
-            try:
-                fd = os.open(os.path.join(root, f), os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+            evict_file(Path(root) / f, sync=False)
 
 
 def run(argv: list[str], env: dict, stdin: str | None) -> tuple[float, int]:

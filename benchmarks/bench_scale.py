@@ -93,10 +93,14 @@ def llm_drive(py: Path, corpus: list, db: Path, tmp: Path, env: dict) -> dict:
     return json.loads(p.stdout)
 
 
-def evict_file(path: Path) -> None:
-    """Drop one file's pages from the page cache (after a sync)."""
-    os.sync()
-    fd = os.open(path, os.O_RDONLY)
+def evict_file(path: Path, *, sync: bool = True) -> None:
+    """Drop one file's pages from the page cache (written back first, with ``sync``)."""
+    if sync:
+        os.sync()
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:

@@ -18,7 +18,8 @@ from . import fsio
 from .config import crash_point
 from .errors import AmbiguousRevision, ObjectCorrupt, ObjectMissing, StorageFailed
 from .ids import is_oid
-from .pack import Pack, PackFilter, write_pack
+from .pack import Pack, write_pack
+from .pack_filter import PackFilter
 
 if TYPE_CHECKING:
     from .objects import Object

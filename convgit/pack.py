@@ -45,7 +45,6 @@ import mmap
 import os
 import re
 import struct
-import sys
 import time
 import zlib
 from bisect import bisect_left
@@ -251,6 +250,11 @@ class Pack:
         """``contains`` of an id already turned into its 32 bytes (one conversion for a
         lookup that probes many packs)."""
         return self._find(raw) >= 0
+
+    def raw_ids(self) -> bytes:
+        """Every id, raw (32 bytes each, in id order): the index's id table, read ahead whole."""
+        fsio.will_need(self._idx, self._ids_at, 32 * self.count)
+        return self._idx[self._ids_at : self._ids_at + 32 * self.count]
 
     def ids(self) -> Iterator[str]:
         """Every id in the pack, in id order."""
@@ -730,73 +734,3 @@ class PackWriter:
     def abort(self) -> None:
         """Give up the pack being written (its temporary file is removed)."""
         self._f.abort()
-
-
-class PackFilter:
-    """A Bloom filter over the ids of a set of packs: a cheap "in none of them" for the many
-    misses of a bulk writer (import, commit_many), which otherwise scans every pack's index
-    per probe, so that each batch's new pack made every later probe slower. About 2 bytes
-    per packed id; a "maybe" is answered by the packs themselves, so a false positive costs
-    one scan and is never a wrong answer."""
-
-    _BITS_PER_ID = 16  # three probes: about 0.5 % false positives
-
-    def __init__(self, packs: Iterable[Pack]) -> None:
-        self.packs: set[str] = set()
-        self._n = 0
-        packs = list(packs)
-        total = sum(p.count for p in packs)
-        self._mask = (1 << max(16, (total * 2 * self._BITS_PER_ID).bit_length())) - 1
-        self._bits = bytearray((self._mask + 1) >> 3)
-        for p in packs:
-            self.add(p)
-
-    def full(self, more: int) -> bool:
-        """Would ``more`` ids exceed what this filter was sized for?"""
-        return (self._n + more) * self._BITS_PER_ID > self._mask + 1
-
-    def stale(self, live: int) -> bool:
-        """Do the ids added for packs since removed (``live``: the ids of the packs there are
-        now) outnumber the live ones? (They only make "maybe" more likely.)"""
-        return self._n - live > live
-
-    def add(self, pack: Pack) -> None:
-        """Take in every id of ``pack``."""
-        import array
-
-        fsio.will_need(pack._idx, pack._ids_at, 32 * pack.count)
-        bits, mask = self._bits, self._mask
-        # The ids are hashes: three of their 64-bit words (little-endian, as ``may_contain``
-        # reads them) are the probes. With numpy (the semantic extra) in one vectorised pass:
-        # a store of 900,000 objects took 0.7 s in the loop below, the first lookups a serve
-        # committer or an import made waited for it.
-        try:
-            import numpy as np
-        except ImportError:
-            np = None
-        if np is not None and pack.count:
-            w = np.frombuffer(pack._idx, dtype="<u8", count=4 * pack.count, offset=pack._ids_at)
-            h = w.reshape(-1, 4)[:, :3].ravel() & np.uint64(mask)
-            np.bitwise_or.at(np.frombuffer(bits, dtype=np.uint8), (h >> np.uint64(3)).astype(np.intp),
-                             np.left_shift(np.uint8(1), (h & np.uint64(7)).astype(np.uint8)))
-        else:
-            words = array.array("Q")
-            words.frombytes(pack._idx[pack._ids_at : pack._ids_at + 32 * pack.count])
-            if sys.byteorder != "little":
-                words.byteswap()
-            for j in range(3):
-                for h in words[j::4]:
-                    h &= mask
-                    bits[h >> 3] |= 1 << (h & 7)
-        self.packs.add(pack.name)
-        self._n += pack.count
-
-    def may_contain(self, oid: str) -> bool:
-        """False when no pack of the filter holds ``oid``."""
-        raw = bytes.fromhex(oid[:48])
-        bits, mask = self._bits, self._mask
-        for j in (0, 8, 16):
-            h = int.from_bytes(raw[j : j + 8], "little") & mask
-            if not bits[h >> 3] & (1 << (h & 7)):
-                return False
-        return True

@@ -1,4 +1,4 @@
-"""The packs' Bloom filter (``ObjectStore._filter_for``, ``pack.PackFilter``): a bulk writer's
+"""The packs' Bloom filter (``ObjectStore._filter_for``, ``pack_filter.PackFilter``): a bulk writer's
 "in no pack" answer. It is kept in step with the pack list as packs come (added) and go (a
 merge of small packs, a gc): a removed pack's ids stay in it, so it may say "maybe" for an id
 no pack holds, which the packs then answer. Whatever the packs do, ``contains`` answers what
@@ -85,7 +85,7 @@ def test_the_filter_is_the_same_with_numpy_and_without(tmp_path, monkeypatch):
     import pytest
 
     pytest.importorskip("numpy")
-    from convgit.pack import PackFilter
+    from convgit.pack_filter import PackFilter
 
     repo = convgit.init(tmp_path / "s")
     for k in range(3):

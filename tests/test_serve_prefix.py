@@ -158,8 +158,8 @@ def _records(conversations: int, calls: int) -> list:
     return out
 
 
-def test_the_committer_parses_a_history_once_and_checks_only_its_new_tail(tmp_path, monkeypatch):
-    records = _records(conversations=3, calls=12)  # histories of 1 to 23 messages
+def _count_probes(monkeypatch) -> list[int]:
+    """The lengths the hole check (``decide.first_missing``) is asked about, as it is asked."""
     probed: list[int] = []
     real = decide.first_missing
 
@@ -168,6 +168,12 @@ def test_the_committer_parses_a_history_once_and_checks_only_its_new_tail(tmp_pa
         return real(objects, ids, end)
 
     monkeypatch.setattr(decide, "first_missing", counting)
+    return probed
+
+
+def test_the_committer_parses_a_history_once_and_checks_only_its_new_tail(tmp_path, monkeypatch):
+    records = _records(conversations=3, calls=12)  # histories of 1 to 23 messages
+    probed = _count_probes(monkeypatch)
     tips = {}
     for cached in (True, False):
         convgit.init(tmp_path / str(cached)).close()
@@ -202,14 +208,7 @@ def test_no_hint_is_used_while_a_gc_holds_its_lock(tmp_path, monkeypatch):
     from convgit import fsio
 
     records = _records(conversations=1, calls=6)  # one history growing by 2 each call
-    probed: list[int] = []
-    real = decide.first_missing
-
-    def counting(objects, ids, end=None):
-        probed.append(len(ids) if end is None else end)
-        return real(objects, ids, end)
-
-    monkeypatch.setattr(decide, "first_missing", counting)
+    probed = _count_probes(monkeypatch)
     convgit.init(tmp_path / "s").close()
     repo = Repository.open(tmp_path / "s" / ".convgit")
     try:
