@@ -436,6 +436,12 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _befores(trees: str | None) -> list[tuple[str, str]]:
+    """--before's trees as (name, path): "before", then "before 2", "before 3" ..."""
+    paths = [t for t in (trees or "").split(",") if t]
+    return [("before" if i == 0 else f"before {i + 1}", p) for i, p in enumerate(paths)]
+
+
 def serve_env(code: str | None) -> dict | None:
     """The environment that makes the proxy run the convgit at ``code`` (a source tree)."""
     return None if code is None else {"PYTHONPATH": code}
@@ -450,14 +456,16 @@ def main() -> None:
     ap.add_argument("--sizes", default="0", help="sustained: conversations already in the store (comma-separated)")
     ap.add_argument("--rounds", type=int, default=1, help="sustained: runs per size and code (interleaved; medians)")
     ap.add_argument("--before", default=None,
-                    help="sustained: a source tree of another convgit (e.g. `git archive` of main) run by the "
-                         "proxy in alternation with this one: before/after in the same run")
+                    help="source trees of other convgits (comma-separated; e.g. `git archive` of main), each "
+                         "run by the proxy in alternation with this one: before/after in the same run")
     ap.add_argument("--committers", default="process",
                     help="sustained: the committer of each proxy run, in alternation (comma-separated: process, "
                          "thread; 'default' passes no --committer, for a --before code that has no such option)")
     ap.add_argument("--harness", choices=("lean", "httpx"), default="lean",
                     help="lean: the load harness of serve_load.py (asyncio HTTP/1.1 client and upstream); httpx: "
                          "httpx's async client and the tests' threaded fake upstream (the figures before session 11)")
+    ap.add_argument("--cells", default="whole:1,whole:32,stream:1,stream:32",
+                    help="latency: which cells to run (comma-separated: whole:1, whole:32, stream:1, stream:32)")
     ap.add_argument("--upstream-delay", type=float, default=0.0,
                     help="lean harness: ms the fake upstream waits before each answer (a model's time to first "
                          "token; 0: at once, and 32 clients then load the proxy to its limit)")
@@ -484,7 +492,7 @@ def main() -> None:
             # this code's proxy ("after") and, with --before, the other one's, each on its own
             # store, called in rotation with the upstream directly
             procs = {}
-            for name, code in [("after", None)] + ([("before", args.before)] if args.before else []):
+            for name, code in [("after", None)] + _befores(args.before):
                 for c in args.committers.split(","):
                     variant = name if c == "process" else f"{name} (--committer {c})"
                     convgit.init(tmp / variant).close()
@@ -493,6 +501,8 @@ def main() -> None:
             urls = {name: p.wait_listening() for name, p in procs.items()}
             for stream in (False, True):
                 for conc in (1, 32):
+                    if f"{'stream' if stream else 'whole'}:{conc}" not in args.cells.split(","):
+                        continue
                     r = arun(cell(up.url, urls, stream=stream, conc=conc, calls=args.calls))
                     rows.append(({"stream": stream, "clients": conc}, r))
                     print(json.dumps({"stream": stream, "clients": conc, **r}), flush=True)
@@ -501,7 +511,7 @@ def main() -> None:
                 shutil.rmtree(tmp / name)
         if "sustained" in parts:
             # a store per size, copied for each run; raw bodies kept (the default), fsync on
-            codes = [("after", None)] + ([("before", args.before)] if args.before else [])
+            codes = [("after", None)] + _befores(args.before)
             committers = args.committers.split(",")
             codes = [(name if c == "process" else f"{name} (--committer {c})", code, c) for name, code in codes
                      for c in committers]
@@ -582,7 +592,7 @@ def main() -> None:
                 print(f"| {kind} | {len(xs)} | {statistics.median(x[0] for x in xs):.0f} | "
                       f"{statistics.median(x[1] for x in xs):.2f} |")
         if "drain" in parts:
-            codes = [("after", None)] + ([("before", args.before)] if args.before else [])
+            codes = [("after", None)] + _befores(args.before)
             records = sustained_records(args.sustained)
             drates: dict[tuple[int, str], list[float]] = {}
             for size in (int(x) for x in args.sizes.split(",")):
@@ -602,7 +612,7 @@ def main() -> None:
             from convgit.serve.record import encode_record
             from convgit.serve.spool import frame
 
-            codes = [("after", None)] + ([("before", args.before)] if args.before else [])
+            codes = [("after", None)] + _befores(args.before)
             frames = tmp / "calls.frames"
             frames.write_bytes(b"".join(frame(encode_record(r)) for r in sustained_records(args.sustained)))
             crates: dict[tuple[int, int, str], list[float]] = {}
@@ -648,7 +658,7 @@ def main() -> None:
             from convgit.serve.record import encode_record
             from convgit.serve.spool import frame
 
-            codes = [("after", None)] + ([("before", args.before)] if args.before else [])
+            codes = [("after", None)] + _befores(args.before)
             frames = tmp / "calls.frames"
             frames.write_bytes(b"".join(frame(encode_record(r)) for r in sustained_records(args.sustained)))
             grows: dict[str, list[dict]] = {}
@@ -679,11 +689,12 @@ def main() -> None:
             print("\n| calls | clients | TTFB p50 direct / proxy (added) | TTFB p99 (added) | total p50 (added) | total p99 (added) |")
             print("|---|---|---|---|---|---|")
         for k, r in rows:
-            for prefix in ("", "before_") if "before_ttfb_p50" in r else ("",):
+            variants = [""] + sorted({key[:-len("ttfb_p50")] for key in r if key.endswith("_ttfb_p50")})
+            for prefix in variants:
                 def f(key):
                     c = r[prefix + key]
                     return f"{c['direct']} / {c['proxy']} (+{c['added']})"
-                label = ("stream" if k["stream"] else "whole") + (" (before)" if prefix else "")
+                label = ("stream" if k["stream"] else "whole") + (f" ({prefix[:-1]})" if prefix else "")
                 print(f"| {label} | {k['clients']} | {f('ttfb_p50')} | {f('ttfb_p99')} | "
                       f"{f('total_p50')} | {f('total_p99')} |")
     finally:

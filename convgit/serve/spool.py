@@ -6,7 +6,10 @@ the commit loses nothing and a slow or broken store never delays a call.
 frames ``u32 length · u32 crc32 · record`` (``record.encode_record``). A frame whose length or
 checksum does not hold is a torn tail (a crash mid-append, never acknowledged) and ends the
 segment. Appends are group-committed: the writer thread takes every queued record, writes
-them with one ``write`` and makes them durable with one ``fsync``. Each server holds a
+them with one ``write`` and makes them durable with one ``fsync`` (a record submitted while
+the thread is idle is written by the submitter, the thread only syncs it). A segment where a
+write or fsync failed gets nothing more (a torn frame ends what a reader sees of it): the next
+records go to a new one. Each server holds a
 ``flock`` on its own segments; a segment nobody holds is left over from a server that died,
 and the next server commits what it holds (skipping calls already recorded) and deletes it.
 A segment is deleted once every record in it is committed and a newer one is being written.
@@ -29,6 +32,7 @@ SPOOL_DIR = "spool"
 _HEAD = struct.Struct(">II")
 _MAX_RECORDS = 1024  # per segment, then a new one
 _MAX_BYTES = 64 * 1024 * 1024
+_HANDOFF_S = 0.002  # submit waits at most this long for the thread to take its fsync
 
 
 def frame(data: bytes) -> bytes:
@@ -78,6 +82,7 @@ class Segment:
         self.committed = 0
         self.size = 0
         self.closed = False
+        self.broken = False  # a write or fsync failed: the next records go to a new segment
 
     def close(self) -> None:
         """Stop writing here (it is deleted once every record in it is committed)."""
@@ -114,7 +119,13 @@ def leftover_segments(directory: Path) -> list[Path]:
 class SpoolWriter:
     """The group-commit writer: ``submit`` queues a record; a thread appends every queued one
     with one write and one fsync, then calls each one's ``done`` and hands the record on to
-    ``deliver(segment, record)`` (the committer)."""
+    ``deliver(segment, record)`` (the committer).
+
+    When the thread is idle, ``submit`` writes the record itself and leaves only the fsync to
+    the thread, returning once the thread is in it: the caller (the event loop) goes on
+    with its own work (the chain's build for ``X-Convgit-Tip``) while the disk syncs,
+    instead of handing the write over and running its work while the thread waits for the
+    GIL. Either way ``done`` is called only after the fsync."""
 
     def __init__(self, directory: Path, *, fsync: bool, deliver: Callable, warn: Callable[[str], None]) -> None:
         self.directory = directory
@@ -123,6 +134,9 @@ class SpoolWriter:
         self.warn = warn
         self._cond = threading.Condition()
         self._queue: list[tuple[bytes, object, Callable[[], None]]] = []
+        self._written: tuple | None = None  # (segment, bytes, data, record, done): written by submit, to sync
+        self._syncing = threading.Event()  # the thread took ``_written`` (and is in its fsync)
+        self._busy = False  # the thread is appending or syncing
         self._stop = False
         self._n = 0
         self.segment: Segment | None = None
@@ -139,8 +153,24 @@ class SpoolWriter:
     def submit(self, data: bytes, record: object, done: Callable[[], None]) -> None:
         """Queue ``record`` (``data``: its encoded bytes); ``done()`` is called once it is durable."""
         with self._cond:
-            self._queue.append((data, record, done))
+            seg = self.segment
+            if (self._busy or self._queue or self._written is not None or self._stop
+                    or seg is None or seg.broken or _full(seg)):
+                self._queue.append((data, record, done))
+                self._cond.notify()
+                return
+            buf = frame(data)
+            try:
+                _write_all(seg.fd, buf)
+            except Exception:  # (the thread writes it again, in a new segment, or says why not)
+                seg.broken = True
+                self._queue.append((data, record, done))
+                self._cond.notify()
+                return
+            self._written = (seg, len(buf), data, record, done)
+            self._syncing.clear()
             self._cond.notify()
+        self._syncing.wait(_HANDOFF_S)
 
     def close(self) -> None:
         """Write what is queued, then stop."""
@@ -204,26 +234,46 @@ class SpoolWriter:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._stop:
+                while self._written is None and not self._queue and not self._stop:
                     self._cond.wait()
+                written, self._written = self._written, None
                 batch, self._queue = self._queue, []
                 stop = self._stop
-            if batch:
-                self._write(batch)
-            if stop and not batch:
+                self._busy = True
+            try:
+                if written is not None:
+                    self._sync_written(written)
+                if batch:
+                    self._write(batch)
+            finally:
+                with self._cond:
+                    self._busy = False
+            if stop and not batch and written is None:
                 return
+
+    def _sync_written(self, written: tuple) -> None:
+        seg, size, data, record, done = written
+        self._syncing.set()  # (submit's caller goes on once this thread is in the fsync, without the GIL)
+        try:
+            if self.fsync:
+                fsio.fsync_fd(seg.fd, seg.path)
+            with self._lock:
+                seg.appended += 1
+                seg.size += size
+        except Exception as e:  # a failing disk: the call goes on, committed from memory
+            self.warn(f"spool not written ({e}); 1 call is only in memory until committed")
+            seg.broken = True
+            seg = None
+        self._hand_on(seg, [(data, record, done)])
 
     def _write(self, batch) -> None:
         seg = None
         try:
             seg = self.segment
-            if seg is None or seg.appended >= _MAX_RECORDS or seg.size >= _MAX_BYTES:
+            if seg is None or seg.broken or _full(seg):
                 seg = self._new_segment()
             buf = b"".join(frame(d) for d, _, _ in batch)
-            view = memoryview(buf)
-            while view:
-                n = os.write(seg.fd, view)
-                view = view[n:]
+            _write_all(seg.fd, buf)
             if self.fsync:
                 fsio.fsync_fd(seg.fd, seg.path)
             with self._lock:
@@ -231,10 +281,28 @@ class SpoolWriter:
                 seg.size += len(buf)
         except Exception as e:  # a full or read-only disk: the calls go on, committed from memory
             self.warn(f"spool not written ({e}); {len(batch)} call(s) are only in memory until committed")
+            if seg is not None:
+                seg.broken = True  # (maybe a torn frame at its end: nothing is appended after it)
             seg = None
+        self._hand_on(seg, batch)
+
+    def _hand_on(self, seg: Segment | None, batch) -> None:
+        """The records of ``batch`` are durable in ``seg`` (None: only in memory): each one's
+        waiter is told, then the committer is given the record."""
         for data, record, done in batch:
-            self.deliver(seg, record, data=data)
             try:
                 done()
             except Exception:  # the waiting request is gone (a cancelled future)
                 pass
+            self.deliver(seg, record, data=data)
+
+
+def _full(seg: Segment) -> bool:
+    return seg.appended >= _MAX_RECORDS or seg.size >= _MAX_BYTES
+
+
+def _write_all(fd: int, buf: bytes) -> None:
+    view = memoryview(buf)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]

@@ -1,0 +1,119 @@
+"""The spool writer (convgit/serve/spool.py) on its own: a call is acknowledged (``done``) only
+once an fsync covers its frame, whether the submitter wrote the frame itself (the writer idle)
+or the writer thread did (a group); and a failed append never hides the records after it."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from convgit import fsio
+from convgit.serve import spool as spool_mod
+
+
+def _writer(tmp_path, deliver, warn=None):
+    return spool_mod.SpoolWriter(tmp_path / "spool", fsync=True, deliver=deliver, warn=warn or (lambda text: None))
+
+
+def _frame_ends(path) -> dict[bytes, int]:
+    """Each record's bytes → the file offset where its frame ends."""
+    data = path.read_bytes()
+    out, pos = {}, 0
+    for body in spool_mod.read_frames(path):
+        pos += spool_mod._HEAD.size + len(body)
+        out[body] = pos
+    assert pos <= len(data)
+    return out
+
+
+def test_a_call_is_acknowledged_only_once_an_fsync_covers_its_frame(tmp_path, monkeypatch):
+    synced: dict[str, int] = {}  # segment path → its size at its latest fsync
+    lock = threading.Lock()
+    real_fsync = fsio.fsync_fd
+
+    def fsync_fd(fd, path=None):
+        size = os.fstat(fd).st_size
+        real_fsync(fd, path)
+        with lock:
+            synced[str(path)] = max(synced.get(str(path), 0), size)
+
+    monkeypatch.setattr(fsio, "fsync_fd", fsync_fd)
+    seen: dict[bytes, int] = {}  # record → the synced size of its segment when it was acknowledged
+    where: dict[bytes, str] = {}
+
+    def deliver(seg, record, data=None):
+        where[data] = str(seg.path)
+
+    w = _writer(tmp_path, deliver)
+
+    def submit(data: bytes) -> threading.Event:
+        ev = threading.Event()
+
+        def done():
+            with lock:
+                seen[data] = dict(synced)
+            ev.set()
+
+        w.submit(data, data, done)
+        return ev
+
+    # one at a time (the writer idle: the submitter writes, the thread syncs) ...
+    for i in range(40):
+        assert submit(f"alone {i}".encode()).wait(10)
+    # ... and from several threads at once (groups written by the thread, and idle moments)
+    def burst(k):
+        for i in range(40):
+            assert submit(f"burst {k} {i}".encode()).wait(10)
+
+    threads = [threading.Thread(target=burst, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    w.close()
+    assert len(seen) == 40 + 160
+    ends: dict[bytes, int] = {}
+    for p in {*where.values()}:
+        ends.update(_frame_ends(Path(p)))
+    for data, snapshot in seen.items():
+        path = where[data]
+        assert snapshot.get(path, 0) >= ends[data], f"{data!r} acknowledged before an fsync covered it"
+
+
+@pytest.mark.parametrize("failing", ["first", "later"])
+def test_a_torn_append_sends_the_next_records_to_a_new_segment(tmp_path, monkeypatch, failing):
+    """An append that wrote part of a frame, then failed (a disk full): that record goes on
+    from memory (delivered with no segment), and every record acknowledged after it is
+    readable from its segment (appended after a torn frame, a reader would never see it)."""
+    real = spool_mod._write_all
+    state = {"armed": False, "failed": 0}
+
+    def write_all(fd, buf):
+        if state["armed"]:
+            state["armed"] = False
+            state["failed"] += 1
+            os.write(fd, buf[: len(buf) // 2])
+            raise OSError(28, "No space left on device")
+        real(fd, buf)
+
+    monkeypatch.setattr(spool_mod, "_write_all", write_all)
+    delivered: list[tuple[object, bytes]] = []
+    warnings: list[str] = []
+    w = _writer(tmp_path, lambda seg, record, data=None: delivered.append((seg, data)), warnings.append)
+    for i in range(30):
+        if (failing == "first" and i == 0) or (failing == "later" and i == 12):
+            state["armed"] = True
+        ev = threading.Event()
+        w.submit(f"call {i}".encode(), None, ev.set)
+        assert ev.wait(10)
+    w.close()
+    assert state["failed"] == 1
+    in_memory = [d for seg, d in delivered if seg is None]
+    assert len(delivered) == 30 and len(in_memory) <= 1
+    assert bool(warnings) == bool(in_memory)
+    for seg, data in delivered:
+        if seg is not None:
+            assert data in spool_mod.read_frames(seg.path), f"{data!r} hidden behind a torn frame"
