@@ -265,8 +265,12 @@ def _commit_one(tx, payload: Payload, chain: Chain, thread: str | None, on_confl
 
 
 def _decoded(plan: Plan) -> dict[str, object]:
-    """The plan's messages as already decoded (the index uses them instead of decoding)."""
-    return dict(zip(plan.chain.ids, plan.chain.messages))
+    """The messages the plan writes, as already decoded (the index uses them instead of
+    decoding). Only those: the index walks a chain down to its first indexed message, so the
+    stored ones are never read, and handing them over would make a long re-sent history look
+    like a bulk of new messages (looked up by id, every one, in ``Writer._not_indexed``)."""
+    c = plan.chain
+    return {c.ids[i]: c.messages[i] for i in (*plan.holes, *range(plan.stored, len(c.ids)))}
 
 
 def _ref_move(plan: Plan, now_ms: int) -> RefMove:
