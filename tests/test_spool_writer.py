@@ -29,7 +29,10 @@ def _frame_ends(path) -> dict[bytes, int]:
     return out
 
 
-def test_a_call_is_acknowledged_only_once_an_fsync_covers_its_frame(tmp_path, monkeypatch):
+@pytest.mark.parametrize("quiet", ["at once", "default"])
+def test_a_call_is_acknowledged_only_once_an_fsync_covers_its_frame(tmp_path, monkeypatch, quiet):
+    if quiet == "at once":  # (every call that finds the thread idle is written by the submitter)
+        monkeypatch.setattr(spool_mod, "_QUIET_S", 0.0)
     synced: dict[str, int] = {}  # segment path → its size at its latest fsync
     lock = threading.Lock()
     real_fsync = fsio.fsync_fd
@@ -83,8 +86,9 @@ def test_a_call_is_acknowledged_only_once_an_fsync_covers_its_frame(tmp_path, mo
         assert snapshot.get(path, 0) >= ends[data], f"{data!r} acknowledged before an fsync covered it"
 
 
+@pytest.mark.parametrize("quiet", ["at once", "default"])
 @pytest.mark.parametrize("failing", ["first", "later"])
-def test_a_torn_append_sends_the_next_records_to_a_new_segment(tmp_path, monkeypatch, failing):
+def test_a_torn_append_sends_the_next_records_to_a_new_segment(tmp_path, monkeypatch, failing, quiet):
     """An append that wrote part of a frame, then failed (a disk full): that record goes on
     from memory (delivered with no segment), and every record acknowledged after it is
     readable from its segment (appended after a torn frame, a reader would never see it)."""
@@ -100,6 +104,8 @@ def test_a_torn_append_sends_the_next_records_to_a_new_segment(tmp_path, monkeyp
         real(fd, buf)
 
     monkeypatch.setattr(spool_mod, "_write_all", write_all)
+    if quiet == "at once":  # (the later failure is then the submitter's own write)
+        monkeypatch.setattr(spool_mod, "_QUIET_S", 0.0)
     delivered: list[tuple[object, bytes]] = []
     warnings: list[str] = []
     w = _writer(tmp_path, lambda seg, record, data=None: delivered.append((seg, data)), warnings.append)
