@@ -123,3 +123,27 @@ def test_a_torn_append_sends_the_next_records_to_a_new_segment(tmp_path, monkeyp
     for seg, data in delivered:
         if seg is not None:
             assert data in spool_mod.read_frames(seg.path), f"{data!r} hidden behind a torn frame"
+
+
+@pytest.mark.parametrize("quiet", ["at once", "default"])
+def test_the_committer_has_a_call_before_its_caller_is_told(tmp_path, monkeypatch, quiet):
+    """``done`` comes after ``deliver``: a caller that, once its call returned, waits for the
+    committer to be idle (``capture.flush``) must find the call already handed over."""
+    if quiet == "at once":
+        monkeypatch.setattr(spool_mod, "_QUIET_S", 0.0)
+    delivered: set[bytes] = set()
+    early: list[bytes] = []
+    w = _writer(tmp_path, lambda seg, record, data=None: delivered.add(data))
+    for i in range(20):
+        data = f"call {i}".encode()
+        ev = threading.Event()
+
+        def done(data=data, ev=ev):
+            if data not in delivered:
+                early.append(data)
+            ev.set()
+
+        w.submit(data, data, done)
+        assert ev.wait(10)
+    w.close()
+    assert not early, f"told before the committer had them: {early}"

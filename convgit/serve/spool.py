@@ -294,14 +294,16 @@ class SpoolWriter:
         self._hand_on(seg, batch)
 
     def _hand_on(self, seg: Segment | None, batch) -> None:
-        """The records of ``batch`` are durable in ``seg`` (None: only in memory): each one's
-        waiter is told, then the committer is given the record."""
+        """The records of ``batch`` are durable in ``seg`` (None: only in memory): the
+        committer is given each one, then its waiter is told (in that order: a caller that
+        waits for the committer to be idle once its call returned, as ``capture.flush`` does,
+        must find the call queued)."""
         for data, record, done in batch:
+            self.deliver(seg, record, data=data)
             try:
                 done()
             except Exception:  # the waiting request is gone (a cancelled future)
                 pass
-            self.deliver(seg, record, data=data)
 
 
 def _full(seg: Segment) -> bool:
