@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from convgit import fsio
 from convgit.serve import spool as spool_mod
@@ -147,3 +150,77 @@ def test_the_committer_has_a_call_before_its_caller_is_told(tmp_path, monkeypatc
         assert ev.wait(10)
     w.close()
     assert not early, f"told before the committer had them: {early}"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["ok", "torn", "refused", "fsync fails"]),
+                          st.sampled_from([0.0, 0.003]), st.integers(1, 3)), min_size=1, max_size=25),
+       st.sampled_from([0.0, 0.002]))
+def test_every_call_is_handed_on_once_and_readable_where_it_was_acknowledged(tmp_path_factory, steps, quiet):
+    """Any mix of appends that succeed, tear (part of a frame written), are refused, or whose
+    fsync fails, submitted alone, after a pause or a few at once: every call is handed to the
+    committer exactly once, before its waiter is told; a call handed on with a segment is
+    readable from that segment's frames; one handed on without is one whose append or fsync
+    failed (it goes on from memory), and a warning says so."""
+    tmp = tmp_path_factory.mktemp("spool")
+    plan: list[str] = []  # what the next append does (consumed in order)
+    real_write, real_fsync = spool_mod._write_all, fsio.fsync_fd
+    failures = {"n": 0}
+
+    def write_all(fd, buf):
+        what = plan.pop(0) if plan else "ok"
+        if what == "torn":
+            failures["n"] += 1
+            os.write(fd, buf[: max(1, len(buf) // 2)])
+            raise OSError(28, "No space left on device")
+        if what == "refused":
+            failures["n"] += 1
+            raise OSError(28, "No space left on device")
+        if what == "fsync fails":
+            plan.insert(0, "fail the fsync")
+        real_write(fd, buf)
+
+    def fsync_fd(fd, path=None):
+        if plan and plan[0] == "fail the fsync":
+            plan.pop(0)
+            failures["n"] += 1
+            raise OSError(5, "Input/output error")
+        real_fsync(fd, path)
+
+    handed: list[tuple[object, bytes]] = []
+    told_early: list[bytes] = []
+    warnings: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(spool_mod, "_write_all", write_all)
+        mp.setattr(fsio, "fsync_fd", fsync_fd)
+        mp.setattr(spool_mod, "_QUIET_S", quiet)
+        w = spool_mod.SpoolWriter(tmp / "spool", fsync=True, warn=warnings.append,
+                                  deliver=lambda seg, record, data=None: handed.append((seg, data)))
+        n = 0
+        for what, pause, at_once in steps:
+            time.sleep(pause)
+            plan.append(what)
+            waits = []
+            for _ in range(at_once):
+                data = f"call {n}".encode()
+                n += 1
+                ev = threading.Event()
+
+                def done(data=data, ev=ev):
+                    if not any(d == data for _, d in handed):
+                        told_early.append(data)
+                    ev.set()
+
+                w.submit(data, data, done)
+                waits.append(ev)
+            for ev in waits:
+                assert ev.wait(10)
+        w.close()
+    assert not told_early
+    datas = [d for _, d in handed]
+    assert sorted(datas) == sorted(f"call {i}".encode() for i in range(n))  # each once
+    for seg, data in handed:
+        if seg is not None:
+            assert data in spool_mod.read_frames(seg.path), f"{data!r} not readable where acknowledged"
+    if any(seg is None for seg, _ in handed):
+        assert warnings
