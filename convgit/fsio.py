@@ -631,6 +631,16 @@ def try_flock(path: Path, *, shared: bool) -> int | None:
         return None
 
 
+def lock_busy(path: Path) -> bool:
+    """Does another holder hold the lock ``path`` exclusively (a shared lock cannot be had
+    at once)? One non-blocking try, released at once."""
+    fd = try_flock(path, shared=True)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
 def _acquire(fd: int, kind: int, timeout: float, path: Path) -> None:
     deadline = time.monotonic() + timeout
     delay = 0.0005

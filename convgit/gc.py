@@ -232,9 +232,7 @@ def _after_compaction(repo) -> int | None:
     ``core.lock_timeout``; a gc or an fsck holding it is not waited for (None: skipped)."""
     deadline = time.monotonic() + repo.config.lock_timeout
     while True:
-        free = fsio.try_flock(repo.path / COMPACT_LOCK, shared=True)
-        if free is not None:
-            os.close(free)  # no merge runs: whoever holds gc.lock, this gc skips
+        if not fsio.lock_busy(repo.path / COMPACT_LOCK):  # no merge runs: whoever holds gc.lock, this gc skips
             return fsio.try_flock(repo.path / "gc.lock", shared=False)  # (unless it just ended)
         if time.monotonic() >= deadline:
             return None

@@ -47,10 +47,7 @@ class PackFilter:
         # reads them) are the probes. With numpy (the semantic extra) in one vectorised pass:
         # a store of 900,000 objects took 0.56 s in the loop below (0.20 s so), and the first
         # lookups of a serve committer or an import waited for it.
-        try:
-            import numpy as np
-        except ImportError:
-            np = None
+        np = _numpy()
         if np is not None and raw:
             h = np.frombuffer(raw, dtype="<u8").reshape(-1, 4)[:, :3].ravel() & np.uint64(mask)
             np.bitwise_or.at(np.frombuffer(bits, dtype=np.uint8), (h >> np.uint64(3)).astype(np.intp),
@@ -76,3 +73,18 @@ class PackFilter:
             if not bits[h >> 3] & (1 << (h & 7)):
                 return False
         return True
+
+
+_NUMPY: list = []  # [numpy or None], once looked for
+
+
+def _numpy():
+    """numpy when installed, else None; looked for once per process (a failed import is not
+    cached by Python, and ``add`` runs for every new pack of a committer or an import)."""
+    if not _NUMPY:
+        try:
+            import numpy
+        except ImportError:
+            numpy = None
+        _NUMPY.append(numpy)
+    return _NUMPY[0]

@@ -22,7 +22,6 @@ store (the ``serve:openai-responses`` alias of the response id, recorded with it
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import traceback
@@ -628,13 +627,9 @@ class Committer:
 def _gc_running(repo) -> bool:
     """Is ``gc.lock`` held (a gc, an fsck, a pack merge)? One non-blocking ``flock`` try."""
     try:
-        fd = fsio.try_flock(repo.path / "gc.lock", shared=True)
+        return fsio.lock_busy(repo.path / "gc.lock")
     except ConvgitError:
         return True  # (cannot tell: the full check)
-    if fd is None:
-        return True
-    os.close(fd)
-    return False
 
 
 def _store_generation(repo) -> tuple:

@@ -157,26 +157,26 @@ class SpoolWriter:
 
     def submit(self, data: bytes, record: object, done: Callable[[], None]) -> None:
         """Queue ``record`` (``data``: its encoded bytes); ``done()`` is called once it is durable."""
+        written = False
         with self._cond:
             seg = self.segment
-            if (self._busy or self._queue or self._written is not None or self._stop
+            if not (self._busy or self._queue or self._written is not None or self._stop
                     or seg is None or seg.broken or _full(seg)
                     or time.perf_counter() - self._idle_since < _QUIET_S):
+                buf = frame(data)
+                try:
+                    _write_all(seg.fd, buf)
+                    written = True
+                except Exception:  # (the thread writes it again, in a new segment, or says why not)
+                    seg.broken = True
+            if written:
+                self._written = (seg, len(buf), data, record, done)
+                self._syncing.clear()
+            else:
                 self._queue.append((data, record, done))
-                self._cond.notify()
-                return
-            buf = frame(data)
-            try:
-                _write_all(seg.fd, buf)
-            except Exception:  # (the thread writes it again, in a new segment, or says why not)
-                seg.broken = True
-                self._queue.append((data, record, done))
-                self._cond.notify()
-                return
-            self._written = (seg, len(buf), data, record, done)
-            self._syncing.clear()
             self._cond.notify()
-        self._syncing.wait(_HANDOFF_S)
+        if written:
+            self._syncing.wait(_HANDOFF_S)
 
     def close(self) -> None:
         """Write what is queued, then stop."""
@@ -261,37 +261,41 @@ class SpoolWriter:
     def _sync_written(self, written: tuple) -> None:
         seg, size, data, record, done = written
         self._syncing.set()  # (submit's caller goes on once this thread is in the fsync, without the GIL)
-        try:
-            if self.fsync:
-                fsio.fsync_fd(seg.fd, seg.path)
-            with self._lock:
-                seg.appended += 1
-                seg.size += size
-        except Exception as e:  # a failing disk: the call goes on, committed from memory
-            self.warn(f"spool not written ({e}); 1 call is only in memory until committed")
-            seg.broken = True
-            seg = None
-        self._hand_on(seg, [(data, record, done)])
+        self._hand_on(self._synced(seg, 1, size), [(data, record, done)])
 
     def _write(self, batch) -> None:
-        seg = None
+        seg = self.segment
         try:
-            seg = self.segment
             if seg is None or seg.broken or _full(seg):
+                seg = None
                 seg = self._new_segment()
             buf = b"".join(frame(d) for d, _, _ in batch)
             _write_all(seg.fd, buf)
+        except Exception as e:
+            seg = self._failed(seg, len(batch), e)
+        else:
+            seg = self._synced(seg, len(batch), len(buf))
+        self._hand_on(seg, batch)
+
+    def _synced(self, seg: Segment, records: int, size: int) -> Segment | None:
+        """``records`` frames of ``size`` bytes, written to ``seg``, made durable and counted:
+        the segment, or None when the fsync failed."""
+        try:
             if self.fsync:
                 fsio.fsync_fd(seg.fd, seg.path)
-            with self._lock:
-                seg.appended += len(batch)
-                seg.size += len(buf)
-        except Exception as e:  # a full or read-only disk: the calls go on, committed from memory
-            self.warn(f"spool not written ({e}); {len(batch)} call(s) are only in memory until committed")
-            if seg is not None:
-                seg.broken = True  # (maybe a torn frame at its end: nothing is appended after it)
-            seg = None
-        self._hand_on(seg, batch)
+        except Exception as e:
+            return self._failed(seg, records, e)
+        with self._lock:
+            seg.appended += records
+            seg.size += size
+        return seg
+
+    def _failed(self, seg: Segment | None, records: int, e: Exception) -> None:
+        """An append that failed (a full or read-only disk): the calls go on, committed from
+        memory; the segment gets nothing more (maybe a torn frame at its end)."""
+        self.warn(f"spool not written ({e}); {records} call(s) are only in memory until committed")
+        if seg is not None:
+            seg.broken = True
 
     def _hand_on(self, seg: Segment | None, batch) -> None:
         """The records of ``batch`` are durable in ``seg`` (None: only in memory): the
