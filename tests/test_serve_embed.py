@@ -136,6 +136,26 @@ def test_a_failing_provider_never_fails_a_call_and_embed_takes_the_chunks_later(
             repo.close()
 
 
+def test_an_idle_server_embeds_once_the_provider_is_back(tmp_path, upstream):
+    """No call comes after the failed batches: the committer tries again by itself once the
+    provider's backoff (5 s) is over, rather than waiting for the next call or `convgit embed`."""
+    with FakeEmbeddings(dim=16, fail_every=1) as fake:
+        store = _store(tmp_path, fake.config() + "on_commit = true\n")
+        sp = ServeProcess(store, upstream.url)
+        try:
+            sp.wait_listening()
+            _calls(sp.url)
+            sp.wait_calls(5)
+            st = _wait_status(store, lambda s: s["failed"] > 0)
+            assert st["failed"] > 0 and st["indexed"] == 0, st
+            fake.fail_every = 0
+            st = _wait_status(store, lambda s: s["chunks"] and s["indexed"] == s["chunks"], timeout=45)
+            assert st["chunks"] >= 10 and st["indexed"] == st["chunks"] and st["failed"] == 0, st
+        finally:
+            assert sp.stop() == 0
+        assert len(sp.calls) == 5  # (no call was made to wake it)
+
+
 def _spool_leftover(store: Path, upstream: FakeUpstream, n: int) -> None:
     """A spool segment as a server killed before committing leaves it: ``n`` chat calls."""
     import uuid

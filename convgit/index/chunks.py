@@ -118,6 +118,9 @@ def sync(repo, rules: ChunkRules) -> int:
                     db.execute("DELETE FROM chunks")
                     db.execute("DELETE FROM meta WHERE key LIKE 'chunked %' OR key LIKE 'embedded %'")
                 mark = int(row[0]) if row else 0
+                # ``top`` again, under the lock: the one read before it may be another file's (a
+                # rebuilt index swapped in) or older than what another process has cut meanwhile
+                top = db.execute("SELECT coalesce(max(rowid), 0) FROM messages").fetchone()[0]
                 added = 0
                 for rids, texts in _texts_after(db, mark, top, rules):
                     rows = [(rid, w, s, e) for rid, t in zip(rids, texts) for w, (s, e) in enumerate(windows(len(t)))

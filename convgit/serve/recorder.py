@@ -186,8 +186,8 @@ class Recorder:
             if getattr(res, "thread", None):
                 self.last_thread = res.thread
                 break
-        if any(getattr(res, "new_messages", 0) for res in results):
-            self.unembedded = True
+        if any(getattr(res, "new_messages", 0) for res in results) or any(pr is _RECOVERED for _, _, pr in built):
+            self.unembedded = True  # (a recovered call: the committer that wrote it may have died before embedding)
         res_of = {id(b): res for (_, b), res in zip(ok, results)}
         for r, b, problem in built:
             if problem is _RECOVERED:  # (committed before: its line again, marked, for a log that lost it)
@@ -290,7 +290,7 @@ class Recorder:
         Never raises for the provider: returns (chunks embedded, warnings). A provider that
         failed (or could not be loaded) is left alone for a backoff (5 s doubling to 5 min):
         the chunks wait, pending or failed, for the next try or ``convgit embed``."""
-        if not self.unembedded or not self.repo.config.embed_on_commit:
+        if self.embed_due() is None:
             return 0, []
         now = time.monotonic()
         if now < self._embed_after:
@@ -300,6 +300,9 @@ class Recorder:
         warnings: list[str] = []
         try:
             res = semantic.embed_written(self.repo, warnings=warnings)
+        except RETRY:  # the index or the vectors could not be read or written now: a try again soon
+            self._embed_after = now + _EMBED_BACKOFF[0]
+            raise
         except Exception as e:  # noqa: BLE001  (a bug in a provider: the write stands, say so)
             res = None
             warnings.append(f"embedding skipped: {type(e).__name__}: {e}; the chunks stay pending")
@@ -312,6 +315,15 @@ class Recorder:
         n = res.embedded if res is not None else 0
         self.embedded += n
         return n, warnings
+
+    def embed_due(self) -> float | None:
+        """When ``embed_written`` has work (monotonic time: now or after a failing provider's
+        backoff), or None: nothing committed is left unembedded, or ``embed.on_commit`` is off.
+        The Committer asks it while idle, so what the last batch left (a provider that was down,
+        a locked index, more than ``EMBED_ON_WRITE`` chunks) is taken without waiting for a call."""
+        if not self.unembedded or not self.repo.config.embed_on_commit:
+            return None
+        return self._embed_after
 
     def _done(self, r: CallRecord, b: rec_mod.Built, res) -> dict:
         if isinstance(res, ConvgitError):
@@ -446,12 +458,16 @@ class Committer:
                 with self._cond:
                     while not self._queue and not self._stop:
                         self.idle.set()
-                        if recorder.last_thread is None:
+                        due = [self._head_at + HEAD_EVERY_SECONDS] if recorder.last_thread is not None else []
+                        embed_at = recorder.embed_due()
+                        if embed_at is not None:
+                            due.append(embed_at)
+                        if not due:
                             self._cond.wait()
                             continue
-                        left = self._head_at + HEAD_EVERY_SECONDS - time.monotonic()
+                        left = min(due) - time.monotonic()
                         if left <= 0:
-                            break  # a HEAD move is due
+                            break  # a HEAD move or an embedding is due
                         self._cond.wait(left)
                     end = time.monotonic() + GATHER_SECONDS
                     while self._queue and len(self._queue) < GATHER_CALLS and not self._stop:
@@ -462,9 +478,14 @@ class Committer:
                     batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
                     stop = self._stop
                 if not batch:
-                    self._follow_head(repo, recorder)  # (due, or stopping)
                     if stop:
+                        self._follow_head(repo, recorder)
                         return
+                    if recorder.last_thread is not None and time.monotonic() - self._head_at >= HEAD_EVERY_SECONDS:
+                        self._follow_head(repo, recorder)
+                    embed_at = recorder.embed_due()
+                    if embed_at is not None and embed_at <= time.monotonic():
+                        self._embed(recorder)
                     continue
                 if not self._commit(recorder, [r for _, r, _ in batch], stop=stop, check=any(c for _, _, c in batch)):
                     with self._cond:  # the store refused and we are stopping: the spool keeps them
