@@ -784,6 +784,32 @@ def test_kill_9_after_the_answer_loses_no_call_and_records_none_twice(store, ups
 
 
 @pytest.mark.parametrize("committer", ["thread", "process"])
+def test_calls_that_arrive_while_the_store_is_locked_join_the_waiting_batch(store, upstream, committer):
+    """A gc (here: the exclusive lock) holds the store: the committer's batch waits, and the
+    calls answered meanwhile join it, so that the store, once free, takes them in one
+    transaction (the committer used to retry its first batch alone, then take the rest)."""
+    sp = ServeProcess(store, upstream.url, "--committer", committer, env={"CONVGIT_LOCK_TIMEOUT": "0.1"})
+    url = sp.wait_listening()
+    repo = convgit.open_repo(store)
+    try:
+        with repo.exclusive_lock():
+            for i in range(6):  # one by one, further apart than the batch's gathering window
+                assert httpx.post(url + "/v1/chat/completions",
+                                  json=_chat(messages=[{"role": "user", "content": f"locked {i}"}])).status_code == 200
+                time.sleep(0.15)
+            end = time.monotonic() + 30
+            while not any("6 call(s) wait in the spool" in ln for ln in sp.stderr) and time.monotonic() < end:
+                time.sleep(0.05)
+            assert any("6 call(s) wait in the spool" in ln for ln in sp.stderr), sp.stderr
+        docs = sp.wait_calls(6)
+    finally:
+        repo.close()
+        assert sp.stop() == 0
+    assert len({d["call"] for d in docs}) == 6 and all(d["new_messages"] == 2 for d in docs), docs
+    assert len(_turns(store)) == 6
+
+
+@pytest.mark.parametrize("committer", ["thread", "process"])
 @pytest.mark.parametrize("point,calls", [("ref_after_tmp_fsync", 1), ("bulk_after_logs_rename", 6), ("serve_after_commit", 3),
                                          ("serve_before_lines", 3)])
 def test_a_committer_killed_mid_creation_records_each_call_once_and_fsck_is_clean(store, upstream, point, calls, committer):

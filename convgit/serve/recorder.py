@@ -487,7 +487,8 @@ class Committer:
                     if embed_at is not None and embed_at <= time.monotonic():
                         self._embed(recorder)
                     continue
-                if not self._commit(recorder, [r for _, r, _ in batch], stop=stop, check=any(c for _, _, c in batch)):
+                if not self._commit(recorder, [r for _, r, _ in batch], stop=stop, check=any(c for _, _, c in batch),
+                                    batch=batch):
                     with self._cond:  # the store refused and we are stopping: the spool keeps them
                         return
                 crash_point("serve_after_commit")  # (committed, not yet noted: the next committer checks the store)
@@ -527,11 +528,23 @@ class Committer:
                 self._warned[kind] = now
                 self.warn(w)
 
-    def _commit(self, recorder: Recorder, records: list[CallRecord], *, stop: bool, check: bool = False) -> bool:
+    def _commit(self, recorder: Recorder, records: list[CallRecord], *, stop: bool, check: bool = False,
+                batch: list | None = None) -> bool:
+        """Commit ``records`` (retrying while the store refuses), then write their lines.
+        ``batch``: the queue's entries they came from; while the store refuses (a gc holds
+        it, a full disk), the calls queued meanwhile join them (up to ``_MAX_BATCH``), added
+        to ``batch`` too, so that the store, once free, takes them in one transaction."""
         delay = 0.05
         check_recorded = check
         bugs = 0
+        tries = 0
         while True:
+            if tries and batch is not None and len(batch) < _MAX_BATCH:
+                with self._cond:
+                    more, self._queue = self._queue[:_MAX_BATCH - len(batch)], self._queue[_MAX_BATCH - len(batch):]
+                batch.extend(more)
+                records.extend(r for _, r, _ in more)
+            tries += 1
             try:
                 docs = recorder.commit_batch(records, check_recorded=check_recorded)
                 crash_point("serve_before_lines")  # (committed, no line written: the next committer writes them)
