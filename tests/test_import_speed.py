@@ -178,3 +178,30 @@ def test_per_message_turns_indexed_in_bulk_give_the_rebuilt_index(tmp_path, cli,
     assert db2.execute("SELECT m.id, t.id FROM messages m LEFT JOIN turns t ON t.rowid = m.turn_rowid "
                        "ORDER BY m.id").fetchall() == msgs
     assert _log(cli, repo.path) == log
+
+
+def test_a_turn_row_keeps_only_the_meta_the_index_queries(tmp_path, cli):
+    """Schema 12: ``turns.meta_json`` holds only the keys the index's own queries read
+    (``INDEXED_META``); the source's metadata of each imported message stays in its turn
+    object, where `log --json` and a re-import still find what they need."""
+    from convgit.index.turn_rows import INDEXED_META
+
+    rnd = random.Random(12)
+    export = tmp_path / "e.json"
+    export.write_text(json.dumps([_chatgpt(rnd, i) for i in range(8)]))
+    repo = convgit.init(tmp_path / "s")
+    api.import_paths(repo, [export], now_ms=NOW)
+    rows = repo.index.db.execute("SELECT id, kind, meta_json FROM turns").fetchall()
+    kept = [json.loads(m) for _, _, m in rows if m is not None]
+    assert kept and all(set(m) <= set(INDEXED_META) for m in kept)
+    assert {m["branch"] for m in kept} >= {"main"}  # each import turn's branch: what a re-import reads
+    # The per-message turns' own metadata (finish details, the model slug) is in their objects.
+    richer = 0
+    for tid, kind, _ in rows:
+        t = graph.find_turn(repo.objects, tid)
+        richer += bool(set(t.meta or {}) - set(INDEXED_META))
+    assert richer > len(rows) // 2
+    before = _log(cli, repo.path)
+    again = api.import_paths(repo, [export], now_ms=NOW + 1)  # each conversation found by its branch rows
+    assert again.counts().get("imported", 0) == 0
+    assert _log(cli, repo.path) == before

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 11  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
+SCHEMA_VERSION = 12  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA); 4: parts is a rowid table;
 # 5: turns record what they cover (out_depth, span) and which import listed them (record);
 # 6: chunks (semantic search); 7: parts.text_bytes, and the lean mode (``[index] text = false``:
 # parts.text is NULL); 8: message_tree names tool calls and results where there is no text;
@@ -15,6 +15,8 @@ SCHEMA_VERSION = 11  # 3: full-text search and unreachable rows (fts.FTS_SCHEMA)
 # import turn's lists of turns and aliases (rows of their own); 11: turn rows only for the moves
 # that happened (the chain of reflog lines ending at the tip, docs/format.md §4): an index built
 # before indexed the calls of moves a crash cut short, which fsck then reports against a rebuild
+# 12: turns.meta_json keeps only the keys of a turn's meta the index queries (turn_rows.INDEXED_META:
+# ``branch``, ``schema_id``); an imported message's turn kept the source's metadata, ~400 B each
 INDEX_FILE = "index.sqlite"
 
 # What ``status`` reports from the index, as a direct count over the rows. The writer keeps

@@ -12,19 +12,22 @@ if TYPE_CHECKING:
     from ..objects import Turn
 
 
+# The keys of a turn's ``meta`` that the index's own queries read (``Lookups.upstream_threads``:
+# an import turn's ``branch``; ``Lookups.turn_rows(schema=True)``: an llm call's ``schema_id``).
+# Only these are kept in ``turns.meta_json``; the rest of ``meta`` (a source's metadata of each
+# imported message: finish details, citations, request ids, about 400 bytes a ChatGPT message;
+# an import turn's lists of turns and aliases, which are rows of their own) is read from the
+# turn object, where it always is.
+INDEXED_META = ("branch", "schema_id")
+
+
 def _row_meta(t: Turn) -> dict | None:
-    """A turn's ``meta`` as its row keeps it: without the lists that are rows of their own
-    (an import turn's ``turns``: the rows whose ``record`` it is; ``aliases``: the aliases
-    table), which took about 180 bytes per imported message."""
+    """A turn's ``meta`` as its row keeps it: the ``INDEXED_META`` keys it has, or None."""
     meta = t.meta
     if not meta:
-        return meta
-    drop = set()
-    if t.kind == "import" and isinstance(meta.get("turns"), list):
-        drop.add("turns")
-    if t.source and isinstance(meta.get("aliases"), dict):
-        drop.add("aliases")
-    return {k: v for k, v in meta.items() if k not in drop} if drop else meta
+        return None
+    kept = {k: meta[k] for k in INDEXED_META if k in meta}
+    return kept or None
 
 
 _INSERT_TURN = "INSERT OR REPLACE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
