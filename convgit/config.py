@@ -292,13 +292,14 @@ def load_mcp_limits(path: Path) -> "McpLimits":
     return McpLimits(**values)
 
 
-SERVE_KEYS = ("openai_upstream", "anthropic_upstream", "host", "port", "thread")
+SERVE_KEYS = ("openai_upstream", "anthropic_upstream", "host", "port", "thread", "ca_file")
 
 
 def load_serve_settings(path: Path) -> dict:
     """``convgit serve``'s defaults from config.toml's ``[serve]`` table (``openai_upstream``,
-    ``anthropic_upstream``, ``host``, ``port``, ``thread``); options given on the command line
-    win. Unknown keys and wrong types are invalid_input."""
+    ``anthropic_upstream``, ``host``, ``port``, ``thread``, ``ca_file``: a relative path is
+    taken from the directory of config.toml); options given on the command line win. Unknown
+    keys and wrong types are invalid_input."""
     table = _table(path, "serve")
     for k, v in table.items():
         if k not in SERVE_KEYS:
@@ -306,7 +307,10 @@ def load_serve_settings(path: Path) -> dict:
         want = int if k == "port" else str
         if not isinstance(v, want) or isinstance(v, bool):
             raise InvalidInput(f"{path}: [serve] {k} must be {want.__name__}, got {v!r}")
-    return dict(table)
+    out = dict(table)
+    if "ca_file" in out:
+        out["ca_file"] = str(path.parent / Path(out["ca_file"]).expanduser())  # (an absolute one stays as it is)
+    return out
 
 
 def env_store_dir() -> str | None:

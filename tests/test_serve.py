@@ -398,10 +398,10 @@ def test_an_unreachable_upstream_gives_a_502_in_the_clients_shape(store):
 
 
 @contextlib.contextmanager
-def _through_a_one_off_upstream(store: Path, answer, *, tls: tuple[Path, Path] | None = None):
-    """``convgit serve`` on ``store`` in front of an upstream of the test's own: each POST is
-    answered by ``answer(headers, body) -> (headers, body)`` (status 200), over TLS with
-    ``tls`` = (cert, key). Yields the running ServeProcess; both are stopped after."""
+def _through_a_one_off_upstream(store: Path, answer, *, tls: tuple[Path, Path] | None = None, args: tuple = ()):
+    """``convgit serve`` on ``store`` (with ``args``) in front of an upstream of the test's own:
+    each POST is answered by ``answer(headers, body) -> (headers, body)`` (status 200), over
+    TLS with ``tls`` = (cert, key). Yields the running ServeProcess; both are stopped after."""
     import ssl
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -427,7 +427,7 @@ def _through_a_one_off_upstream(store: Path, answer, *, tls: tuple[Path, Path] |
         srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        sp = ServeProcess(store, f"{'https' if tls else 'http'}://127.0.0.1:{srv.server_address[1]}")
+        sp = ServeProcess(store, f"{'https' if tls else 'http'}://127.0.0.1:{srv.server_address[1]}", *args)
         sp.wait_listening()
         try:
             yield sp
@@ -437,16 +437,22 @@ def _through_a_one_off_upstream(store: Path, answer, *, tls: tuple[Path, Path] |
         srv.shutdown()
 
 
-def test_an_https_upstream_with_a_certificate_nobody_vouches_for_is_refused(store, tmp_path):
-    """The proxy checks an https upstream's certificate (certifi's bundle): a self-signed one
-    gets the client a 502 before any byte of the request is relayed, and the call is
-    recorded with its error. (A proxy that skipped the check would answer 200 here.)"""
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """(certificate, key) of a self-signed certificate for 127.0.0.1 (the openssl command)."""
     if shutil.which("openssl") is None:
         pytest.skip("no openssl command to make a certificate")
     key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
                     "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
                    check=True, capture_output=True)
+    return cert, key
+
+
+def test_an_https_upstream_with_a_certificate_nobody_vouches_for_is_refused(store, tmp_path):
+    """The proxy checks an https upstream's certificate (certifi's bundle): a self-signed one
+    gets the client a 502 before any byte of the request is relayed, and the call is
+    recorded with its error. (A proxy that skipped the check would answer 200 here.)"""
+    cert, key = _self_signed(tmp_path)
     reached = []
 
     def answer(headers, body):  # pragma: no cover - reached only by a proxy that does not verify
@@ -460,6 +466,49 @@ def test_an_https_upstream_with_a_certificate_nobody_vouches_for_is_refused(stor
     assert "certificate" in r.json()["error"]["message"].lower()
     assert reached == []
     assert [t.error for t in _turns(store)] == ["upstream_unreachable"]
+
+
+@pytest.mark.parametrize("how", ["option", "config"])
+def test_an_https_upstream_whose_ca_the_user_names_is_trusted(store, tmp_path, how):
+    """``--ca-file FILE`` (or ``[serve] ca_file``, relative to config.toml's directory): an
+    upstream whose certificate that file vouches for (a company's TLS proxy, a local model
+    server's own CA) is relayed to and the call recorded; certifi's bundle still applies."""
+    cert, key = _self_signed(tmp_path)
+    args: tuple = ()
+    if how == "option":
+        args = ("--ca-file", str(cert))
+    else:
+        shutil.copy(cert, store / ".convgit" / "company-ca.pem")
+        (store / ".convgit" / "config.toml").write_text('[serve]\nca_file = "company-ca.pem"\n')
+    answer_body = json.dumps({"id": "chatcmpl-tls", "object": "chat.completion", "model": "gpt-fake", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "over TLS"}, "finish_reason": "stop"}]}).encode()
+    reached = []
+
+    def answer(headers, body):
+        reached.append(body)
+        return [("content-type", "application/json")], answer_body
+
+    with _through_a_one_off_upstream(store, answer, tls=(cert, key), args=args) as sp:
+        r = httpx.post(sp.url + "/v1/chat/completions", json=_chat(), timeout=30)
+        sp.wait_calls(1)
+    assert r.status_code == 200 and r.content == answer_body
+    assert len(reached) == 1
+    turns = _turns(store)
+    assert [t.error for t in turns] == [None]
+    assert _conversation(store, turns[0].output) == [("user", "hello"), ("assistant", "over TLS")]
+
+
+@pytest.mark.parametrize("content", [None, b"not a certificate\n"])
+def test_a_ca_file_that_holds_no_certificate_is_refused_before_listening(store, tmp_path, upstream, content):
+    bad = tmp_path / "ca.pem"
+    if content is not None:
+        bad.write_bytes(content)
+    r = subprocess.run([sys.executable, "-m", "convgit", "-C", str(store), "serve", "--port", "0", "--json",
+                        "--openai-upstream", upstream.url, "--ca-file", str(bad)],
+                       capture_output=True, text=True, timeout=60)
+    err = json.loads(r.stdout)  # (--json: the error as JSON on stdout)
+    assert r.returncode != 0 and err["error_code"] == "invalid_input" and "--ca-file" in err["error_message"], r.stdout
+    assert not (store / ".convgit" / "spool").exists() or not list((store / ".convgit" / "spool").iterdir())
 
 
 def test_header_values_reach_the_upstream_byte_for_byte(server, upstream):

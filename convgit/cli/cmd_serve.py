@@ -46,6 +46,7 @@ def serve_cmd(
     allow_remote: bool = typer.Option(False, "--allow-remote", help="Allow a non-loopback --host (needs --token-file)."),
     token_file: Optional[Path] = typer.Option(None, "--token-file", metavar="FILE", help="Clients must send 'X-Convgit-Token: Bearer <token in FILE>'."),
     timeout: str = typer.Option("600", "--timeout", metavar="SECONDS", help="Upstream timeout in seconds."),
+    ca_file: Optional[Path] = typer.Option(None, "--ca-file", metavar="FILE", help="PEM certificates to trust for https upstreams, besides certifi's bundle."),
     committer: str = typer.Option("process", "--committer", metavar="process|thread", help="Commit in a process of its own (the default: the relay keeps a core) or in a thread of the server's."),
     drain: bool = typer.Option(False, "--drain", help="Only commit what the spool holds from stopped servers, then exit."),
     json_: bool = typer.Option(False, "--json", help="One JSON line per call on stdout (and one when listening)."),
@@ -85,6 +86,7 @@ def serve_cmd(
         token=serve.read_token_file(token_file) if token_file is not None else None,
         timeout=parse_seconds(timeout, "--timeout"),
         committer=committer,
+        ca_file=str(ca_file) if ca_file is not None else conf.get("ca_file"),
     )
     serve.check_options(opts)
 

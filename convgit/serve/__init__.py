@@ -50,6 +50,7 @@ class ServeOptions:
     token: str | None = None
     timeout: float = 600.0
     committer: str = "process"  # "process": a worker process commits (worker.py); "thread": a thread of the server's
+    ca_file: str | None = None  # PEM certificates trusted for https upstreams besides certifi's bundle
     warnings: list[str] = field(default_factory=list)
 
 
@@ -75,6 +76,10 @@ def check_options(opts: ServeOptions) -> None:
         raise InvalidInput("--timeout must be positive")
     if opts.committer not in ("process", "thread"):
         raise InvalidInput(f"--committer must be process or thread, not {opts.committer!r}")
+    if opts.ca_file is not None:
+        from .proxy import tls_context
+
+        tls_context(opts.ca_file)  # (a file that is missing or holds no certificate: refused before listening)
 
 
 def read_token_file(path: str | Path) -> str:
@@ -124,7 +129,8 @@ class Server:
             self.writer.on_removed = getattr(self.committer, "segment_removed", None)
         self._encode = encode_record
         settings = ProxySettings(openai_upstream=opts.openai_upstream, anthropic_upstream=opts.anthropic_upstream,
-                                 thread=opts.thread, store_raw=opts.store_raw, token=opts.token, timeout=opts.timeout)
+                                 thread=opts.thread, store_raw=opts.store_raw, token=opts.token, timeout=opts.timeout,
+                                 ca_file=opts.ca_file)
         self.proxy = Proxy(settings, self._spool, config=_config(repo_path), offer=self.committer.offer,
                            cache=self.committer.prefix)
         self.url: str | None = None

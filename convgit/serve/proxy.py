@@ -58,6 +58,7 @@ class ProxySettings:
     store_raw: bool = True
     token: str | None = None
     timeout: float = 600.0
+    ca_file: str | None = None
 
 
 class _UpstreamBroke(Exception):
@@ -197,10 +198,11 @@ class Proxy:
         decompressed), no redirect followed, no HTTP_PROXY or .netrc (trust_env off). The timeout is
         per step: connecting (at most 30 s) and each read. An https upstream's certificate is
         checked against certifi's bundle, as httpx did before (the same on every system:
-        some Python builds have no usable system store)."""
+        some Python builds have no usable system store), and the settings' ``ca_file``."""
         t = self.settings.timeout
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=UPSTREAM_CONNECTIONS, limit_per_host=0, ssl=_tls_context()),
+            connector=aiohttp.TCPConnector(limit=UPSTREAM_CONNECTIONS, limit_per_host=0,
+                                           ssl=tls_context(self.settings.ca_file)),
             timeout=aiohttp.ClientTimeout(total=None, connect=min(t, 30.0), sock_read=t),
             cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False, trust_env=False)
 
@@ -394,13 +396,21 @@ class Proxy:
             self.prebuild(rec)  # after the last byte: only so that a whole call continuing it knows its tip
 
 
-def _tls_context():
-    """The TLS settings for https upstreams: certificates verified, against certifi's bundle."""
+def tls_context(ca_file: str | None = None):
+    """The TLS settings for https upstreams: certificates verified, against certifi's bundle
+    and the PEM certificates in ``ca_file`` (a company's or a local server's own CA).
+    invalid_input when ``ca_file`` cannot be read or holds no certificate."""
     import ssl
 
     import certifi
 
-    return ssl.create_default_context(cafile=certifi.where())
+    ctx = ssl.create_default_context(cafile=certifi.where())
+    if ca_file is not None:
+        try:
+            ctx.load_verify_locations(cafile=ca_file)
+        except (OSError, ssl.SSLError) as e:
+            raise InvalidInput(f"--ca-file {ca_file}: no certificate could be read from it ({e})") from e
+    return ctx
 
 
 def _describe(e: BaseException) -> str:
