@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/bench_scale.py --sizes 1000,10000,100000
     .venv/bin/python benchmarks/bench_scale.py --no-llm --rounds 5  # quick
     .venv/bin/python benchmarks/bench_scale.py --sizes 1000,100000 --cold --gc  # read from disk, packs merged
+    .venv/bin/python benchmarks/bench_scale.py --sizes 1000,10000,100000 --warm  # both tools' files in memory
 
 For each size it builds a store of N conversations (4 messages each; fsync off while
 building, as the issue asks) and an llm logs.db of the same N conversations (through llm's
@@ -107,6 +108,23 @@ def evict_file(path: Path, *, sync: bool = True) -> None:
         os.close(fd)
 
 
+def warm_path(path: Path) -> int:
+    """Read every regular file under ``path`` (or ``path`` itself) into the page cache; the bytes read."""
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
+    total = 0
+    for f in files:
+        try:
+            with open(f, "rb", buffering=0) as fh:
+                while True:
+                    b = fh.read(1 << 20)
+                    if not b:
+                        break
+                    total += len(b)
+        except OSError:
+            continue
+    return total
+
+
 def continuation(i: int, r: int) -> dict:
     hist = conv(i)
     return {"messages": hist + [{"role": "user", "content": f"round {r}: one more question for thread {i}"}],
@@ -124,15 +142,22 @@ def main() -> None:
                     help="drop the stores' and logs.dbs' pages from the page cache before each size's calls, every "
                          "round (benchmarks/bench_cold.py's evict): a store read from disk, not whatever the "
                          "machine's cache kept (docs/performance.md, session 13)")
+    ap.add_argument("--warm", action="store_true",
+                    help="read every file of each size's store and logs.db before its calls, every round: both "
+                         "tools timed with their pages in memory (the state of a store in daily use), whatever "
+                         "the page cache dropped meanwhile (building the 100,000-conversation logs.db takes minutes)")
     ap.add_argument("--gc", action="store_true",
                     help="gc --auto each built store (its packs merged, as the command line would have left it)")
     ap.add_argument("--out", type=Path, default=OUT / "scale.json")
     args = ap.parse_args()
+    if args.cold and args.warm:
+        ap.error("--cold and --warm are opposites: give one")
     sizes = [int(s) for s in args.sizes.split(",")]
     os.environ.pop("CONVGIT_FSYNC", None)  # timed with fsync on (the store default)
     import convgit
 
-    res: dict = {"sizes": sizes, "rounds": args.rounds, "calls": args.calls, "cold": args.cold, "gc": args.gc,
+    res: dict = {"sizes": sizes, "rounds": args.rounds, "calls": args.calls, "cold": args.cold, "warm": args.warm,
+                 "gc": args.gc,
                  "build_s": {}, "api_ms": {}, "llm_ms": {}, "cli_ms": {}, "api_round_ms": {}}
     with tempfile.TemporaryDirectory(prefix="convgit-scale-") as td:
         tmp = Path(td)
@@ -178,6 +203,10 @@ def main() -> None:
                     evict(tmp / f"c{n}")
                     if (tmp / f"llm{n}.db").exists():
                         evict_file(tmp / f"llm{n}.db")
+                if args.warm:
+                    warm_path(tmp / f"c{n}")
+                    if (tmp / f"llm{n}.db").exists():
+                        warm_path(tmp / f"llm{n}.db")
                 ts = []
                 for c in range(args.calls):
                     i = pick(n)
