@@ -292,13 +292,13 @@ def load_mcp_limits(path: Path) -> "McpLimits":
     return McpLimits(**values)
 
 
-SERVE_KEYS = ("openai_upstream", "anthropic_upstream", "host", "port", "thread", "ca_file")
+SERVE_KEYS = ("openai_upstream", "anthropic_upstream", "host", "port", "thread", "ca_file", "upstream_proxy")
 
 
 def load_serve_settings(path: Path) -> dict:
     """``convgit serve``'s defaults from config.toml's ``[serve]`` table (``openai_upstream``,
     ``anthropic_upstream``, ``host``, ``port``, ``thread``, ``ca_file``: a relative path is
-    taken from the directory of config.toml); options given on the command line win. Unknown
+    taken from the directory of config.toml, ``upstream_proxy``); options given on the command line win. Unknown
     keys and wrong types are invalid_input."""
     table = _table(path, "serve")
     for k, v in table.items():

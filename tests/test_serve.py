@@ -31,7 +31,7 @@ from convgit.errors import InvalidInput
 from convgit.objects import Message, Turn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers.serve import ServeProcess, store, upstream  # noqa: E402,F401 (fixtures)
+from helpers.serve import ConnectProxy, ServeProcess, store, upstream  # noqa: E402,F401 (fixtures)
 
 KEY = "sk-test-SECRETKEY-0123456789abcdef"
 ANT_KEY = "sk-ant-SECRETKEY-fedcba9876543210"
@@ -496,6 +496,50 @@ def test_an_https_upstream_whose_ca_the_user_names_is_trusted(store, tmp_path, h
     turns = _turns(store)
     assert [t.error for t in turns] == [None]
     assert _conversation(store, turns[0].output) == [("user", "hello"), ("assistant", "over TLS")]
+
+
+def test_upstreams_are_reached_through_the_named_proxy_and_its_password_is_never_shown(store, tmp_path):
+    """``--upstream-proxy http://user:password@host:port``: an https upstream is reached
+    through a CONNECT tunnel of that proxy (a company's egress proxy), with the proxy's
+    credentials sent to the proxy only; the password is never printed nor stored."""
+    import base64
+
+    cert, key = _self_signed(tmp_path)
+    secret = "pr0xy-s3cret-2f9a"
+    proxy = ConnectProxy(auth="Basic " + base64.b64encode(f"alice:{secret}".encode()).decode()).start()
+    answer_body = json.dumps({"id": "chatcmpl-px", "object": "chat.completion", "model": "gpt-fake", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "through the proxy"}, "finish_reason": "stop"}]}).encode()
+    seen = []
+
+    def answer(headers, body):
+        seen.append({k.lower(): v for k, v in headers.items()})
+        return [("content-type", "application/json")], answer_body
+
+    try:
+        via = proxy.url.replace("http://", f"http://alice:{secret}@")
+        with _through_a_one_off_upstream(store, answer, tls=(cert, key),
+                                         args=("--ca-file", str(cert), "--upstream-proxy", via)) as sp:
+            r = httpx.post(sp.url + "/v1/chat/completions", json=_chat(), timeout=30)
+            sp.wait_calls(1)
+    finally:
+        proxy.stop()
+    assert r.status_code == 200 and r.content == answer_body
+    assert proxy.connects and all(t.startswith("127.0.0.1:") for t, _ in proxy.connects)
+    assert seen and not any("proxy-authorization" in h for h in seen)  # (the proxy's credentials stay with it)
+    assert [t.error for t in _turns(store)] == [None]
+    assert secret not in "".join(sp.stderr) + json.dumps(sp.calls)
+    for f in (store / ".convgit").rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f
+
+
+def test_an_upstream_proxy_that_is_not_an_http_url_is_refused_with_its_password_hidden(store, upstream):
+    r = subprocess.run([sys.executable, "-m", "convgit", "-C", str(store), "serve", "--port", "0", "--json",
+                        "--openai-upstream", upstream.url, "--upstream-proxy", "socks5://bob:hunter2-xyz@127.0.0.1:1080"],
+                       capture_output=True, text=True, timeout=60)
+    err = json.loads(r.stdout)
+    assert r.returncode != 0 and err["error_code"] == "invalid_input" and "--upstream-proxy" in err["error_message"]
+    assert "hunter2-xyz" not in r.stdout + r.stderr and "bob:***@" in err["error_message"]
 
 
 @pytest.mark.parametrize("content", [None, b"not a certificate\n"])

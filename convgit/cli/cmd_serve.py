@@ -47,6 +47,7 @@ def serve_cmd(
     token_file: Optional[Path] = typer.Option(None, "--token-file", metavar="FILE", help="Clients must send 'X-Convgit-Token: Bearer <token in FILE>'."),
     timeout: str = typer.Option("600", "--timeout", metavar="SECONDS", help="Upstream timeout in seconds."),
     ca_file: Optional[Path] = typer.Option(None, "--ca-file", metavar="FILE", help="PEM certificates to trust for https upstreams, besides certifi's bundle."),
+    upstream_proxy: Optional[str] = typer.Option(None, "--upstream-proxy", metavar="URL", help="Reach the upstreams through this HTTP proxy (http://[user:password@]host:port; CONNECT for https)."),
     committer: str = typer.Option("process", "--committer", metavar="process|thread", help="Commit in a process of its own (the default: the relay keeps a core) or in a thread of the server's."),
     drain: bool = typer.Option(False, "--drain", help="Only commit what the spool holds from stopped servers, then exit."),
     json_: bool = typer.Option(False, "--json", help="One JSON line per call on stdout (and one when listening)."),
@@ -87,16 +88,19 @@ def serve_cmd(
         timeout=parse_seconds(timeout, "--timeout"),
         committer=committer,
         ca_file=str(ca_file) if ca_file is not None else conf.get("ca_file"),
+        upstream_proxy=upstream_proxy or conf.get("upstream_proxy"),
     )
     serve.check_options(opts)
 
     def listening(url: str) -> None:
         if json_:
             _line(json.dumps({"status": "listening", "url": url, "store": str(repo.path),
-                              "openai_upstream": opts.openai_upstream, "anthropic_upstream": opts.anthropic_upstream}))
+                              "openai_upstream": opts.openai_upstream, "anthropic_upstream": opts.anthropic_upstream,
+                              "upstream_proxy": serve.redact_url(opts.upstream_proxy) if opts.upstream_proxy else None}))
         else:
+            via = f" via {serve.redact_url(opts.upstream_proxy)}" if opts.upstream_proxy else ""
             _line(f"convgit serve: listening on {url} (store {repo.path}); "
-                  f"OpenAI -> {opts.openai_upstream}, Anthropic -> {opts.anthropic_upstream}", err=True)
+                  f"OpenAI -> {opts.openai_upstream}, Anthropic -> {opts.anthropic_upstream}{via}", err=True)
 
     server = serve.Server(repo.path, opts, fsync=repo.config.fsync, on_listen=listening, on_call=say, warn=warn)
     repo.close()  # the committer thread opens its own

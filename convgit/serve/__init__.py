@@ -51,6 +51,7 @@ class ServeOptions:
     timeout: float = 600.0
     committer: str = "process"  # "process": a worker process commits (worker.py); "thread": a thread of the server's
     ca_file: str | None = None  # PEM certificates trusted for https upstreams besides certifi's bundle
+    upstream_proxy: str | None = None  # an HTTP(S) proxy the upstream connections go through (CONNECT for https)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -76,10 +77,32 @@ def check_options(opts: ServeOptions) -> None:
         raise InvalidInput("--timeout must be positive")
     if opts.committer not in ("process", "thread"):
         raise InvalidInput(f"--committer must be process or thread, not {opts.committer!r}")
+    if opts.upstream_proxy is not None:
+        from urllib.parse import urlsplit
+
+        u = urlsplit(opts.upstream_proxy)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise InvalidInput("--upstream-proxy must be an http(s) URL, http://[user:password@]host:port, "
+                               f"not {redact_url(opts.upstream_proxy)!r}")
     if opts.ca_file is not None:
         from .proxy import tls_context
 
         tls_context(opts.ca_file)  # (a file that is missing or holds no certificate: refused before listening)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of its user part (a proxy's credentials) replaced by ``***``,
+    for anything printed: a log line, an error."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        u = urlsplit(url)
+    except ValueError:
+        return "<an URL that cannot be parsed>"
+    if u.password is None:
+        return url
+    host = u.netloc.rsplit("@", 1)[1]
+    return urlunsplit((u.scheme, f"{u.username}:***@{host}", u.path, u.query, u.fragment))
 
 
 def read_token_file(path: str | Path) -> str:
@@ -130,7 +153,7 @@ class Server:
         self._encode = encode_record
         settings = ProxySettings(openai_upstream=opts.openai_upstream, anthropic_upstream=opts.anthropic_upstream,
                                  thread=opts.thread, store_raw=opts.store_raw, token=opts.token, timeout=opts.timeout,
-                                 ca_file=opts.ca_file)
+                                 ca_file=opts.ca_file, upstream_proxy=opts.upstream_proxy)
         self.proxy = Proxy(settings, self._spool, config=_config(repo_path), offer=self.committer.offer,
                            cache=self.committer.prefix)
         self.url: str | None = None

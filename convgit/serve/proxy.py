@@ -59,6 +59,7 @@ class ProxySettings:
     token: str | None = None
     timeout: float = 600.0
     ca_file: str | None = None
+    upstream_proxy: str | None = None  # every upstream request goes through it (https: a CONNECT tunnel)
 
 
 class _UpstreamBroke(Exception):
@@ -195,7 +196,8 @@ class Proxy:
     async def start(self) -> None:
         """Open the upstream client: kept-alive connections, no cookie jar (one client's
         cookies never reach another's requests), bodies as the upstream sent them (never
-        decompressed), no redirect followed, no HTTP_PROXY or .netrc (trust_env off). The timeout is
+        decompressed), no redirect followed, no HTTP_PROXY or .netrc (trust_env off: a proxy is
+        used only when named, ``upstream_proxy``). The timeout is
         per step: connecting (at most 30 s) and each read. An https upstream's certificate is
         checked against certifi's bundle, as httpx did before (the same on every system:
         some Python builds have no usable system store), and the settings' ``ca_file``."""
@@ -209,7 +211,8 @@ class Proxy:
     async def _send(self, method: str, url: str, request: Request, body: bytes) -> aiohttp.ClientResponse:
         """Send the client's request upstream; the response's headers are read, its body not yet."""
         return await self.session.request(method, url, headers=forward_headers(scope_headers(request)), data=body,
-                                          allow_redirects=False, skip_auto_headers=_NOT_ADDED)
+                                          allow_redirects=False, skip_auto_headers=_NOT_ADDED,
+                                          proxy=self.settings.upstream_proxy)
 
     async def stop(self) -> None:
         """Close the upstream connections."""

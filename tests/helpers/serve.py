@@ -309,6 +309,79 @@ class FakeUpstream:
         return out
 
 
+class ConnectProxy:
+    """An HTTP proxy on 127.0.0.1 that tunnels ``CONNECT host:port`` (what a client does for an
+    https URL through a proxy) and refuses anything else (405). ``auth``: the
+    ``Proxy-Authorization`` value it requires (else 407). ``connects`` keeps (target, the
+    Proxy-Authorization it was sent) of each tunnel opened."""
+
+    def __init__(self, auth: str | None = None) -> None:
+        self.auth = auth
+        self.connects: list[tuple[str, str | None]] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self._stop = False
+
+    def start(self) -> "ConnectProxy":
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop = True
+        self.sock.close()
+
+    def _accept(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                b = conn.recv(4096)
+                if not b:
+                    return
+                head += b
+            lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+            method, target = lines[0].split(" ")[:2]
+            headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
+            if method != "CONNECT":
+                conn.sendall(b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n")
+                return
+            self.connects.append((target, headers.get("proxy-authorization")))
+            if self.auth is not None and headers.get("proxy-authorization") != self.auth:
+                conn.sendall(b"HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 0\r\n\r\n")
+                return
+            host, port = target.rsplit(":", 1)
+            up = socket.create_connection((host, int(port)))
+            conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+            def pipe(a: socket.socket, b: socket.socket) -> None:
+                try:
+                    while True:
+                        data = a.recv(65536)
+                        if not data:
+                            break
+                        b.sendall(data)
+                except OSError:
+                    pass
+                finally:
+                    try:
+                        b.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+
+            t = threading.Thread(target=pipe, args=(up, conn), daemon=True)
+            t.start()
+            pipe(conn, up)
+            t.join()
+            up.close()
+
+
 class ServeProcess:
     """The real ``convgit serve --json`` in a subprocess, on 127.0.0.1 and an ephemeral port.
     ``url`` once it listens; ``wait_calls(n)`` waits for ``n`` recorded-call lines."""
