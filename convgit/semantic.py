@@ -105,6 +105,8 @@ def embed(repo, *, emb: Embedding | None = None, retry: bool = True, batch_size:
     emb = emb or open_embedding(repo, **overrides)
     store, prov = emb.store, emb.provider
     size = batch_size or emb.config.batch_size
+    if limit is not None:
+        size = max(1, min(size, limit))  # (a configured batch larger than the limit would never start)
     res = EmbedResult(store.ns.to_json())
     res.new_chunks = C.sync(repo, emb.rules)
     db = repo.index.db

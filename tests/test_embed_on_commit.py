@@ -120,3 +120,17 @@ def test_embed_switch_moves_searches_to_the_new_namespace_only_once_it_is_comple
         assert hits and hits[0]["chunk"]
     assert_bad = cli("embed", "--switch")
     assert assert_bad.rc != 0 and "--switch needs --provider" in assert_bad.err
+
+
+def test_a_batch_size_above_the_per_write_limit_still_embeds_on_commit(tmp_path):
+    """``batch_size`` larger than what one write embeds (EMBED_ON_WRITE): the batches are cut
+    to that limit (they used to be refused whole, so nothing was ever embedded on commit, and
+    an idle `convgit serve` committer retried at once, forever)."""
+    from convgit import semantic
+
+    limit = semantic.EMBED_ON_WRITE
+    repo = set_config(fast_repo(tmp_path / "s"), ON + f"batch_size = {limit + 100}\n")
+    said = [f"message {i} about graphics cards" for i in range(limit + 40)]  # more chunks than one write embeds
+    r = convgit.commit(repo, {"messages": conv(*said)}, now_ms=NOW)
+    assert r.embedded_chunks == limit, (r.embedded_chunks, r.warnings)
+    assert convgit.embed_status(repo)["pending"] == 40

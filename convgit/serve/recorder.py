@@ -309,6 +309,8 @@ class Recorder:
         if res is None or res.failed:
             self._embed_backoff = min(max(self._embed_backoff * 2, _EMBED_BACKOFF[0]), _EMBED_BACKOFF[1])
             self._embed_after = now + self._embed_backoff
+        elif res.pending and not res.embedded:  # nothing could be taken (no progress): not again at once
+            self._embed_after = now + _EMBED_BACKOFF[0]
         else:
             self._embed_backoff = 0.0
             self.unembedded = bool(res.pending)  # more than one call's worth: the next batch goes on
