@@ -539,14 +539,14 @@ class Committer:
         delay = 0.05
         check_recorded = check
         bugs = 0
-        tries = 0
+        refused = False  # the store refused the last try (not a bug: a bug's calls are not joined by others)
         while True:
-            if tries and batch is not None and len(batch) < _MAX_BATCH:
+            if refused and not bugs and batch is not None and len(batch) < _MAX_BATCH:
                 with self._cond:
                     more, self._queue = self._queue[:_MAX_BATCH - len(batch)], self._queue[_MAX_BATCH - len(batch):]
                 batch.extend(more)
                 records.extend(r for _, r, _ in more)
-            tries += 1
+            refused = False
             try:
                 docs = recorder.commit_batch(records, check_recorded=check_recorded)
                 crash_point("serve_before_lines")  # (committed, no line written: the next committer writes them)
@@ -554,6 +554,7 @@ class Committer:
                     self.on_call(doc)
                 return True
             except RETRY as e:
+                refused = True
                 self.warn(f"store not written ({getattr(e, 'message', e)}); {len(records)} call(s) wait in the spool")
             except Exception as e:  # a bug: say so; after a few tries keep the calls aside, go on
                 bugs += 1
