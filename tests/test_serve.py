@@ -533,6 +533,27 @@ def test_upstreams_are_reached_through_the_named_proxy_and_its_password_is_never
             assert secret.encode() not in f.read_bytes(), f
 
 
+def test_a_proxy_that_refuses_the_credentials_gets_the_client_a_502_without_the_password(store):
+    """The proxy answers 407 to the CONNECT: the client gets a 502 ``upstream_unreachable``
+    naming the proxy, its password as ``***`` (aiohttp's error message holds the proxy's whole
+    URL), and the call is recorded with that error."""
+    secret = "w0rng-pass-77c1"
+    proxy = ConnectProxy(auth="Basic something-else").start()
+    try:
+        sp = ServeProcess(store, "https://127.0.0.1:9", "--upstream-proxy", proxy.url.replace("http://", f"http://bob:{secret}@"))
+        sp.wait_listening()
+        r = httpx.post(sp.url + "/v1/chat/completions", json=_chat(), timeout=30)
+        sp.wait_calls(1)
+        assert sp.stop() == 0
+    finally:
+        proxy.stop()
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable", r.text
+    assert secret not in r.text and "bob:***@" in r.text and "407" in r.text
+    assert proxy.connects  # (it was asked)
+    assert [t.error for t in _turns(store)] == ["upstream_unreachable"]
+    assert secret not in "".join(sp.stderr)
+
+
 def test_an_upstream_proxy_that_is_not_an_http_url_is_refused_with_its_password_hidden(store, upstream):
     r = subprocess.run([sys.executable, "-m", "convgit", "-C", str(store), "serve", "--port", "0", "--json",
                         "--openai-upstream", upstream.url, "--upstream-proxy", "socks5://bob:hunter2-xyz@127.0.0.1:1080"],

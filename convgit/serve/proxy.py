@@ -172,6 +172,23 @@ class Proxy:
         self.session: aiohttp.ClientSession | None = None  # the upstream connections (start)
         self._history: OrderedDict[str, tuple] = OrderedDict()  # Responses: response id → chain
 
+    def _describe(self, e: BaseException) -> str:
+        """An upstream error in words, for the client's 502 body and the server's log, with the
+        upstream proxy's password (which aiohttp puts in the URL of a proxy error) as ``***``."""
+        text = _describe(e)
+        proxy = self.settings.upstream_proxy
+        if proxy:
+            from urllib.parse import unquote, urlsplit
+
+            from . import redact_url
+
+            text = text.replace(proxy, redact_url(proxy))
+            password = urlsplit(proxy).password
+            if password:
+                for form in {password, unquote(password)}:
+                    text = text.replace(form, "***")
+        return text
+
     def prebuild(self, rec: CallRecord) -> "rec_mod.Built | None":
         """The whole answer's payload and tip, built before it is relayed (``X-Convgit-Tip``;
         the committer then uses it: the chain is hashed once). None when it cannot be known
@@ -254,7 +271,7 @@ class Proxy:
         try:
             resp = await self._send(request.method, url, request, body)
         except _UPSTREAM_ERRORS as e:
-            await _send_simple(send, 502, error_body(None, 502, f"upstream unreachable: {_describe(e)}",
+            await _send_simple(send, 502, error_body(None, 502, f"upstream unreachable: {self._describe(e)}",
                                                      rec_mod.UPSTREAM_UNREACHABLE))
             return
         try:
@@ -264,7 +281,7 @@ class Proxy:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except _UPSTREAM_ERRORS as e:
-            raise _UpstreamBroke(_describe(e)) from e
+            raise _UpstreamBroke(self._describe(e)) from e
         finally:
             resp.release()
 
@@ -296,7 +313,7 @@ class Proxy:
         except _UPSTREAM_ERRORS as e:
             code = rec_mod.UPSTREAM_TIMEOUT if isinstance(e, TimeoutError) else rec_mod.UPSTREAM_UNREACHABLE
             await self.spool(record(error=code))
-            await _send_simple(send, 502, error_body(api, 502, f"upstream: {type(e).__name__}: {_describe(e)}", code), extra)
+            await _send_simple(send, 502, error_body(api, 502, f"upstream: {type(e).__name__}: {self._describe(e)}", code), extra)
             return
         meta = {"status": resp.status, "content_encoding": resp.headers.get("content-encoding"),
                 "upstream_request_id": resp.headers.get("x-request-id") or resp.headers.get("request-id")}
@@ -319,7 +336,7 @@ class Proxy:
                 chunks.append(chunk)
         except _UPSTREAM_ERRORS as e:
             await self.spool(record(response=b"".join(chunks), ttft_ms=ttft, error=rec_mod.UPSTREAM_STREAM_ERROR, **meta))
-            await _send_simple(send, 502, error_body(None, 502, f"upstream broke: {_describe(e)}", rec_mod.UPSTREAM_STREAM_ERROR),
+            await _send_simple(send, 502, error_body(None, 502, f"upstream broke: {self._describe(e)}", rec_mod.UPSTREAM_STREAM_ERROR),
                                extra)
             return
         data = b"".join(chunks)
@@ -389,7 +406,7 @@ class Proxy:
         if exc is not None:
             if isinstance(exc, _UPSTREAM_ERRORS):
                 await spool(rec_mod.UPSTREAM_STREAM_ERROR)
-                raise _UpstreamBroke(_describe(exc)) from exc
+                raise _UpstreamBroke(self._describe(exc)) from exc
             await spool(rec_mod.CLIENT_DISCONNECTED if isinstance(exc, OSError) else rec_mod.UPSTREAM_STREAM_ERROR)
             raise exc
         await spool(None if (compressed or state["spooled"]) else rec_mod.UPSTREAM_STREAM_ERROR)
