@@ -503,9 +503,10 @@ def test_upstreams_are_reached_through_the_named_proxy_and_its_password_is_never
     through a CONNECT tunnel of that proxy (a company's egress proxy), with the proxy's
     credentials sent to the proxy only; the password is never printed nor stored."""
     import base64
+    from urllib.parse import quote
 
     cert, key = _self_signed(tmp_path)
-    secret = "pr0xy-s3cret-2f9a"
+    secret = "pr0xy/s3crét 2f9a"  # (percent-encoded in the URL: the proxy gets it decoded)
     proxy = ConnectProxy(auth="Basic " + base64.b64encode(f"alice:{secret}".encode()).decode()).start()
     answer_body = json.dumps({"id": "chatcmpl-px", "object": "chat.completion", "model": "gpt-fake", "choices": [
         {"index": 0, "message": {"role": "assistant", "content": "through the proxy"}, "finish_reason": "stop"}]}).encode()
@@ -516,7 +517,7 @@ def test_upstreams_are_reached_through_the_named_proxy_and_its_password_is_never
         return [("content-type", "application/json")], answer_body
 
     try:
-        via = proxy.url.replace("http://", f"http://alice:{secret}@")
+        via = proxy.url.replace("http://", f"http://alice:{quote(secret, safe='')}@")
         with _through_a_one_off_upstream(store, answer, tls=(cert, key),
                                          args=("--ca-file", str(cert), "--upstream-proxy", via)) as sp:
             r = httpx.post(sp.url + "/v1/chat/completions", json=_chat(), timeout=30)
@@ -527,17 +528,21 @@ def test_upstreams_are_reached_through_the_named_proxy_and_its_password_is_never
     assert proxy.connects and all(t.startswith("127.0.0.1:") for t, _ in proxy.connects)
     assert seen and not any("proxy-authorization" in h for h in seen)  # (the proxy's credentials stay with it)
     assert [t.error for t in _turns(store)] == [None]
-    assert secret not in "".join(sp.stderr) + json.dumps(sp.calls)
-    for f in (store / ".convgit").rglob("*"):
-        if f.is_file():
-            assert secret.encode() not in f.read_bytes(), f
+    for form in (secret, quote(secret, safe="")):
+        assert form not in "".join(sp.stderr) + json.dumps(sp.calls)
+        for f in (store / ".convgit").rglob("*"):
+            if f.is_file():
+                assert form.encode() not in f.read_bytes(), f
 
 
-def test_a_proxy_that_refuses_the_credentials_gets_the_client_a_502_without_the_password(store):
+@pytest.mark.parametrize("secret", ["w0rng-pass-77c1", "pa%2Fss-77c1", "p%C3%A4ss-77c1", "pa%20ss-77c1"])
+def test_a_proxy_that_refuses_the_credentials_gets_the_client_a_502_without_the_password(store, secret):
     """The proxy answers 407 to the CONNECT: the client gets a 502 ``upstream_unreachable``
-    naming the proxy, its password as ``***`` (aiohttp's error message holds the proxy's whole
-    URL), and the call is recorded with that error."""
-    secret = "w0rng-pass-77c1"
+    naming the proxy without its credentials (aiohttp's error names the proxy's URL, in its
+    own normalised form: the credentials are handed to it apart), and the call is recorded
+    with that error."""
+    from urllib.parse import unquote
+
     proxy = ConnectProxy(auth="Basic something-else").start()
     try:
         sp = ServeProcess(store, "https://127.0.0.1:9", "--upstream-proxy", proxy.url.replace("http://", f"http://bob:{secret}@"))
@@ -548,10 +553,11 @@ def test_a_proxy_that_refuses_the_credentials_gets_the_client_a_502_without_the_
     finally:
         proxy.stop()
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable", r.text
-    assert secret not in r.text and "bob:***@" in r.text and "407" in r.text
-    assert proxy.connects  # (it was asked)
+    assert "407" in r.text and proxy.url.split("//")[1] in r.text and "bob" not in r.text, r.text
+    for form in {secret, unquote(secret), secret.upper(), secret.lower()}:
+        assert form not in r.text and form not in "".join(sp.stderr)
+    assert proxy.connects and proxy.connects[0][1] is not None  # (it was asked, with credentials)
     assert [t.error for t in _turns(store)] == ["upstream_unreachable"]
-    assert secret not in "".join(sp.stderr)
 
 
 def test_an_upstream_proxy_that_is_not_an_http_url_is_refused_with_its_password_hidden(store, upstream):
@@ -561,6 +567,16 @@ def test_an_upstream_proxy_that_is_not_an_http_url_is_refused_with_its_password_
     err = json.loads(r.stdout)
     assert r.returncode != 0 and err["error_code"] == "invalid_input" and "--upstream-proxy" in err["error_message"]
     assert "hunter2-xyz" not in r.stdout + r.stderr and "bob:***@" in err["error_message"]
+
+
+@pytest.mark.parametrize("url", ["http://u:p@[::1", "http://u:p@127.0.0.1:99999", "http://127.0.0.1:port", "ftp://h:1"])
+def test_an_upstream_proxy_url_that_cannot_work_is_refused_at_start(store, upstream, url):
+    r = subprocess.run([sys.executable, "-m", "convgit", "-C", str(store), "serve", "--port", "0", "--json",
+                        "--openai-upstream", upstream.url, "--upstream-proxy", url],
+                       capture_output=True, text=True, timeout=60)
+    err = json.loads(r.stdout)
+    assert r.returncode != 0 and err["error_code"] == "invalid_input" and "--upstream-proxy" in err["error_message"], r.stdout
+    assert ":p@" not in err["error_message"]
 
 
 @pytest.mark.parametrize("content", [None, b"not a certificate\n"])

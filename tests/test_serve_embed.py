@@ -199,3 +199,25 @@ def test_drain_embeds_too_and_a_missing_model_leaves_the_chunks_pending(tmp_path
         assert (st["pending"], st["failed"]) == (6, 0)  # pending, not failed: the model was missing, not a batch
     finally:
         repo.close()
+
+
+def test_a_kind_of_embedding_warning_is_said_once_a_minute_whatever_its_counts():
+    """"N chunk(s) left pending" with a different N each batch is one kind of warning: said
+    once a minute, not once a batch (the kind used to include the count)."""
+    from convgit.serve.recorder import Committer
+
+    said: list[str] = []
+    c = Committer(Path("/nonexistent"), open_repo=lambda: None, on_call=lambda doc: None, warn=said.append)
+
+    class Batches:  # what Recorder.embed_written returns after three batches
+        n = 0
+
+        def embed_written(self):
+            self.n += 1
+            return 0, [f"{300 - 10 * self.n} chunk(s) left pending: run `convgit embed`",
+                       f"embedding failed for {self.n} chunk(s): HTTP 500; `convgit embed` retries them"]
+
+    rec = Batches()
+    for _ in range(3):
+        c._embed(rec)
+    assert len(said) == 2 and "left pending" in said[0] and "embedding failed" in said[1], said

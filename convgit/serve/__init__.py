@@ -80,8 +80,12 @@ def check_options(opts: ServeOptions) -> None:
     if opts.upstream_proxy is not None:
         from urllib.parse import urlsplit
 
-        u = urlsplit(opts.upstream_proxy)
-        if u.scheme not in ("http", "https") or not u.hostname:
+        try:
+            u = urlsplit(opts.upstream_proxy)
+            ok = u.scheme in ("http", "https") and bool(u.hostname) and (u.port is None or u.port > 0)
+        except ValueError:  # (a bad port, an unclosed [IPv6 address)
+            ok = False
+        if not ok:
             raise InvalidInput("--upstream-proxy must be an http(s) URL, http://[user:password@]host:port, "
                                f"not {redact_url(opts.upstream_proxy)!r}")
     if opts.ca_file is not None:
@@ -91,18 +95,33 @@ def check_options(opts: ServeOptions) -> None:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with the password of its user part (a proxy's credentials) replaced by ``***``,
-    for anything printed: a log line, an error."""
+    """``url`` with the credentials of its user part (a proxy's) hidden: ``user:***@`` for a
+    password, ``***@`` for a user part alone (it may be a token); for anything printed."""
     from urllib.parse import urlsplit, urlunsplit
 
     try:
         u = urlsplit(url)
     except ValueError:
         return "<an URL that cannot be parsed>"
-    if u.password is None:
+    if "@" not in u.netloc:
         return url
+    user, host = u.netloc.rsplit("@", 1)
+    shown = f"{user.split(':', 1)[0]}:***" if ":" in user else "***"
+    return urlunsplit((u.scheme, f"{shown}@{host}", u.path, u.query, u.fragment))
+
+
+def split_proxy_url(url: str) -> tuple[str, tuple[str, str] | None]:
+    """An upstream proxy URL as (the URL without its user part, (user, password) or None),
+    percent-decoded. The credentials are handed to the HTTP client apart from the URL, so
+    that no error message, which names the URL, can carry them."""
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    u = urlsplit(url)
+    if "@" not in u.netloc:
+        return url, None
     host = u.netloc.rsplit("@", 1)[1]
-    return urlunsplit((u.scheme, f"{u.username}:***@{host}", u.path, u.query, u.fragment))
+    bare = urlunsplit((u.scheme, host, u.path, u.query, u.fragment))
+    return bare, (unquote(u.username or ""), unquote(u.password or ""))
 
 
 def read_token_file(path: str | Path) -> str:

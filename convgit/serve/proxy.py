@@ -171,23 +171,8 @@ class Proxy:
         self.cache = cache  # the prefixes parsed and hashed (prefix.PrefixCache, shared with the committer)
         self.session: aiohttp.ClientSession | None = None  # the upstream connections (start)
         self._history: OrderedDict[str, tuple] = OrderedDict()  # Responses: response id → chain
-
-    def _describe(self, e: BaseException) -> str:
-        """An upstream error in words, for the client's 502 body and the server's log, with the
-        upstream proxy's password (which aiohttp puts in the URL of a proxy error) as ``***``."""
-        text = _describe(e)
-        proxy = self.settings.upstream_proxy
-        if proxy:
-            from urllib.parse import unquote, urlsplit
-
-            from . import redact_url
-
-            text = text.replace(proxy, redact_url(proxy))
-            password = urlsplit(proxy).password
-            if password:
-                for form in {password, unquote(password)}:
-                    text = text.replace(form, "***")
-        return text
+        self._proxy: str | None = None  # the upstream proxy's URL without credentials (start)
+        self._proxy_headers: dict | None = None  # ... and its credentials, as Proxy-Authorization
 
     def prebuild(self, rec: CallRecord) -> "rec_mod.Built | None":
         """The whole answer's payload and tip, built before it is relayed (``X-Convgit-Tip``;
@@ -219,6 +204,15 @@ class Proxy:
         checked against certifi's bundle, as httpx did before (the same on every system:
         some Python builds have no usable system store), and the settings' ``ca_file``."""
         t = self.settings.timeout
+        if self.settings.upstream_proxy:
+            from . import split_proxy_url
+
+            self._proxy, cred = split_proxy_url(self.settings.upstream_proxy)
+            if cred is not None:  # (UTF-8, as RFC 7617 has it: a password of any characters)
+                import base64
+
+                token = base64.b64encode(f"{cred[0]}:{cred[1]}".encode()).decode("ascii")
+                self._proxy_headers = {"Proxy-Authorization": f"Basic {token}"}
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=UPSTREAM_CONNECTIONS, limit_per_host=0,
                                            ssl=tls_context(self.settings.ca_file)),
@@ -229,7 +223,7 @@ class Proxy:
         """Send the client's request upstream; the response's headers are read, its body not yet."""
         return await self.session.request(method, url, headers=forward_headers(scope_headers(request)), data=body,
                                           allow_redirects=False, skip_auto_headers=_NOT_ADDED,
-                                          proxy=self.settings.upstream_proxy)
+                                          proxy=self._proxy, proxy_headers=self._proxy_headers)
 
     async def stop(self) -> None:
         """Close the upstream connections."""
@@ -271,7 +265,7 @@ class Proxy:
         try:
             resp = await self._send(request.method, url, request, body)
         except _UPSTREAM_ERRORS as e:
-            await _send_simple(send, 502, error_body(None, 502, f"upstream unreachable: {self._describe(e)}",
+            await _send_simple(send, 502, error_body(None, 502, f"upstream unreachable: {_describe(e)}",
                                                      rec_mod.UPSTREAM_UNREACHABLE))
             return
         try:
@@ -281,7 +275,7 @@ class Proxy:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except _UPSTREAM_ERRORS as e:
-            raise _UpstreamBroke(self._describe(e)) from e
+            raise _UpstreamBroke(_describe(e)) from e
         finally:
             resp.release()
 
@@ -313,7 +307,7 @@ class Proxy:
         except _UPSTREAM_ERRORS as e:
             code = rec_mod.UPSTREAM_TIMEOUT if isinstance(e, TimeoutError) else rec_mod.UPSTREAM_UNREACHABLE
             await self.spool(record(error=code))
-            await _send_simple(send, 502, error_body(api, 502, f"upstream: {type(e).__name__}: {self._describe(e)}", code), extra)
+            await _send_simple(send, 502, error_body(api, 502, f"upstream: {type(e).__name__}: {_describe(e)}", code), extra)
             return
         meta = {"status": resp.status, "content_encoding": resp.headers.get("content-encoding"),
                 "upstream_request_id": resp.headers.get("x-request-id") or resp.headers.get("request-id")}
@@ -336,7 +330,7 @@ class Proxy:
                 chunks.append(chunk)
         except _UPSTREAM_ERRORS as e:
             await self.spool(record(response=b"".join(chunks), ttft_ms=ttft, error=rec_mod.UPSTREAM_STREAM_ERROR, **meta))
-            await _send_simple(send, 502, error_body(None, 502, f"upstream broke: {self._describe(e)}", rec_mod.UPSTREAM_STREAM_ERROR),
+            await _send_simple(send, 502, error_body(None, 502, f"upstream broke: {_describe(e)}", rec_mod.UPSTREAM_STREAM_ERROR),
                                extra)
             return
         data = b"".join(chunks)
@@ -406,7 +400,7 @@ class Proxy:
         if exc is not None:
             if isinstance(exc, _UPSTREAM_ERRORS):
                 await spool(rec_mod.UPSTREAM_STREAM_ERROR)
-                raise _UpstreamBroke(self._describe(exc)) from exc
+                raise _UpstreamBroke(_describe(exc)) from exc
             await spool(rec_mod.CLIENT_DISCONNECTED if isinstance(exc, OSError) else rec_mod.UPSTREAM_STREAM_ERROR)
             raise exc
         await spool(None if (compressed or state["spooled"]) else rec_mod.UPSTREAM_STREAM_ERROR)

@@ -22,6 +22,7 @@ store (the ``serve:openai-responses`` alias of the response id, recorded with it
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import traceback
@@ -92,6 +93,7 @@ class Recorder:
         self.unembedded = False  # a batch wrote messages the on_commit embedding has not seen
         self._embed_after = 0.0  # monotonic time before which a failing provider is not asked again
         self._embed_backoff = 0.0
+        self._embed_retry = False  # the last try failed (or could take nothing): tried again when idle
         # Tips of chains this recorder committed (so their whole history is stored): a later
         # call re-sending one skips the hole check below it (Chain.known_stored, checked by
         # one probe in the transaction). Forgotten whenever a gc may have pruned (its
@@ -290,7 +292,7 @@ class Recorder:
         Never raises for the provider: returns (chunks embedded, warnings). A provider that
         failed (or could not be loaded) is left alone for a backoff (5 s doubling to 5 min):
         the chunks wait, pending or failed, for the next try or ``convgit embed``."""
-        if self.embed_due() is None:
+        if not self.unembedded or not self.repo.config.embed_on_commit:
             return 0, []
         now = time.monotonic()
         if now < self._embed_after:
@@ -298,32 +300,31 @@ class Recorder:
         from .. import semantic
 
         warnings: list[str] = []
-        try:
+        try:  # (a locked index or vectors file, a provider down: None or ``failed``, never raised)
             res = semantic.embed_written(self.repo, warnings=warnings)
-        except RETRY:  # the index or the vectors could not be read or written now: a try again soon
-            self._embed_after = now + _EMBED_BACKOFF[0]
-            raise
         except Exception as e:  # noqa: BLE001  (a bug in a provider: the write stands, say so)
             res = None
             warnings.append(f"embedding skipped: {type(e).__name__}: {e}; the chunks stay pending")
-        if res is None or res.failed:
+        if res is None or res.failed or (res.pending and not res.embedded):  # (the last: no progress)
             self._embed_backoff = min(max(self._embed_backoff * 2, _EMBED_BACKOFF[0]), _EMBED_BACKOFF[1])
             self._embed_after = now + self._embed_backoff
-        elif res.pending and not res.embedded:  # nothing could be taken (no progress): not again at once
-            self._embed_after = now + _EMBED_BACKOFF[0]
+            self._embed_retry = True
         else:
+            # More pending than one try takes (a burst, or chunks of an import nobody embedded):
+            # the next batch goes on; an idle server does not chase the store's backlog.
             self._embed_backoff = 0.0
-            self.unembedded = bool(res.pending)  # more than one call's worth: the next batch goes on
+            self._embed_retry = False
+            self.unembedded = bool(res.pending)
         n = res.embedded if res is not None else 0
         self.embedded += n
         return n, warnings
 
     def embed_due(self) -> float | None:
-        """When ``embed_written`` has work (monotonic time: now or after a failing provider's
-        backoff), or None: nothing committed is left unembedded, or ``embed.on_commit`` is off.
-        The Committer asks it while idle, so what the last batch left (a provider that was down,
-        a locked index, more than ``EMBED_ON_WRITE`` chunks) is taken without waiting for a call."""
-        if not self.unembedded or not self.repo.config.embed_on_commit:
+        """When an idle committer should try ``embed_written`` again (monotonic time: the end
+        of the provider's backoff), or None: the last try did not fail, nothing committed is
+        left unembedded, or ``embed.on_commit`` is off. So what a failed try left (a provider
+        that was down, a locked index) is taken without waiting for a call."""
+        if not self._embed_retry or not self.unembedded or not self.repo.config.embed_on_commit:
             return None
         return self._embed_after
 
@@ -524,8 +525,8 @@ class Committer:
         except RETRY as e:  # the index could not be read or written: the chunks stay pending
             warnings = [f"embedding skipped: {getattr(e, 'message', e)}; the chunks stay pending"]
         now = time.monotonic()
-        for w in warnings:
-            kind = w.split(":", 1)[0].split(" for ")[0]
+        for w in warnings:  # (the kind without its counts: "N chunk(s) left pending" is one kind)
+            kind = re.sub(r"\d+", "#", w.split(":", 1)[0].split(" for ")[0])
             if now - self._warned.get(kind, -_WARN_EVERY) >= _WARN_EVERY:
                 self._warned[kind] = now
                 self.warn(w)
