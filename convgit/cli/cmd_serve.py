@@ -56,6 +56,7 @@ def serve_cmd(
     output.set_json(json_)
     try:
         import convgit.serve as serve
+        from convgit.serve.proxy import redact_url  # (aiohttp, starlette: the extra)
     except ImportError as e:
         raise InvalidInput(f"convgit serve needs the serve extra: pip install 'convgit[serve]' ({e})") from e
     from ..config import load_serve_settings, parse_seconds
@@ -96,9 +97,9 @@ def serve_cmd(
         if json_:
             _line(json.dumps({"status": "listening", "url": url, "store": str(repo.path),
                               "openai_upstream": opts.openai_upstream, "anthropic_upstream": opts.anthropic_upstream,
-                              "upstream_proxy": serve.redact_url(opts.upstream_proxy) if opts.upstream_proxy else None}))
+                              "upstream_proxy": redact_url(opts.upstream_proxy) if opts.upstream_proxy else None}))
         else:
-            via = f" via {serve.redact_url(opts.upstream_proxy)}" if opts.upstream_proxy else ""
+            via = f" via {redact_url(opts.upstream_proxy)}" if opts.upstream_proxy else ""
             _line(f"convgit serve: listening on {url} (store {repo.path}); "
                   f"OpenAI -> {opts.openai_upstream}, Anthropic -> {opts.anthropic_upstream}{via}", err=True)
 

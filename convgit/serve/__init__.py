@@ -80,6 +80,8 @@ def check_options(opts: ServeOptions) -> None:
     if opts.upstream_proxy is not None:
         from urllib.parse import urlsplit
 
+        from .proxy import redact_url
+
         try:
             u = urlsplit(opts.upstream_proxy)
             ok = u.scheme in ("http", "https") and bool(u.hostname) and (u.port is None or u.port > 0)
@@ -92,36 +94,6 @@ def check_options(opts: ServeOptions) -> None:
         from .proxy import tls_context
 
         tls_context(opts.ca_file)  # (a file that is missing or holds no certificate: refused before listening)
-
-
-def redact_url(url: str) -> str:
-    """``url`` with the credentials of its user part (a proxy's) hidden: ``user:***@`` for a
-    password, ``***@`` for a user part alone (it may be a token); for anything printed."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    try:
-        u = urlsplit(url)
-    except ValueError:
-        return "<an URL that cannot be parsed>"
-    if "@" not in u.netloc:
-        return url
-    user, host = u.netloc.rsplit("@", 1)
-    shown = f"{user.split(':', 1)[0]}:***" if ":" in user else "***"
-    return urlunsplit((u.scheme, f"{shown}@{host}", u.path, u.query, u.fragment))
-
-
-def split_proxy_url(url: str) -> tuple[str, tuple[str, str] | None]:
-    """An upstream proxy URL as (the URL without its user part, (user, password) or None),
-    percent-decoded. The credentials are handed to the HTTP client apart from the URL, so
-    that no error message, which names the URL, can carry them."""
-    from urllib.parse import unquote, urlsplit, urlunsplit
-
-    u = urlsplit(url)
-    if "@" not in u.netloc:
-        return url, None
-    host = u.netloc.rsplit("@", 1)[1]
-    bare = urlunsplit((u.scheme, host, u.path, u.query, u.fragment))
-    return bare, (unquote(u.username or ""), unquote(u.password or ""))
 
 
 def read_token_file(path: str | Path) -> str:

@@ -205,8 +205,6 @@ class Proxy:
         some Python builds have no usable system store), and the settings' ``ca_file``."""
         t = self.settings.timeout
         if self.settings.upstream_proxy:
-            from . import split_proxy_url
-
             self._proxy, cred = split_proxy_url(self.settings.upstream_proxy)
             if cred is not None:  # (UTF-8, as RFC 7617 has it: a password of any characters)
                 import base64
@@ -408,6 +406,36 @@ class Proxy:
         rec = state["record"]
         if rec is not None and rec.api == sse.OPENAI_RESPONSES and rec.error is None:
             self.prebuild(rec)  # after the last byte: only so that a whole call continuing it knows its tip
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the credentials of its user part (a proxy's) hidden: ``user:***@`` for a
+    password, ``***@`` for a user part alone (it may be a token); for anything printed."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        u = urlsplit(url)
+    except ValueError:
+        return "<an URL that cannot be parsed>"
+    if "@" not in u.netloc:
+        return url
+    user, host = u.netloc.rsplit("@", 1)
+    shown = f"{user.split(':', 1)[0]}:***" if ":" in user else "***"
+    return urlunsplit((u.scheme, f"{shown}@{host}", u.path, u.query, u.fragment))
+
+
+def split_proxy_url(url: str) -> tuple[str, tuple[str, str] | None]:
+    """An upstream proxy URL as (the URL without its user part, (user, password) or None),
+    percent-decoded. The credentials are handed to the HTTP client apart from the URL, so
+    that no error message, which names the URL, can carry them."""
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    u = urlsplit(url)
+    if "@" not in u.netloc:
+        return url, None
+    host = u.netloc.rsplit("@", 1)[1]
+    bare = urlunsplit((u.scheme, host, u.path, u.query, u.fragment))
+    return bare, (unquote(u.username or ""), unquote(u.password or ""))
 
 
 def tls_context(ca_file: str | None = None):
