@@ -138,7 +138,7 @@ class StoreSource:
         try:
             fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):
-            self._open = (oid, None)  # not loose (nor a symlink): read_raw need not look again
+            self._open = (oid, None, None)  # not loose (nor a symlink): read_raw need not look again
             return self.repo.objects.stored_size(oid)  # packed (or absent)
         except OSError as e:
             if e.errno != errno.ELOOP:
@@ -146,12 +146,13 @@ class StoreSource:
             p = Path(f)  # a symlink: read only if it stays inside the source
             self._check_links(p.parent, [p.name])
             return self.repo.objects.stored_size(oid)
-        self._open = (oid, fd)  # (read_raw reads it)
         try:
-            return os.fstat(fd).st_size
+            size = os.fstat(fd).st_size
         except OSError:
-            self._drop_open()
+            os.close(fd)
             raise
+        self._open = (oid, fd, size)  # (read_raw reads it)
+        return size
 
     def _drop_open(self) -> None:
         if self._open is not None:
@@ -165,9 +166,15 @@ class StoreSource:
         fallback when they do not match)."""
         opened = self._open is not None and self._open[0] == oid
         if opened and self._open[1] is not None:
-            fd = self._open[1]
+            fd, size = self._open[1], self._open[2]
             try:
-                chunks = []
+                # One read of the size ``size`` saw, and one byte more: a regular file reads
+                # short only at its end, so a shorter answer is the whole file (the common
+                # case: one system call, not a second one to see the end).
+                b = os.read(fd, size + 1)
+                if len(b) <= size:
+                    return b
+                chunks = [b]
                 while True:
                     b = os.read(fd, 1 << 20)
                     if not b:
