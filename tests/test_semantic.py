@@ -482,3 +482,41 @@ def test_fusion_ties_are_ordered_by_message_id():
     assert [(r, k) for r, _, k, _ in out] == [(2, "fts"), (1, "semantic")]
     out = fuse([(3, 0.9, "semantic", "cc:0"), (1, 0.8, "semantic", "bb:0")], [(1, -3.0)], ids)
     assert out[0][:1] == (1,) and out[0][2] == "hybrid" and out[0][1] == 1 / 62 + 1 / 61
+
+
+def test_a_chunk_sync_that_meets_a_swapped_in_index_cuts_every_message_after(tmp_path, monkeypatch):
+    """``chunks.sync`` reads the messages' top rowid, then takes the index lock. If another
+    process swapped a rebuilt index in meanwhile (its rows renumbered from 1), the top read
+    before belonged to the replaced file: written as the new file's mark, the next messages
+    (their rowids under that top) were never cut, so never embedded nor found by meaning."""
+    from convgit import fsio, semantic
+
+    repo = hash_repo(tmp_path / "s")
+    convgit.commit(repo, {"messages": conv("alpha one", "alpha two", "alpha three")}, thread="a", now_ms=NOW)
+    convgit.commit(repo, {"messages": conv("beta one", "beta two", "beta three")}, thread="b", now_ms=NOW + 1)
+    convgit.delete_thread(repo, "a")  # a's rows stay (unreachable); a rebuild has b's alone, as rows 1-3
+    assert repo.index.db.execute("SELECT max(rowid), count(*) FROM messages").fetchone() == (6, 6)
+    rules = semantic.open_embedding(repo).rules
+    other = convgit.open_repo(repo.path)  # another process's view of the store
+    real = fsio.flock
+    armed = [True]
+
+    def flock(path, **kw):  # between sync's first read and its lock: the other one rebuilds
+        if armed[0] and Path(path) == repo.index.lock_path:
+            armed[0] = False
+            other.index.rebuild()
+        return real(path, **kw)
+
+    monkeypatch.setattr(fsio, "flock", flock)
+    try:
+        C.sync(repo, rules)
+    finally:
+        monkeypatch.setattr(fsio, "flock", real)
+        other.close()
+    assert not armed[0]  # (the swap did happen in between)
+    convgit.commit(repo, {"messages": conv("gamma one", "gamma two")}, thread="c", now_ms=NOW + 2)
+    C.sync(repo, rules)
+    db = repo.index.db
+    cut = {r[0] for r in db.execute("SELECT DISTINCT message_rowid FROM chunks")}
+    every = {r[0] for r in db.execute("SELECT rowid FROM messages")}
+    assert cut == every, (sorted(cut), sorted(every))
