@@ -56,7 +56,6 @@ def serve_cmd(
     output.set_json(json_)
     try:
         import convgit.serve as serve
-        from convgit.serve.proxy import redact_url  # (aiohttp, starlette: the extra)
     except ImportError as e:
         raise InvalidInput(f"convgit serve needs the serve extra: pip install 'convgit[serve]' ({e})") from e
     from ..config import load_serve_settings, parse_seconds
@@ -77,6 +76,10 @@ def serve_cmd(
         else:
             _line(f"convgit serve: {n} spooled call(s) recorded", err=True)
         return
+    try:  # (the relay's stack, aiohttp and starlette: not needed by --drain)
+        from convgit.serve.proxy import redact_url
+    except ImportError as e:
+        raise InvalidInput(f"convgit serve needs the serve extra: pip install 'convgit[serve]' ({e})") from e
     opts = serve.ServeOptions(
         host=host or conf.get("host", serve.DEFAULT_HOST),
         port=port if port is not None else conf.get("port", serve.DEFAULT_PORT),

@@ -12,6 +12,7 @@ client that received the whole answer has its call durable. Records hold no head
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import json
 import time
@@ -438,10 +439,12 @@ def split_proxy_url(url: str) -> tuple[str, tuple[str, str] | None]:
     return bare, (unquote(u.username or ""), unquote(u.password or ""))
 
 
+@functools.lru_cache(maxsize=4)
 def tls_context(ca_file: str | None = None):
     """The TLS settings for https upstreams: certificates verified, against certifi's bundle
     and the PEM certificates in ``ca_file`` (a company's or a local server's own CA).
-    invalid_input when ``ca_file`` cannot be read or holds no certificate."""
+    invalid_input when ``ca_file`` cannot be read or holds no certificate. Made once per
+    ``ca_file`` (``check_options`` builds it to refuse a bad file, the proxy then uses it)."""
     import ssl
 
     import certifi
